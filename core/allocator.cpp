@@ -1,0 +1,116 @@
+#include "core/allocator.h"
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/check.h"
+
+namespace kiln {
+
+CachingAllocator::CachingAllocator(Device device, RawAlloc alloc, RawFree free)
+    : device_(device), raw_alloc_(std::move(alloc)), raw_free_(std::move(free)) {}
+
+CachingAllocator::~CachingAllocator() {
+  // NOTE: static destruction order: leave blocks to the OS rather than touch a torn-down driver.
+}
+
+// Size classes: multiples of 512 B up to 64 KiB, then four classes per power of two (<= 25% waste).
+size_t CachingAllocator::round_size(size_t bytes) {
+  if (bytes == 0) bytes = 1;
+  if (bytes <= 65536) return (bytes + 511) & ~size_t(511);
+  size_t p = 1;
+  while (p * 2 < bytes) p *= 2;  // p < bytes <= 2p
+  size_t step = p / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+static std::string mib(size_t b) { return std::to_string(b / (1024.0 * 1024.0)).substr(0, 8) + " MiB"; }
+
+void* CachingAllocator::allocate(size_t bytes) {
+  size_t sz = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stats_.limit && stats_.allocated + sz > stats_.limit) {
+    throw OutOfMemoryError("out of memory on " + device_.str() + ": asked for " + std::to_string(bytes) +
+                           " bytes with " + mib(stats_.allocated) + " allocated, " + mib(stats_.reserved) +
+                           " reserved, limit " + mib(stats_.limit));
+  }
+  void* p = nullptr;
+  auto it = free_.find(sz);
+  if (it != free_.end()) {
+    p = it->second;
+    free_.erase(it);
+  } else {
+    p = raw_alloc_(sz);
+    if (!p) {  // give the cache back and try once more before failing
+      release_cached_locked();
+      p = raw_alloc_(sz);
+    }
+    if (!p) {
+      throw OutOfMemoryError("out of memory on " + device_.str() + ": asked for " + std::to_string(bytes) +
+                             " bytes with " + mib(stats_.allocated) + " allocated, " + mib(stats_.reserved) +
+                             " reserved");
+    }
+    stats_.reserved += sz;
+    ++stats_.num_system_allocs;
+  }
+  stats_.allocated += sz;
+  if (stats_.allocated > stats_.peak) stats_.peak = stats_.allocated;
+  return p;
+}
+
+void CachingAllocator::deallocate(void* p, size_t bytes) {
+  if (!p) return;
+  size_t sz = round_size(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.allocated -= sz;
+  free_.emplace(sz, p);
+}
+
+MemoryStats CachingAllocator::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void CachingAllocator::reset_peak() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak = stats_.allocated;
+}
+
+void CachingAllocator::set_limit(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.limit = bytes;
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+void CachingAllocator::release_cached_locked() {
+  for (auto& [sz, p] : free_) {
+    raw_free_(p);
+    stats_.reserved -= sz;
+  }
+  free_.clear();
+}
+
+#ifdef KILN_WITH_CUDA
+CachingAllocator& cuda_allocator(int index);  // core/cuda/allocator_cuda.cu
+#endif
+
+CachingAllocator& allocator_for(Device d) {
+  if (d.is_cpu()) {
+    // 64-byte alignment: AVX-512 loads and oneDNN's preferred alignment.
+    static CachingAllocator* cpu = new CachingAllocator(
+        Device::cpu(), [](size_t n) { return std::aligned_alloc(64, (n + 63) & ~size_t(63)); },
+        [](void* p) { std::free(p); });
+    return *cpu;
+  }
+#ifdef KILN_WITH_CUDA
+  return cuda_allocator(d.index);
+#else
+  KILN_FAIL("device ", d.str(), " is not available: kiln was built without CUDA");
+#endif
+}
+
+}  // namespace kiln

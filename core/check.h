@@ -1,0 +1,50 @@
+// Errors: library code throws kiln::Error (never exit/abort). KILN_CHECK(cond, parts...) formats
+// every part with operator<< and adds file:line, so messages can carry the values that were wrong.
+// The CLI catches at the top, prints one line and exits non-zero.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include <cstdint>
+
+namespace kiln {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Thrown when a device allocation fails; AutoBatch catches this one to back off.
+class OutOfMemoryError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+inline void append(std::ostringstream&) {}
+template <typename T, typename... R>
+void append(std::ostringstream& os, const T& v, const R&... rest) {
+  os << v;
+  append(os, rest...);
+}
+template <typename... A>
+std::string cat(const A&... a) {
+  std::ostringstream os;
+  append(os, a...);
+  return os.str();
+}
+[[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+}  // namespace detail
+
+// "[2, 3, 4]" for shapes and other int lists in messages.
+std::string shape_str(const std::vector<int64_t>& v);
+
+}  // namespace kiln
+
+#define KILN_CHECK(cond, ...)                                                       \
+  do {                                                                              \
+    if (!(cond)) ::kiln::detail::throw_error(__FILE__, __LINE__, ::kiln::detail::cat(__VA_ARGS__)); \
+  } while (0)
+
+#define KILN_FAIL(...) ::kiln::detail::throw_error(__FILE__, __LINE__, ::kiln::detail::cat(__VA_ARGS__))

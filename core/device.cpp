@@ -1,0 +1,65 @@
+#include "core/device.h"
+
+#include <cctype>
+
+#include "core/check.h"
+
+namespace kiln {
+
+std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
+
+#ifndef KILN_WITH_CUDA
+int cuda_device_count() { return 0; }
+bool cuda_compiled() { return false; }
+#endif
+
+static std::string available_devices() {
+  int n = cuda_device_count();
+  std::string s = "cpu";
+  for (int i = 0; i < n; ++i) s += ", " + std::to_string(i) + " (cuda:" + std::to_string(i) + ")";
+  if (n == 0) s += cuda_compiled() ? " (no CUDA GPU is visible)" : " (kiln was built without CUDA)";
+  return s;
+}
+
+Device parse_device(const std::string& raw) {
+  std::string s;
+  for (char c : raw)
+    if (!std::isspace(static_cast<unsigned char>(c))) s += static_cast<char>(std::tolower(c));
+  if (s == "cpu") return Device::cpu();
+  std::string num = s;
+  if (s == "cuda" || s == "gpu") num = "0";
+  else if (s.rfind("cuda:", 0) == 0) num = s.substr(5);
+  bool digits = !num.empty();
+  for (char c : num) digits = digits && std::isdigit(static_cast<unsigned char>(c));
+  KILN_CHECK(digits, "device '", raw, "' is not understood; accepted: cpu, N, cuda:N, a list such as 0,1; available: ",
+             available_devices());
+  int idx = std::stoi(num);
+  KILN_CHECK(idx < cuda_device_count(), "device '", raw, "' is not available; available: ", available_devices());
+  return Device::cuda(idx);
+}
+
+std::vector<Device> parse_device_list(const std::string& raw) {
+  std::string s;
+  for (char c : raw)
+    if (c != '[' && c != ']' && c != '\'' && c != '"') s += c;
+  std::vector<Device> out;
+  if (s.empty()) {
+    out.push_back(cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu());
+    return out;
+  }
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    KILN_CHECK(!part.empty(), "device list '", raw, "' has an empty entry; write e.g. device=0,1");
+    Device d = parse_device(part);
+    for (const Device& o : out) KILN_CHECK(o != d, "device list '", raw, "' names ", d.str(), " twice");
+    out.push_back(d);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  KILN_CHECK(out.size() == 1 || out[0].is_cuda(), "device list '", raw, "': cpu cannot be combined with other devices");
+  return out;
+}
+
+}  // namespace kiln

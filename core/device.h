@@ -1,0 +1,35 @@
+// A device is where a tensor's storage lives: the CPU or one CUDA GPU. The device is a property of
+// the tensor (no global mode switch); crossing devices is an explicit Tensor::to(device).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class DeviceType { CPU, CUDA };
+
+struct Device {
+  DeviceType type = DeviceType::CPU;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::CPU, 0}; }
+  static Device cuda(int i) { return {DeviceType::CUDA, i}; }
+  bool is_cpu() const { return type == DeviceType::CPU; }
+  bool is_cuda() const { return type == DeviceType::CUDA; }
+  bool operator==(const Device& o) const { return type == o.type && (type == DeviceType::CPU || index == o.index); }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;  // "cpu" or "cuda:0"
+};
+
+// Parses one device: "cpu", "0", "cuda", "cuda:1". Asking for a GPU that is not there is an error
+// that lists the devices that are.
+Device parse_device(const std::string& s);
+// Parses a device list as given on the command line: "cpu", "0", "0,1", "[0,1]", "cuda:0,cuda:1".
+// An empty string means the default: the first GPU if there is one, else the CPU.
+std::vector<Device> parse_device_list(const std::string& s);
+
+// Number of visible CUDA devices (0 when built without CUDA or when no driver/GPU is present).
+int cuda_device_count();
+bool cuda_compiled();
+
+}  // namespace kiln

@@ -1,0 +1,21 @@
+// 2-D convolution on NHWC activations.
+//   x: (N, H, W, Cin)   w: (Cout, KH, KW, Cin/groups)   b: (Cout) or undefined
+//   y: (N, OH, OW, Cout), OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1
+// CPU: oneDNN (primitives cached per shape), f32 and bf16. Recorded by autograd (backward-data and
+// backward-weights are oneDNN primitives too). Tests: tests/core/conv2d_test.cpp.
+#pragma once
+#include "core/tensor.h"
+
+namespace kiln::ops {
+
+struct Conv2dParams {
+  int64_t stride_h = 1, stride_w = 1;
+  int64_t pad_h = 0, pad_w = 0;
+  int64_t dilation_h = 1, dilation_w = 1;
+  int64_t groups = 1;
+};
+
+Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p);
+Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p);
+
+}  // namespace kiln::ops

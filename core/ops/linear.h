@@ -1,0 +1,13 @@
+// Matrix products. CPU: oneDNN matmul (f32; bf16 where the CPU supports it, else computed in f32
+// and rounded, see docs/precision.md). Recorded by autograd. Tests: tests/core/linear_test.cpp.
+#pragma once
+#include "core/tensor.h"
+
+namespace kiln::ops {
+
+// a: (M, K), b: (K, N) -> (M, N). Both 2-D; dtypes equal.
+Tensor matmul(const Tensor& a, const Tensor& b);
+// x: (N, in), w: (out, in) (PyTorch's Linear layout), b: (out) or undefined -> (N, out).
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b);
+
+}  // namespace kiln::ops

@@ -1,0 +1,22 @@
+// Reductions. sum/mean are recorded by autograd; dims may be negative; keepdim keeps size-1 dims.
+// Accumulation is in f64 for f64 inputs and f32 otherwise (blocked, so large sums stay accurate).
+// Tests: tests/core/reduce_test.cpp.
+#pragma once
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln::ops {
+
+Tensor sum(const Tensor& x);  // all elements -> shape []
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
+
+// Not recorded.
+Tensor argmax(const Tensor& x, int64_t dim);               // i64, dim removed
+Tensor topk_indices(const Tensor& x, int64_t k);           // x: (N, K) -> i64 (N, k), largest first
+double sum_of_squares(const Tensor& x);                    // for gradient-norm clipping
+double max_abs(const Tensor& x);
+
+}  // namespace kiln::ops

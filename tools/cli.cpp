@@ -1,0 +1,28 @@
+// Command dispatch for the `kiln` executable.
+#include <iostream>
+
+#include "core/check.h"
+#include "tools/commands.h"
+
+namespace kiln::cli {
+
+static const char* kUsage =
+    "usage: kiln <command> [arguments]\n"
+    "commands:\n"
+    "  info                      devices and library versions\n"
+    "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
+    "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n";
+
+int run(const Args& args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::cout << kUsage;
+    return args.empty() ? 1 : 0;
+  }
+  const std::string& cmd = args[0];
+  Args rest(args.begin() + 1, args.end());
+  if (cmd == "info") return cmd_info(rest);
+  if (cmd == "bench") return cmd_bench(rest);
+  KILN_FAIL("unknown command '", cmd, "'; accepted: info, bench (see kiln --help)");
+}
+
+}  // namespace kiln::cli

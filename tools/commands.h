@@ -1,0 +1,14 @@
+// The CLI's commands. Each takes the arguments after its name and returns the exit code; errors
+// are thrown as kiln::Error and printed by main().
+#pragma once
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_info(const Args& args);   // tools/info.cpp
+int cmd_bench(const Args& args);  // tools/bench.cpp
+
+}  // namespace kiln::cli
