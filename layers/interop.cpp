@@ -11,7 +11,7 @@ enum class Kind { plain, conv_weight, flattened_linear_weight };
 
 struct Layout {
   Kind kind = Kind::plain;
-  FlattenedShape chw;  // flattened_linear_weight only
+  int64_t channels = 0;  // flattened_linear_weight only: C of the flattened (N, H, W, C)
 };
 
 // How the tensor `name` of `m` is laid out (the module that owns it decides).
@@ -25,13 +25,13 @@ Layout layout_of(Module& m, const std::string& name) {
   if (auto* lin = dynamic_cast<Linear*>(&mod)) {
     const auto& f = lin->flattened_input();
     if (!f) return {};
-    KILN_CHECK(f->known(), "linear '", owner, "' follows a flatten whose input shape is not known yet: run one forward "
-               "pass before converting its weight to or from PyTorch's layout");
-    KILN_CHECK(f->c * f->h * f->w == lin->options().in_features, "linear '", owner, "' has ", lin->options().in_features,
-               " inputs but follows a flatten of (C, H, W) = (", f->c, ", ", f->h, ", ", f->w, ")");
-    // A 1x1 activation flattens to the same order in both layouts.
-    if (f->h * f->w == 1) return {};
-    return {Kind::flattened_linear_weight, *f};
+    KILN_CHECK(f->known(), "linear '", owner, "' follows a flatten whose input channels are not known yet: run one "
+               "forward pass before converting its weight to or from PyTorch's layout");
+    KILN_CHECK(lin->options().in_features % f->channels == 0, "linear '", owner, "' has ", lin->options().in_features,
+               " inputs but follows a flatten of ", f->channels, " channels");
+    // A 1x1 activation (or a single channel) flattens to the same order in both layouts.
+    if (f->channels == 1 || f->channels == lin->options().in_features) return {};
+    return {Kind::flattened_linear_weight, f->channels};
   }
   return {};
 }
@@ -48,10 +48,10 @@ Tensor convert(const Layout& l, const Tensor& t, bool to_pytorch) {
     case Kind::plain: return x.clone();
     case Kind::conv_weight: return x.permute(to_pytorch ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 3, 1}).contiguous();
     case Kind::flattened_linear_weight: {
-      int64_t out = x.size(0);
-      const FlattenedShape& f = l.chw;
-      if (to_pytorch) return x.reshape({out, f.h, f.w, f.c}).permute({0, 3, 1, 2}).contiguous().reshape({out, -1});
-      return x.reshape({out, f.c, f.h, f.w}).permute({0, 2, 3, 1}).contiguous().reshape({out, -1});
+      // kiln columns (s, c), PyTorch's (c, s), s = h * W + w over the H*W positions.
+      int64_t out = x.size(0), c = l.channels, hw = x.size(1) / c;
+      Shape from = to_pytorch ? Shape{out, hw, c} : Shape{out, c, hw};
+      return x.reshape(from).permute({0, 2, 1}).contiguous().reshape({out, -1});
     }
   }
   return x;

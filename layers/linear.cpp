@@ -43,9 +43,7 @@ Tensor Linear::forward(const Tensor& x) {
 Tensor Flatten::forward(const Tensor& x) {
   if (x.dim() == 2) return x;
   KILN_CHECK(x.dim() == 4, "flatten: input ", x.str(), " must be (N, H, W, C) or (N, features)");
-  seen_->h = x.size(1);
-  seen_->w = x.size(2);
-  seen_->c = x.size(3);
+  seen_->channels = x.size(3);
   return x.flatten(1);
 }
 

@@ -3,9 +3,10 @@
 //
 // NOTE: kiln flattens NHWC activations, so the first Linear after a Flatten sees its input columns
 // in (h, w, c) order where torchvision's sees (c, h, w). Such a Linear shares a FlattenedShape with
-// the Flatten that feeds it (the Flatten writes the (C, H, W) it sees at each forward; a model that
-// knows the shape sets it at construction), and layers/interop.h permutes the weight's columns when
-// weights cross to or from PyTorch. Tests: tests/layers/layers_test.cpp, tests/layers/interop_test.cpp.
+// the Flatten that feeds it, and layers/interop.h permutes the weight's columns when weights cross
+// to or from PyTorch. Only the channel count matters for that permutation (column s*C + c <->
+// c*HW + s, s = h*W + w), so it is known before any forward: a model sets it at construction, a
+// Sequential takes it from the conv/BN/block before the Flatten, and each forward records it. Tests: tests/layers/layers_test.cpp, tests/layers/interop_test.cpp.
 #pragma once
 #include <memory>
 
@@ -13,10 +14,11 @@
 
 namespace kiln {
 
-// The (C, H, W) of the NHWC activation that a Flatten turned into features (0 while unknown).
+// The channel count C of the NHWC activation (N, H, W, C) that a Flatten turned into features
+// (0 while unknown).
 struct FlattenedShape {
-  int64_t c = 0, h = 0, w = 0;
-  bool known() const { return c > 0 && h > 0 && w > 0; }
+  int64_t channels = 0;
+  bool known() const { return channels > 0; }
 };
 
 struct LinearOptions {
@@ -56,7 +58,7 @@ class Flatten : public Module {
   Flatten() : Module("flatten"), seen_(std::make_shared<FlattenedShape>()) {}
   Tensor forward(const Tensor& x) override;
   json to_json() const override { return {{"type", "flatten"}}; }
-  // The (C, H, W) of the last 4-D input (or as preset by a model that knows it).
+  // The channels of the last 4-D input (or as preset by a model or Sequential that knows them).
   const std::shared_ptr<FlattenedShape>& flattened_shape() const { return seen_; }
 
  private:

@@ -70,8 +70,10 @@ FeatureClassifier::FeatureClassifier(const std::string& name, const CommonOption
 
 void FeatureClassifier::finish_build(int64_t c, int64_t h, int64_t w) {
   KILN_CHECK(features_ && classifier_, type(), ": features and classifier must be built first");
-  built_for_ = FlattenedShape{c, h, w};
-  *flatten_->flattened_shape() = built_for_;
+  built_for_c_ = c;
+  built_for_h_ = h;
+  built_for_w_ = w;
+  flatten_->flattened_shape()->channels = c;
   for (auto& m : classifier_->layers()) {
     if (auto* lin = dynamic_cast<Linear*>(m.get())) {
       lin->set_flattened_input(flatten_->flattened_shape());
@@ -85,9 +87,9 @@ Tensor FeatureClassifier::forward(const Tensor& x) {
   check_image_input(type(), x, common_.in_channels);
   Tensor h = run_units(units_, x, policy_);
   if (avgpool_) h = avgpool_->forward(h);
-  KILN_CHECK(h.size(1) == built_for_.h && h.size(2) == built_for_.w, type(), ": input ", x.str(), " gives features ",
-             h.str(), " but the classifier was built for (H, W, C) = (", built_for_.h, ", ", built_for_.w, ", ",
-             built_for_.c, "); check the input image size");
+  KILN_CHECK(h.size(1) == built_for_h_ && h.size(2) == built_for_w_, type(), ": input ", x.str(), " gives features ",
+             h.str(), " but the classifier was built for (H, W, C) = (", built_for_h_, ", ", built_for_w_, ", ",
+             built_for_c_, "); check the input image size");
   return classifier_->forward(flatten_->forward(h));
 }
 

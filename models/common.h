@@ -58,7 +58,7 @@ class FeatureClassifier : public Module {
 
  private:
   std::shared_ptr<Flatten> flatten_;  // not a child: torchvision flattens in forward()
-  FlattenedShape built_for_;
+  int64_t built_for_c_ = 0, built_for_h_ = 0, built_for_w_ = 0;  // the features the classifier takes
   std::vector<Unit> units_;
   CheckpointPolicy policy_;
 };
