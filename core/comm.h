@@ -1,0 +1,54 @@
+// Communicator: the collectives data-parallel training needs. Implementations: a single-rank
+// communicator (here), MPI between processes (tools/mpi_comm.cpp, CPU tensors), NCCL between GPUs
+// (core/cuda/). Collectives are started asynchronously and return a Work to wait on, so gradient
+// buckets can be reduced while backward goes on. Every wait has a timeout: a peer that does not
+// arrive makes the collective throw an Error naming the collective and the ranks that were
+// missing, instead of hanging. Tests: tests/core/grad_sync_test.cpp, tests/mpi/.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until the collective is done; throws on timeout or failure.
+  virtual void wait() = 0;
+  // Non-blocking: drives progress and returns true when done.
+  virtual bool test() = 0;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string backend() const = 0;
+  // In-place sum over ranks (f32/f64 tensors, contiguous).
+  virtual std::unique_ptr<Work> all_reduce_sum_async(const Tensor& t) = 0;
+  void all_reduce_sum(const Tensor& t) { all_reduce_sum_async(t)->wait(); }
+  // In-place: every rank gets root's values.
+  virtual void broadcast(const Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+  // Sums a few doubles (metrics); blocking.
+  virtual void all_reduce_doubles(std::vector<double>& v) = 0;
+  // Minimum of one integer over ranks (AutoBatch agrees on a batch size).
+  virtual int64_t all_reduce_min(int64_t v) = 0;
+  // Ends the whole job after an unrecoverable error on this rank (MPI_Abort, ncclCommAbort).
+  virtual void abort(int code) = 0;
+
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+ protected:
+  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+};
+
+// One rank: every collective is the identity.
+std::unique_ptr<Communicator> make_single_rank_communicator();
+
+}  // namespace kiln

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs what kiln needs from Debian's packages (Debian 12). Safe to run again: it installs only
+# what is missing. The CUDA backend is built when /usr/local/cuda (nvcc, cuDNN 9, NCCL) is present.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-dev libgtest-dev
+      zlib1g-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "kiln: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "kiln: dependencies present"

@@ -1,0 +1,32 @@
+// Run folder and metric logs: runs/<name>/ (runs/<name>-2 ... when taken) holding config.json (the
+// config as run), metrics.csv and metrics.jsonl (one row per epoch), checkpoints and plots.
+#pragma once
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// Creates a fresh run folder under `root` named `name` (or name-2, name-3, ...); returns its path.
+std::string make_run_dir(const std::string& root, const std::string& name);
+
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& dir);  // appends to dir/metrics.csv and dir/metrics.jsonl
+  // One row: the columns are fixed by the first row written.
+  void write(const std::vector<std::pair<std::string, double>>& row);
+  // Every row so far (also those of an earlier run that was resumed), by column.
+  const std::map<std::string, std::vector<double>>& columns() const { return columns_; }
+
+ private:
+  std::string dir_;
+  std::vector<std::string> header_;
+  std::map<std::string, std::vector<double>> columns_;
+};
+
+// Line plot(s) of `series` (x = epoch) saved as a PNG; several series share axes.
+void save_plot_png(const std::string& path, const std::string& title,
+                   const std::vector<std::pair<std::string, std::vector<double>>>& series, const std::string& xlabel);
+
+}  // namespace kiln

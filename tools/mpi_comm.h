@@ -1,0 +1,20 @@
+// MPI communicator for CPU ranks (`mpirun -np N kiln train ...`), and the place where several
+// processes agree on things (the NCCL unique id, AutoBatch's batch size). Collectives are
+// non-blocking MPI calls polled against a deadline; at each collective every rank also posts a
+// small "arrived at #k" note to its peers, so a rank that times out can name the ranks that never
+// arrived. Tests: tests/mpi/ (run under mpirun by CTest).
+#pragma once
+#include <memory>
+
+#include "core/comm.h"
+
+namespace kiln {
+
+// True when this process was started by mpirun with more than one rank.
+bool launched_by_mpirun();
+// MPI communicator over MPI_COMM_WORLD (initialises MPI once). Throws when kiln was built without MPI.
+std::unique_ptr<Communicator> make_mpi_communicator();
+// The communicator for this process: MPI when launched by mpirun with N > 1, else a single rank.
+std::unique_ptr<Communicator> make_process_communicator();
+
+}  // namespace kiln
