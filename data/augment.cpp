@@ -65,6 +65,9 @@ RandomCrop::Box RandomCrop::choose(ImageShape in, SampleRng& rng) const {
 
 void RandomCrop::crop(const Image& in, Box box, Image& out) const {
   const int64_t s = o_.size, c = in.c, p = o_.padding;
+  KILN_CHECK(box.top >= 0 && box.left >= 0 && box.top + s <= in.h + 2 * p && box.left + s <= in.w + 2 * p,
+             "random_crop: box at (", box.top, ", ", box.left, ") of size ", s, " is outside the ", in.shape().str(),
+             " image padded by ", p);
   out.resize(s, s, c);
   // Source column of every output column (-1: constant fill), merged into runs of consecutive
   // columns, so each row is a few memcpy calls however the border is filled.

@@ -37,6 +37,8 @@ static std::vector<uint8_t> gunzip(const std::string& path, const std::vector<ui
                                    static_cast<size_t>(gz[gz.size() - 2]) << 16 |
                                    static_cast<size_t>(gz[gz.size() - 1]) << 24)
                                 : 0;
+  // A damaged trailer can claim up to 4 GiB: trust it only up to deflate's best ratio (1032:1).
+  guess = std::min(guess, gz.size() * 1032);
   std::vector<uint8_t> out(std::max<size_t>(guess, 1 << 16));
   z_stream zs{};
   KILN_CHECK(inflateInit2(&zs, 15 + 16) == Z_OK, "zlib: inflateInit2 failed for ", path);
