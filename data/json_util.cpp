@@ -181,6 +181,11 @@ void JsonObjectReader::finish() const {
 }
 
 void JsonObjectReader::fail_missing(const std::string& key) const {
+  // A misspelt key is the usual cause: point at it.
+  if (j_->is_object())
+    for (auto it = j_->begin(); it != j_->end(); ++it)
+      if (closest_match(it.key(), {key}) == key)
+        KILN_FAIL("missing required key ", path_of(key), " (found '", it.key(), "': did you mean '", key, "'?)");
   KILN_FAIL("missing required key ", path_of(key));
 }
 

@@ -60,7 +60,9 @@ void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out
 class JsonObjectReader {
  public:
   // Throws if `j` is neither an object nor null (null reads as an empty object).
+  // The reader refers to `j`, which must outlive it (hence no temporaries).
   JsonObjectReader(const Json& j, std::string path);
+  JsonObjectReader(Json&& j, std::string path) = delete;
 
   // Reads `key` into `out` when present (returns true); leaves `out` as it is when absent.
   template <typename T>

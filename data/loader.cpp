@@ -118,9 +118,12 @@ struct DataLoader::State {
 namespace {
 // Held (through tensor deleters) by the tensors of a delivered batch; frees the slot at the end.
 struct SlotLease {
+  SlotLease(std::shared_ptr<DataLoader::State> s, int i) : st(std::move(s)), slot(i) {}
+  SlotLease(const SlotLease&) = delete;  // exactly one lease frees a slot
+  SlotLease& operator=(const SlotLease&) = delete;
+  ~SlotLease();
   std::shared_ptr<DataLoader::State> st;
   int slot;
-  ~SlotLease();
 };
 
 Tensor wrap(void* data, const Shape& shape, DType dtype, const std::shared_ptr<SlotLease>& lease) {
@@ -347,7 +350,7 @@ void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
     labels = st.slots[slot].labels.get();
   }
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);
-  auto lease = std::make_shared<SlotLease>(SlotLease{st_, slot});
+  auto lease = std::make_shared<SlotLease>(st_, slot);
   // NOTE: assigning over `out` may release the previous batch's lease, which takes the lock:
   // this runs without it.
   out.images = wrap(images, {n, out_shape_.h, out_shape_.w, out_shape_.c}, dtype_, lease);
