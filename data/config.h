@@ -28,7 +28,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 #include "data/loader.h"
 #include "data/pipeline.h"
 #include "data/synthetic.h"

@@ -30,7 +30,7 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 #include "data/pipeline.h"
 
 namespace kiln {

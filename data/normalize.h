@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "data/dataset.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 
 namespace kiln {
 

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 
 namespace kiln {
 

@@ -11,7 +11,7 @@
 
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 
 namespace kiln {
 

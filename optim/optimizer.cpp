@@ -40,7 +40,7 @@ std::vector<std::map<std::string, V>> split_by_param(const std::string& type, co
                "' has no slot this optimizer keeps; accepted: <parameter>.{", join(slots, ","), "}");
     auto it = index.find(pname);
     if (it == index.end()) {
-      std::string near = closest_key(pname, names);
+      std::string near = closest_match(pname, names);
       KILN_FAIL(type, " load_state_dict: ", kind, " '", key, "' names no parameter of this optimizer (",
                 params.size(), " parameters", near.empty() ? "" : ", closest '" + near + "'",
                 "); was the state saved for another model?");

@@ -34,18 +34,18 @@ namespace kiln {
 TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   TrainOptions o;
   JsonReader r(j, path);
-  o.epochs = r.get("epochs", o.epochs, 1, 100000);
+  o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
   o.device = r.get("device", o.device);
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
-  o.seed = r.get("seed", o.seed, 0, INT64_MAX);
+  o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
   o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
   o.checkpoint = r.get("checkpoint", o.checkpoint);
   o.resume = r.get("resume", o.resume);
   o.runs_dir = r.get("runs_dir", o.runs_dir);
-  o.log_every = r.get("log_every", o.log_every, 0, INT64_MAX);
-  o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, 0, INT64_MAX);
-  o.eval_every = r.get("eval_every", o.eval_every, 1, 100000);
+  o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
+  o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
+  o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
   o.plots = r.get("plots", o.plots);
   o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);

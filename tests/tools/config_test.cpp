@@ -35,7 +35,7 @@ TEST(Config, OverridesShortFormsAndDottedPaths) {
 TEST(Config, BadOverridesNameTheArgument) {
   json c = json::parse(R"({"train": {"epochs": 10}, "data": {"train_transforms": []}})");
   EXPECT_NE(error_of([&] { apply_overrides(c, {"epochs"}); }).find("'epochs' is not key=value"), std::string::npos);
-  EXPECT_NE(error_of([&] { apply_overrides(c, {"train.epochs.x=1"}); }).find("train.epochs holds a integer"),
+  EXPECT_NE(error_of([&] { apply_overrides(c, {"train.epochs.x=1"}); }).find("train.epochs holds an integer"),
             std::string::npos);
   EXPECT_NE(error_of([&] { apply_overrides(c, {"data.train_transforms.3.p=1"}); }).find("has 0 entries"),
             std::string::npos);

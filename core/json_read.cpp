@@ -1,5 +1,5 @@
-// JSON reading helpers with path-naming errors and "did you mean" suggestions (see json_util.h).
-#include "data/json_util.h"
+// JSON reading helpers with path-naming errors and "did you mean" suggestions (see json_read.h).
+#include "core/json_read.h"
 
 #include <algorithm>
 #include <cctype>
@@ -74,9 +74,9 @@ std::string json_type_name(const Json& j) {
   }
 }
 
-static std::string join(const std::vector<std::string>& v) {
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
   std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
   return s;
 }
 

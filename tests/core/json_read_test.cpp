@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
-#include "data/json_util.h"
+#include "core/json_read.h"
 
 using namespace kiln;
 

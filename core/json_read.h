@@ -1,14 +1,14 @@
 // JSON helpers for options structs and configs: typed reads whose errors name the JSON path
 // ("data.train_transforms[1].p: expected a number, got \"half\""), and unknown keys reported with
 // the closest accepted key ("unknown key data.workres (did you mean 'workers'?)") found by edit
-// distance. Written for data/config.cpp and the transforms; the trainer config reuses it.
+// distance. Shared by every options struct (core/json_util.h builds its range-checked JsonReader on it).
 //
 // Typical use in an options struct:
 //   JsonObjectReader r(j, path);   // j must be an object (null reads as {})
 //   r.read("padding", o.padding);  // optional: keeps the default when absent
 //   r.require("size", o.size);     // required
 //   r.finish();                    // any key not asked for above is an error
-// Tests: tests/data/json_util_test.cpp.
+// Tests: tests/core/json_read_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -34,6 +34,8 @@ std::string json_path(const std::string& parent, const std::string& key);
 // "data.train_transforms" + 2 -> "data.train_transforms[2]".
 std::string json_path(const std::string& parent, size_t index);
 
+// "a, b, c"
+std::string join(const std::vector<std::string>& v, const std::string& sep = ", ");
 // "a number", "a string", ... for messages.
 std::string json_type_name(const Json& j);
 
