@@ -45,6 +45,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.runs_dir = r.get("runs_dir", o.runs_dir);
   o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
   o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
+  o.stop_after = r.get("stop_after", o.stop_after, int64_t{0}, int64_t{100000});
   o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
   o.plots = r.get("plots", o.plots);
   o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
@@ -67,6 +68,7 @@ json TrainOptions::to_json() const {
               {"runs_dir", runs_dir},
               {"log_every", log_every},
               {"max_steps_per_epoch", max_steps_per_epoch},
+              {"stop_after", stop_after},
               {"eval_every", eval_every},
               {"plots", plots},
               {"comm_timeout_s", comm_timeout_s},
@@ -319,7 +321,8 @@ TrainResult train(const json& config_in, bool quiet) {
   result.run_dir = run_dir;
   const bool tty = Progress::stdout_is_tty();
   int64_t num_classes = train_set->num_classes();
-  for (int64_t epoch = state.epoch; epoch < opt.epochs; ++epoch) {
+  int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
+  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
     train_loader.reset_stats();

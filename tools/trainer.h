@@ -42,6 +42,9 @@ struct TrainOptions {
   int64_t log_every = 0;
   /// stop each epoch after this many steps; 0 = the whole epoch (default 0; for benchmarks and tests)
   int64_t max_steps_per_epoch = 0;
+  /// end this invocation after N epochs in total, keeping the schedule of `epochs`; `resume=` continues
+  /// (for time-limited jobs); 0 = run to `epochs` (default 0)
+  int64_t stop_after = 0;
   /// evaluate on the validation split every N epochs and after the last (default 1)
   int64_t eval_every = 1;
   /// write PNG plots of loss, accuracy and lr at the end (default true)
