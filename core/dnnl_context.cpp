@@ -2,6 +2,9 @@
 // See core/dnnl_context.h.
 #include "core/dnnl_context.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -178,6 +181,34 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
   });
 }
 
+// Reorders below this size run on the calling thread alone. A weight tensor of a few hundred KB
+// reorders in well under a millisecond on one core, about what it costs to wake the other OpenMP
+// threads on an idle machine; on a busy one, where a parallel region waits for every thread to be
+// scheduled, the region costs milliseconds. oneDNN sizes its parallel regions by
+// omp_get_max_threads() at execution time, so lowering it around the call is enough.
+constexpr size_t kSerialReorderBytes = size_t{1} << 20;
+
+class SerialIfSmall {
+ public:
+  explicit SerialIfSmall(size_t bytes) : prev_(bytes < kSerialReorderBytes ? omp_get_max_threads() : 0) {
+    if (prev_ > 1) omp_set_num_threads(1);
+  }
+  ~SerialIfSmall() {
+    if (prev_ > 1) omp_set_num_threads(prev_);
+  }
+  SerialIfSmall(const SerialIfSmall&) = delete;
+  SerialIfSmall& operator=(const SerialIfSmall&) = delete;
+
+ private:
+  int prev_;
+};
+
+void run_reorder(const dnnl::memory& from, const dnnl::memory& to) {
+  auto r = reorder_prim(from.get_desc(), to.get_desc());
+  SerialIfSmall serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()));
+  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
 }  // namespace
 
 Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md) {
@@ -185,8 +216,7 @@ Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, cons
   if (from == dst_md) return {src, src_owner};
   Tensor buffer = Tensor::empty({static_cast<int64_t>(dst_md.get_size())}, DType::u8);
   dnnl::memory dst = dnnl_memory(dst_md, buffer);
-  auto r = reorder_prim(from, dst_md);
-  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+  run_reorder(src, dst);
   return {dst, buffer};
 }
 
@@ -196,8 +226,7 @@ void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md
     if (src.get_data_handle() != out.get_data_handle()) std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
     return;
   }
-  auto r = reorder_prim(src.get_desc(), dst_md);
-  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}});
+  run_reorder(src, out);
 }
 
 }  // namespace kiln
