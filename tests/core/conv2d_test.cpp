@@ -8,10 +8,12 @@
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
+#include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
 using kiln::testing::expect_close;
+using kiln::testing::expect_error;
 using kiln::testing::randn;
 
 namespace {
@@ -260,18 +262,6 @@ TEST(Conv2d, PrimitivesAreCachedAndThreadSafe) {
   for (auto& th : threads) th.join();
   for (int t = 0; t < 6; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
-
-namespace {
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error mentioning " << parts[0];
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
-  }
-}
-}  // namespace
 
 TEST(Conv2d, ErrorsNameTheOpAndShapes) {
   Tensor x = randn({2, 5, 5, 3}, 1), w = randn({4, 3, 3, 3}, 2);

@@ -5,10 +5,12 @@
 
 #include "core/autograd.h"
 #include "core/ops/linear.h"
+#include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
 using kiln::testing::expect_close;
+using kiln::testing::expect_error;
 using kiln::testing::randn;
 
 namespace {
@@ -38,16 +40,6 @@ struct Dims {
 const std::vector<Dims> kShapes = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 1, 32}, {1, 64, 1}, {31, 40, 65}, {128, 96, 80}};
 
 double tol(int64_t k) { return 2e-5 * static_cast<double>(k + 1); }
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error mentioning " << parts[0];
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
-  }
-}
 
 }  // namespace
 
