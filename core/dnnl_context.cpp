@@ -149,6 +149,17 @@ PrimitiveCache& dnnl_cache() {
 
 // ---------------------------------------------------------------------------------------------
 // Memory, execution, reorders
+SerialScope::SerialScope(bool serial) {
+  if (serial && omp_get_max_threads() > 1) {
+    prev_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
+}
+
+SerialScope::~SerialScope() {
+  if (prev_ > 0) omp_set_num_threads(prev_);
+}
+
 dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t) {
   KILN_CHECK(t.device().is_cpu(), "oneDNN CPU memory from tensor ", t.str());
   return dnnl::memory(md, dnnl_engine(), t.raw_data());
@@ -181,31 +192,13 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
   });
 }
 
-// Reorders below this size run on the calling thread alone. A weight tensor of a few hundred KB
-// reorders in well under a millisecond on one core, about what it costs to wake the other OpenMP
-// threads on an idle machine; on a busy one, where a parallel region waits for every thread to be
-// scheduled, the region costs milliseconds. oneDNN sizes its parallel regions by
-// omp_get_max_threads() at execution time, so lowering it around the call is enough.
+// Reorders below this size run on the calling thread alone (see SerialScope): a weight tensor of a
+// few hundred KB reorders in well under a millisecond on one core.
 constexpr size_t kSerialReorderBytes = size_t{1} << 20;
-
-class SerialIfSmall {
- public:
-  explicit SerialIfSmall(size_t bytes) : prev_(bytes < kSerialReorderBytes ? omp_get_max_threads() : 0) {
-    if (prev_ > 1) omp_set_num_threads(1);
-  }
-  ~SerialIfSmall() {
-    if (prev_ > 1) omp_set_num_threads(prev_);
-  }
-  SerialIfSmall(const SerialIfSmall&) = delete;
-  SerialIfSmall& operator=(const SerialIfSmall&) = delete;
-
- private:
-  int prev_;
-};
 
 void run_reorder(const dnnl::memory& from, const dnnl::memory& to) {
   auto r = reorder_prim(from.get_desc(), to.get_desc());
-  SerialIfSmall serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()));
+  SerialScope serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()) < kSerialReorderBytes);
   dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
@@ -227,6 +220,20 @@ void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md
     return;
   }
   run_reorder(src, out);
+}
+
+OutputMemory::OutputMemory(const dnnl::memory::desc& got, const dnnl::memory::desc& dst_md, const Tensor& dst)
+    : dst_md_(dst_md), dst_(dst) {
+  if (got == dst_md) {
+    mem_ = dnnl_memory(dst_md, dst);
+  } else {
+    tmp_ = Tensor::empty({static_cast<int64_t>(got.get_size())}, DType::u8);
+    mem_ = dnnl_memory(got, tmp_);
+  }
+}
+
+void OutputMemory::finish() const {
+  if (tmp_.defined()) dnnl_reorder_into(mem_, dst_md_, dst_);
 }
 
 }  // namespace kiln

@@ -94,6 +94,24 @@ struct CachedPrimitive {
   explicit CachedPrimitive(const typename P::primitive_desc& d) : pd(d), prim(d) {}
 };
 
+// While alive, and when `serial` is true, oneDNN works on the calling thread alone: for small
+// problems a parallel region costs more than the work (waking the OpenMP team takes microseconds
+// on an idle machine and milliseconds on a busy one, where the region waits for every thread to
+// be scheduled). oneDNN reads omp_get_max_threads() when a primitive is created (JIT kernels fix
+// their thread count then) and when reorders and GEMMs run, so hold one around both.
+class SerialScope {
+ public:
+  explicit SerialScope(bool serial);
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int prev_ = 0;  // the thread count to restore; 0 when nothing was changed
+};
+// Compute primitives under this many floating-point operations run serially (about 30 us on one core).
+constexpr double kSerialFlops = 1e6;
+
 // Wraps a CPU tensor's data as a oneDNN memory (no copy).
 dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t);
 
@@ -111,5 +129,20 @@ struct Reordered {
 Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md);
 // Reorders `src` (any layout) into the plain tensor `dst` described by `dst_md`.
 void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst);
+
+// Where a primitive writes an output that belongs in the tensor `dst` (laid out as `dst_md`) while
+// the primitive wants layout `got`: `dst` itself when the two agree, else a temporary that
+// finish() reorders into `dst`.
+class OutputMemory {
+ public:
+  OutputMemory(const dnnl::memory::desc& got, const dnnl::memory::desc& dst_md, const Tensor& dst);
+  const dnnl::memory& mem() const { return mem_; }
+  void finish() const;  // call after the primitive ran
+
+ private:
+  dnnl::memory mem_;
+  dnnl::memory::desc dst_md_;
+  Tensor dst_, tmp_;
+};
 
 }  // namespace kiln

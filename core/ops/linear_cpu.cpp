@@ -60,6 +60,7 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   Tensor y = Tensor::empty({m, n}, dt);
   if (m == 0 || n == 0) return y;
   if (k == 0) return y.fill_(0.0);
+  SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) < kSerialFlops);
   memory::data_type mdt = dnnl_dtype(dt);
   memory::desc a_md({m, k}, mdt, memory::dims{sa[0], sa[1]});
   memory::desc b_md({k, n}, mdt, memory::dims{sb[0], sb[1]});

@@ -49,6 +49,13 @@ const std::vector<Case>& cases() {
       {"batch1_wide", 1, 8, 8, 32, 20, 3, 3, params(1, 1, 1, 1), true},
       {"kernel_is_input", 2, 5, 5, 3, 4, 5, 5, params(1, 1, 0, 0), true},
       {"7x7_stem", 1, 13, 12, 3, 8, 7, 7, params(2, 2, 3, 3), false},
+      // 64+ channels with a 3x3 kernel: the backward runs in oneDNN's blocked layout.
+      {"blocked_bwd", 2, 6, 5, 64, 72, 3, 3, params(1, 1, 1, 1), true},
+      {"blocked_bwd_stride2", 1, 7, 7, 64, 64, 3, 3, params(2, 2, 1, 1), false},
+      // Over 1 MFLOP, so oneDNN runs them on all threads (smaller ones run serially).
+      {"parallel_groups2", 4, 12, 12, 32, 32, 3, 3, params(1, 1, 1, 1, 1, 1, 2), true},
+      {"parallel_depthwise", 4, 16, 16, 64, 64, 3, 3, params(1, 1, 1, 1, 1, 1, 64), true},
+      {"parallel_1x1_stride2", 4, 16, 16, 64, 96, 1, 1, params(2, 2, 0, 0), true},
   };
   return c;
 }
@@ -184,7 +191,7 @@ TEST(Conv2d, LowPrecisionMatchesF32) {
   // rounding of the results differs (plus f32 accumulation order), so a relative 2^-7 / 2^-10 holds.
   for (DType t : {DType::bf16, DType::f16}) {
     double rel = t == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
-    for (const char* name : {"3x3_pad1", "groups2", "depthwise_s2_mult2", "batch1_wide"}) {
+    for (const char* name : {"3x3_pad1", "groups2", "depthwise_s2_mult2", "batch1_wide", "blocked_bwd"}) {
       const Case* k = nullptr;
       for (const Case& c : cases())
         if (std::string(c.name) == name) k = &c;
