@@ -105,6 +105,7 @@ using BwdWeightsPrim = CachedPrimitive<dnnl::convolution_backward_weights>;
 template <typename P, typename F>
 std::shared_ptr<const P> cached(const ConvGeom& g, const char* op, F make_pd) {
   return dnnl_cache().get_or_create<P>(g.key(op), [&]() -> std::shared_ptr<const P> {
+    SerialScope serial(g.serial());  // JIT kernels fix their thread count here
     try {
       return std::make_shared<const P>(make_pd());
     } catch (const dnnl::error& e) {
@@ -258,9 +259,12 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
 
   bool need_x = x0.requires_grad(), need_w = w0.requires_grad(), need_b = b0.defined() && b0.requires_grad();
   bool recording = needs_record({x0, w0, b0});
+  // Keep the forward's reordered weights for backward-data only when it wants the same layout
+  // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   auto wr = std::make_shared<Reordered>();
-  Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct),
-                            recording && need_x && native ? wr.get() : nullptr);
+  bool keep_w = recording && need_x && native &&
+                bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
+  Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), keep_w ? wr.get() : nullptr);
   y = to_dtype(y, dt);
   if (!recording) return y;
   // Saved in the caller's dtype (half the memory for bf16); converted again in backward if needed.
