@@ -84,11 +84,18 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   return y;
 }
 
+// `t` in f32. A transposed packed tensor (linear's w^T, the backward's gy^T) stays a transposed
+// view of a packed f32 copy, so the conversion is a flat loop and oneDNN still sees a transpose.
+Tensor to_f32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::f32) return t;
+  if (t.dim() == 2 && t2(t).is_contiguous()) return t2(t2(t).to(DType::f32));
+  return t.to(DType::f32);
+}
+
 // The product in dtype `out`: natively, or through f32 when the CPU lacks the low-precision kernels.
 Tensor mm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, DType out) {
   if (dnnl_native_compute(out)) return mm_native(op, a, b, bias);
-  auto f32 = [](const Tensor& t) { return t.defined() && t.dtype() != DType::f32 ? t.to(DType::f32) : t; };
-  Tensor y = mm_native(op, f32(a), f32(b), f32(bias));
+  Tensor y = mm_native(op, to_f32(a), to_f32(b), to_f32(bias));
   return out == DType::f32 ? y : y.to(out);
 }
 
