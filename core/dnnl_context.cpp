@@ -51,6 +51,15 @@ bool dnnl_native_compute(DType t) {
   return t == DType::bf16 ? bf16 : f16;
 }
 
+const dnnl::primitive_attr& dnnl_attr() {
+  static const dnnl::primitive_attr attr = [] {
+    dnnl::primitive_attr a;
+    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return a;
+  }();
+  return attr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Keys
 CacheKey& CacheKey::add(int64_t v) {
@@ -187,7 +196,7 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
   key.add("->");
   add_desc(key, to);
   return dnnl_cache().get_or_create<CachedPrimitive<dnnl::reorder>>(key, [&] {
-    dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to);
+    dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to, dnnl_attr());
     return std::make_shared<const CachedPrimitive<dnnl::reorder>>(pd);
   });
 }

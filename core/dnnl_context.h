@@ -34,6 +34,9 @@ dnnl::memory::data_type dnnl_dtype(DType t);
 // avx512 extensions in oneDNN 2.6; ops compute in f32 and round when this is false).
 bool dnnl_native_compute(DType t);
 
+// Attributes for every kiln primitive: the scratchpad is passed by dnnl_execute (user mode).
+const dnnl::primitive_attr& dnnl_attr();
+
 // Builds cache keys: CacheKey("conv_fwd").add(x.shape()).add(p.stride_h)... -> "conv_fwd|2,3,5,7|1|".
 class CacheKey {
  public:

@@ -78,7 +78,9 @@ struct ConvGeom {
     return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, any_weights_md(), dst,
             strides(), dilates(), pad(), pad()};
   }
-  dnnl::convolution_forward::primitive_desc fwd_pd() const { return {fwd_desc(src_md(), dst_md()), dnnl_engine()}; }
+  dnnl::convolution_forward::primitive_desc fwd_pd() const {
+    return {fwd_desc(src_md(), dst_md()), dnnl_attr(), dnnl_engine()};
+  }
 
   // Backward runs in oneDNN's own activation layout (nChw8c on AVX2) for 3x3-and-larger kernels
   // with 64+ channels: the blocked backward-data and backward-weights kernels beat the NHWC ones
@@ -122,7 +124,7 @@ std::shared_ptr<const BwdDataPrim> bwd_data_prim(const ConvGeom& g) {
   return cached<BwdDataPrim>(g, "conv_bwd_data", [&] {
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, g.bwd_src_md(), g.any_weights_md(),
                                             g.bwd_dst_md(), g.strides(), g.dilates(), g.pad(), g.pad());
-    return dnnl::convolution_backward_data::primitive_desc(d, dnnl_engine(), g.bwd_hint_pd());
+    return dnnl::convolution_backward_data::primitive_desc(d, dnnl_attr(), dnnl_engine(), g.bwd_hint_pd());
   });
 }
 
@@ -134,7 +136,7 @@ std::shared_ptr<const BwdWeightsPrim> bwd_weights_prim(const ConvGeom& g) {
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.bwd_src_md(),
                                                                g.any_weights_md(), g.bwd_dst_md(), g.strides(),
                                                                g.dilates(), g.pad(), g.pad());
-    return dnnl::convolution_backward_weights::primitive_desc(d, dnnl_engine(), g.bwd_hint_pd());
+    return dnnl::convolution_backward_weights::primitive_desc(d, dnnl_attr(), dnnl_engine(), g.bwd_hint_pd());
   });
 }
 

@@ -71,7 +71,7 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   auto p = dnnl_cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
     try {
       auto d = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, y_md) : dnnl::matmul::desc(a_md, b_md, y_md);
-      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, dnnl_engine()));
+      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, dnnl_attr(), dnnl_engine()));
     } catch (const dnnl::error& e) {
       KILN_FAIL(op, ": oneDNN could not create a matmul for ", a0.str(), " @ ", b0.str(), ": ", e.what());
     }
