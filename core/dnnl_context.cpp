@@ -8,19 +8,19 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace kiln {
+namespace kiln::onednn {
 
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
 }
 
-dnnl::stream& dnnl_stream() {
-  thread_local dnnl::stream stream(dnnl_engine());
-  return stream;
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
 }
 
-dnnl::memory::data_type dnnl_dtype(DType t) {
+dnnl::memory::data_type data_type(DType t) {
   using dt = dnnl::memory::data_type;
   switch (t) {
     case DType::f32: return dt::f32;
@@ -32,15 +32,15 @@ dnnl::memory::data_type dnnl_dtype(DType t) {
   }
 }
 
-bool dnnl_native_compute(DType t) {
+bool native_compute(DType t) {
   if (t == DType::f32) return true;
   if (t != DType::bf16 && t != DType::f16) return false;
   // oneDNN 2.6 gates its low-precision compute kernels (reference ones included) on the ISA, so a
   // tiny matmul descriptor answers for conv and matmul alike. Asked once per dtype.
   auto probe = [](DType d) {
     try {
-      dnnl::memory::desc md({16, 16}, dnnl_dtype(d), dnnl::memory::format_tag::ab);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), dnnl_engine());
+      dnnl::memory::desc md({16, 16}, data_type(d), dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine());
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -51,13 +51,13 @@ bool dnnl_native_compute(DType t) {
   return t == DType::bf16 ? bf16 : f16;
 }
 
-const dnnl::primitive_attr& dnnl_attr() {
-  static const dnnl::primitive_attr attr = [] {
-    dnnl::primitive_attr a;
-    a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return a;
+const dnnl::primitive_attr& attr() {
+  static const dnnl::primitive_attr a = [] {
+    dnnl::primitive_attr r;
+    r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return r;
   }();
-  return attr;
+  return a;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -147,7 +147,7 @@ void PrimitiveCache::clear() {
   lru_.clear();
 }
 
-PrimitiveCache& dnnl_cache() {
+PrimitiveCache& cache() {
   static PrimitiveCache cache([] {
     const char* env = std::getenv("KILN_DNNL_CACHE_CAPACITY");
     long v = env ? std::strtol(env, nullptr, 10) : 0;
@@ -169,20 +169,20 @@ SerialScope::~SerialScope() {
   if (prev_ > 0) omp_set_num_threads(prev_);
 }
 
-dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t) {
+dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
   KILN_CHECK(t.device().is_cpu(), "oneDNN CPU memory from tensor ", t.str());
-  return dnnl::memory(md, dnnl_engine(), t.raw_data());
+  return dnnl::memory(md, engine(), t.raw_data());
 }
 
-void dnnl_execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
                   std::unordered_map<int, dnnl::memory> args) {
   Tensor scratch;
   dnnl::memory::desc sd = pd.scratchpad_desc();
   if (sd.get_size() > 0) {
     scratch = Tensor::empty({static_cast<int64_t>(sd.get_size())}, DType::u8);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl_memory(sd, scratch));
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(sd, scratch));
   }
-  dnnl::stream& s = dnnl_stream();
+  dnnl::stream& s = stream();
   prim.execute(s, args);
   s.wait();
 }
@@ -195,8 +195,8 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
   add_desc(key, from);
   key.add("->");
   add_desc(key, to);
-  return dnnl_cache().get_or_create<CachedPrimitive<dnnl::reorder>>(key, [&] {
-    dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to, dnnl_attr());
+  return cache().get_or_create<CachedPrimitive<dnnl::reorder>>(key, [&] {
+    dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, attr());
     return std::make_shared<const CachedPrimitive<dnnl::reorder>>(pd);
   });
 }
@@ -208,22 +208,22 @@ constexpr size_t kSerialReorderBytes = size_t{1} << 20;
 void run_reorder(const dnnl::memory& from, const dnnl::memory& to) {
   auto r = reorder_prim(from.get_desc(), to.get_desc());
   SerialScope serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()) < kSerialReorderBytes);
-  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+  execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 
 }  // namespace
 
-Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md) {
+Reordered reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md) {
   dnnl::memory::desc from = src.get_desc();
   if (from == dst_md) return {src, src_owner};
   Tensor buffer = Tensor::empty({static_cast<int64_t>(dst_md.get_size())}, DType::u8);
-  dnnl::memory dst = dnnl_memory(dst_md, buffer);
+  dnnl::memory dst = wrap(dst_md, buffer);
   run_reorder(src, dst);
   return {dst, buffer};
 }
 
-void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst) {
-  dnnl::memory out = dnnl_memory(dst_md, dst);
+void reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst) {
+  dnnl::memory out = wrap(dst_md, dst);
   if (src.get_desc() == dst_md) {
     if (src.get_data_handle() != out.get_data_handle()) std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
     return;
@@ -234,15 +234,15 @@ void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md
 OutputMemory::OutputMemory(const dnnl::memory::desc& got, const dnnl::memory::desc& dst_md, const Tensor& dst)
     : dst_md_(dst_md), dst_(dst) {
   if (got == dst_md) {
-    mem_ = dnnl_memory(dst_md, dst);
+    mem_ = wrap(dst_md, dst);
   } else {
     tmp_ = Tensor::empty({static_cast<int64_t>(got.get_size())}, DType::u8);
-    mem_ = dnnl_memory(got, tmp_);
+    mem_ = wrap(got, tmp_);
   }
 }
 
 void OutputMemory::finish() const {
-  if (tmp_.defined()) dnnl_reorder_into(mem_, dst_md_, dst_);
+  if (tmp_.defined()) reorder_into(mem_, dst_md_, dst_);
 }
 
-}  // namespace kiln
+}  // namespace kiln::onednn

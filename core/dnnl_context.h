@@ -2,12 +2,15 @@
 // thread-safe, size-bounded (LRU) cache of primitives keyed by op, shapes, strides, parameters and
 // dtypes, so each shape's primitive (and its JIT code) is created once and reused every step.
 //
-//   auto prim = dnnl_cache().get_or_create<ConvFwd>(key, [&] { return std::make_shared<ConvFwd>(...); });
-//   dnnl_execute(prim->prim, prim->pd, {{DNNL_ARG_SRC, ...}, ...});
+//   using P = onednn::CachedPrimitive<dnnl::convolution_forward>;
+//   auto p = onednn::cache().get_or_create<P>(key, [&] { return std::make_shared<const P>(pd); });
+//   onednn::execute(p->prim, p->pd, {{DNNL_ARG_SRC, onednn::wrap(md, x)}, ...});
+//
+// Everything lives in kiln::onednn (plain dnnl_* names would collide with oneDNN's C API types).
 //
 // Primitives run with a user-managed scratchpad allocated from kiln's caching allocator, so the
 // memory counters (AutoBatch, leak tests) see it and the blocks are reused between steps.
-// Used by core/ops/*_cpu.cpp; tested through tests/core/conv2d_test.cpp and linear_test.cpp.
+// Used by core/ops/*_cpu.cpp; tests: tests/core/dnnl_context_test.cpp, and through conv2d_test.cpp and linear_test.cpp.
 #pragma once
 #include <dnnl.hpp>
 
@@ -22,20 +25,20 @@
 
 #include "core/tensor.h"
 
-namespace kiln {
+namespace kiln::onednn {
 
-dnnl::engine& dnnl_engine();
-// The calling thread's stream on dnnl_engine() (a stream is not meant to be shared across threads).
-dnnl::stream& dnnl_stream();
+dnnl::engine& engine();
+// The calling thread's stream on engine() (a stream is not meant to be shared across threads).
+dnnl::stream& stream();
 
 // oneDNN's data type for a kiln dtype (f32, bf16, f16, i32, u8); throws for the others.
-dnnl::memory::data_type dnnl_dtype(DType t);
+dnnl::memory::data_type data_type(DType t);
 // True when oneDNN can run `t` natively for compute primitives on this CPU (bf16 and f16 need
 // avx512 extensions in oneDNN 2.6; ops compute in f32 and round when this is false).
-bool dnnl_native_compute(DType t);
+bool native_compute(DType t);
 
-// Attributes for every kiln primitive: the scratchpad is passed by dnnl_execute (user mode).
-const dnnl::primitive_attr& dnnl_attr();
+// Attributes for every kiln primitive: the scratchpad is passed by execute() (user mode).
+const dnnl::primitive_attr& attr();
 
 // Builds cache keys: CacheKey("conv_fwd").add(x.shape()).add(p.stride_h)... -> "conv_fwd|2,3,5,7|1|".
 class CacheKey {
@@ -87,7 +90,7 @@ class PrimitiveCache {
 };
 
 // The process-wide cache used by the CPU ops (capacity: KILN_DNNL_CACHE_CAPACITY, default 1024).
-PrimitiveCache& dnnl_cache();
+PrimitiveCache& cache();
 
 // A primitive with the descriptor it was made from (for its memory descs and scratchpad size).
 template <typename P>
@@ -116,11 +119,11 @@ class SerialScope {
 constexpr double kSerialFlops = 1e6;
 
 // Wraps a CPU tensor's data as a oneDNN memory (no copy).
-dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t);
+dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t);
 
 // Executes `prim` on this thread's stream and waits. Adds a scratchpad from kiln's allocator when
 // `pd` asks for one.
-void dnnl_execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
                   std::unordered_map<int, dnnl::memory> args);
 
 // Copies `src` into memory laid out as `dst_md` (a reorder primitive, cached). Returns `src`
@@ -129,9 +132,9 @@ struct Reordered {
   dnnl::memory mem;
   Tensor buffer;  // keeps the data alive when a copy was made
 };
-Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md);
+Reordered reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md);
 // Reorders `src` (any layout) into the plain tensor `dst` described by `dst_md`.
-void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst);
+void reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst);
 
 // Where a primitive writes an output that belongs in the tensor `dst` (laid out as `dst_md`) while
 // the primitive wants layout `got`: `dst` itself when the two agree, else a temporary that
@@ -148,4 +151,4 @@ class OutputMemory {
   Tensor dst_, tmp_;
 };
 
-}  // namespace kiln
+}  // namespace kiln::onednn

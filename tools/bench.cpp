@@ -72,7 +72,7 @@ void print_header(const std::vector<Device>& devices) {
   std::printf("# threads: %d (OMP_NUM_THREADS / omp_get_max_threads)\n", omp_get_max_threads());
   if (devices.size() == 1)
     std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
-  if (!dnnl_native_compute(DType::bf16))
+  if (!onednn::native_compute(DType::bf16))
     std::printf("# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
                 "computed in f32 and rounded to bf16\n");
   std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");

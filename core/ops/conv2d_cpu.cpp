@@ -11,7 +11,7 @@
 // back in the blocked layout and are reordered to ohwi. For large kernels on many channels the
 // backward also runs in oneDNN's blocked activation layout (see ConvGeom::blocked_backward).
 //
-// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6, so on CPUs without them (dnnl_native_compute
+// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6, so on CPUs without them (onednn::native_compute
 // is false) the op converts its inputs to f32, runs the f32 primitives and rounds the results back
 // to the input dtype. The values equal a native low-precision conv with f32 accumulation (bf16 -> f32
 // is exact); only the speed differs.
@@ -36,29 +36,29 @@ struct ConvGeom {
   DType dtype;
   bool bias;
 
-  memory::desc src_md() const { return {{n, ic, h, w}, dnnl_dtype(dtype), tag::nhwc}; }
-  memory::desc dst_md() const { return {{n, oc, oh, ow}, dnnl_dtype(dtype), tag::nhwc}; }
-  memory::desc bias_md() const { return {{oc}, dnnl_dtype(dtype), tag::a}; }
+  memory::desc src_md() const { return {{n, ic, h, w}, onednn::data_type(dtype), tag::nhwc}; }
+  memory::desc dst_md() const { return {{n, oc, oh, ow}, onednn::data_type(dtype), tag::nhwc}; }
+  memory::desc bias_md() const { return {{oc}, onednn::data_type(dtype), tag::a}; }
   // The layout of kiln's weight tensors.
   memory::desc user_weights_md() const {
-    if (p.groups == 1) return {{oc, ic, kh, kw}, dnnl_dtype(dtype), tag::ohwi};
-    return {{p.groups, oc / p.groups, ic / p.groups, kh, kw}, dnnl_dtype(dtype), tag::gohwi};
+    if (p.groups == 1) return {{oc, ic, kh, kw}, onednn::data_type(dtype), tag::ohwi};
+    return {{p.groups, oc / p.groups, ic / p.groups, kh, kw}, onednn::data_type(dtype), tag::gohwi};
   }
   memory::desc any_weights_md() const {
     memory::dims d = p.groups == 1 ? memory::dims{oc, ic, kh, kw}
                                    : memory::dims{p.groups, oc / p.groups, ic / p.groups, kh, kw};
-    return {d, dnnl_dtype(dtype), tag::any};
+    return {d, onednn::data_type(dtype), tag::any};
   }
-  // Small convolutions run on one thread, primitives included (see SerialScope).
+  // Small convolutions run on one thread, primitives included (see onednn::SerialScope).
   bool serial() const {
-    return 2.0 * static_cast<double>(n * oh * ow * oc) * static_cast<double>(kh * kw * (ic / p.groups)) < kSerialFlops;
+    return 2.0 * static_cast<double>(n * oh * ow * oc) * static_cast<double>(kh * kw * (ic / p.groups)) < onednn::kSerialFlops;
   }
   memory::dims strides() const { return {p.stride_h, p.stride_w}; }
   memory::dims dilates() const { return {p.dilation_h - 1, p.dilation_w - 1}; }  // oneDNN counts from 0
   memory::dims pad() const { return {p.pad_h, p.pad_w}; }
 
-  CacheKey key(const char* op) const {
-    CacheKey k(op);
+  onednn::CacheKey key(const char* op) const {
+    onednn::CacheKey k(op);
     k.add(Shape{n, h, w, ic, oc, kh, kw});
     k.add(Shape{p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups});
     k.add(dtype).add(bias ? 1 : 0);
@@ -79,7 +79,7 @@ struct ConvGeom {
             strides(), dilates(), pad(), pad()};
   }
   dnnl::convolution_forward::primitive_desc fwd_pd() const {
-    return {fwd_desc(src_md(), dst_md()), dnnl_attr(), dnnl_engine()};
+    return {fwd_desc(src_md(), dst_md()), onednn::attr(), onednn::engine()};
   }
 
   // Backward runs in oneDNN's own activation layout (nChw8c on AVX2) for 3x3-and-larger kernels
@@ -89,25 +89,25 @@ struct ConvGeom {
   // 25-75% that way, so they stay in NHWC.
   bool blocked_backward() const { return p.groups == 1 && kh * kw > 1 && ic >= 64 && oc >= 64; }
   memory::desc bwd_src_md() const {
-    return blocked_backward() ? memory::desc({n, ic, h, w}, dnnl_dtype(dtype), tag::any) : src_md();
+    return blocked_backward() ? memory::desc({n, ic, h, w}, onednn::data_type(dtype), tag::any) : src_md();
   }
   memory::desc bwd_dst_md() const {
-    return blocked_backward() ? memory::desc({n, oc, oh, ow}, dnnl_dtype(dtype), tag::any) : dst_md();
+    return blocked_backward() ? memory::desc({n, oc, oh, ow}, onednn::data_type(dtype), tag::any) : dst_md();
   }
   // The forward descriptor backward primitives take as their hint, in the backward's layouts.
   dnnl::convolution_forward::primitive_desc bwd_hint_pd() const {
-    return {fwd_desc(bwd_src_md(), bwd_dst_md()), dnnl_engine()};
+    return {fwd_desc(bwd_src_md(), bwd_dst_md()), onednn::engine()};
   }
 };
 
-using FwdPrim = CachedPrimitive<dnnl::convolution_forward>;
-using BwdDataPrim = CachedPrimitive<dnnl::convolution_backward_data>;
-using BwdWeightsPrim = CachedPrimitive<dnnl::convolution_backward_weights>;
+using FwdPrim = onednn::CachedPrimitive<dnnl::convolution_forward>;
+using BwdDataPrim = onednn::CachedPrimitive<dnnl::convolution_backward_data>;
+using BwdWeightsPrim = onednn::CachedPrimitive<dnnl::convolution_backward_weights>;
 
 template <typename P, typename F>
 std::shared_ptr<const P> cached(const ConvGeom& g, const char* op, F make_pd) {
-  return dnnl_cache().get_or_create<P>(g.key(op), [&]() -> std::shared_ptr<const P> {
-    SerialScope serial(g.serial());  // JIT kernels fix their thread count here
+  return onednn::cache().get_or_create<P>(g.key(op), [&]() -> std::shared_ptr<const P> {
+    onednn::SerialScope serial(g.serial());  // JIT kernels fix their thread count here
     try {
       return std::make_shared<const P>(make_pd());
     } catch (const dnnl::error& e) {
@@ -124,7 +124,7 @@ std::shared_ptr<const BwdDataPrim> bwd_data_prim(const ConvGeom& g) {
   return cached<BwdDataPrim>(g, "conv_bwd_data", [&] {
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, g.bwd_src_md(), g.any_weights_md(),
                                             g.bwd_dst_md(), g.strides(), g.dilates(), g.pad(), g.pad());
-    return dnnl::convolution_backward_data::primitive_desc(d, dnnl_attr(), dnnl_engine(), g.bwd_hint_pd());
+    return dnnl::convolution_backward_data::primitive_desc(d, onednn::attr(), onednn::engine(), g.bwd_hint_pd());
   });
 }
 
@@ -136,22 +136,22 @@ std::shared_ptr<const BwdWeightsPrim> bwd_weights_prim(const ConvGeom& g) {
                     : dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, g.bwd_src_md(),
                                                                g.any_weights_md(), g.bwd_dst_md(), g.strides(),
                                                                g.dilates(), g.pad(), g.pad());
-    return dnnl::convolution_backward_weights::primitive_desc(d, dnnl_attr(), dnnl_engine(), g.bwd_hint_pd());
+    return dnnl::convolution_backward_weights::primitive_desc(d, onednn::attr(), onednn::engine(), g.bwd_hint_pd());
   });
 }
 
 // Forward in a natively supported dtype. `wr` receives the weights in the forward primitive's
 // layout, for reuse by backward-data.
-Tensor forward_native(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, Reordered* wr) {
-  SerialScope serial(g.serial());
+Tensor forward_native(const ConvGeom& g, const Tensor& x, const Tensor& w, const Tensor& b, onednn::Reordered* wr) {
+  onednn::SerialScope serial(g.serial());
   auto fp = fwd_prim(g);
-  Reordered wk = dnnl_reorder_to(dnnl_memory(g.user_weights_md(), w), w, fp->pd.weights_desc());
+  onednn::Reordered wk = onednn::reorder_to(onednn::wrap(g.user_weights_md(), w), w, fp->pd.weights_desc());
   Tensor y = Tensor::empty({g.n, g.oh, g.ow, g.oc}, g.dtype);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, dnnl_memory(g.src_md(), x)},
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(g.src_md(), x)},
                                        {DNNL_ARG_WEIGHTS, wk.mem},
-                                       {DNNL_ARG_DST, dnnl_memory(g.dst_md(), y)}};
-  if (g.bias) args.emplace(DNNL_ARG_BIAS, dnnl_memory(g.bias_md(), b));
-  dnnl_execute(fp->prim, fp->pd, std::move(args));
+                                       {DNNL_ARG_DST, onednn::wrap(g.dst_md(), y)}};
+  if (g.bias) args.emplace(DNNL_ARG_BIAS, onednn::wrap(g.bias_md(), b));
+  onednn::execute(fp->prim, fp->pd, std::move(args));
   if (wr) *wr = std::move(wk);
   return y;
 }
@@ -163,37 +163,37 @@ struct ConvGrads {
 // Backward in a natively supported dtype: dx when need_x, dw (and db when g.bias) when need_w.
 // `fwd_w`: the forward's reordered weights, used again when backward-data wants the same layout.
 ConvGrads backward_native(const ConvGeom& g, const Tensor& gy, const Tensor& x, const Tensor& w,
-                          const Reordered* fwd_w, bool need_x, bool need_w) {
-  SerialScope serial(g.serial());
+                          const onednn::Reordered* fwd_w, bool need_x, bool need_w) {
+  onednn::SerialScope serial(g.serial());
   ConvGrads out;
-  Reordered dy;  // dy in the layout of the first primitive that reads it; shared when the other agrees
+  onednn::Reordered dy;  // dy in the layout of the first primitive that reads it; shared when the other agrees
   auto dy_as = [&](const memory::desc& want) {
-    if (!dy.mem || dy.mem.get_desc() != want) dy = dnnl_reorder_to(dnnl_memory(g.dst_md(), gy), gy, want);
+    if (!dy.mem || dy.mem.get_desc() != want) dy = onednn::reorder_to(onednn::wrap(g.dst_md(), gy), gy, want);
     return dy.mem;
   };
   if (need_w) {
     auto bp = bwd_weights_prim(g);
     out.gw = Tensor::empty({g.oc, g.kh, g.kw, g.ic / g.p.groups}, g.dtype);
-    OutputMemory dw(bp->pd.diff_weights_desc(), g.user_weights_md(), out.gw);
-    Reordered xs = dnnl_reorder_to(dnnl_memory(g.src_md(), x), x, bp->pd.src_desc());
+    onednn::OutputMemory dw(bp->pd.diff_weights_desc(), g.user_weights_md(), out.gw);
+    onednn::Reordered xs = onednn::reorder_to(onednn::wrap(g.src_md(), x), x, bp->pd.src_desc());
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, xs.mem}, {DNNL_ARG_DIFF_DST, dy_as(bp->pd.diff_dst_desc())}, {DNNL_ARG_DIFF_WEIGHTS, dw.mem()}};
     if (g.bias) {
       out.gb = Tensor::empty({g.oc}, g.dtype);
-      args.emplace(DNNL_ARG_DIFF_BIAS, dnnl_memory(g.bias_md(), out.gb));
+      args.emplace(DNNL_ARG_DIFF_BIAS, onednn::wrap(g.bias_md(), out.gb));
     }
-    dnnl_execute(bp->prim, bp->pd, std::move(args));
+    onednn::execute(bp->prim, bp->pd, std::move(args));
     dw.finish();
   }
   if (need_x) {
     auto bp = bwd_data_prim(g);
     memory::desc want = bp->pd.weights_desc();
-    Reordered wk = fwd_w && fwd_w->mem && fwd_w->mem.get_desc() == want
+    onednn::Reordered wk = fwd_w && fwd_w->mem && fwd_w->mem.get_desc() == want
                        ? *fwd_w
-                       : dnnl_reorder_to(dnnl_memory(g.user_weights_md(), w), w, want);
+                       : onednn::reorder_to(onednn::wrap(g.user_weights_md(), w), w, want);
     out.gx = Tensor::empty({g.n, g.h, g.w, g.ic}, g.dtype);
-    OutputMemory dx(bp->pd.diff_src_desc(), g.src_md(), out.gx);
-    dnnl_execute(bp->prim, bp->pd,
+    onednn::OutputMemory dx(bp->pd.diff_src_desc(), g.src_md(), out.gx);
+    onednn::execute(bp->prim, bp->pd,
                  {{DNNL_ARG_DIFF_DST, dy_as(bp->pd.diff_dst_desc())}, {DNNL_ARG_WEIGHTS, wk.mem},
                   {DNNL_ARG_DIFF_SRC, dx.mem()}});
     dx.finish();
@@ -247,7 +247,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   KILN_CHECK(!b0.defined() || b0.shape() == Shape{w0.size(0)}, "conv2d: bias ", b0.str(), " must have shape [",
              w0.size(0), "] for weight ", w0.str());
   DType dt = x0.dtype();
-  bool native = dnnl_native_compute(dt);
+  bool native = onednn::native_compute(dt);
   DType ct = native ? dt : DType::f32;
   ConvGeom g{x0.size(0), x0.size(1), x0.size(2), x0.size(3), w0.size(0), w0.size(1), w0.size(2),
              ys[1],      ys[2],      p,          ct,         b0.defined()};
@@ -263,7 +263,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   bool recording = needs_record({x0, w0, b0});
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
-  auto wr = std::make_shared<Reordered>();
+  auto wr = std::make_shared<onednn::Reordered>();
   bool keep_w = recording && need_x && native &&
                 bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
   Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), keep_w ? wr.get() : nullptr);

@@ -6,7 +6,7 @@
 //   matmul: y = a b            da = gy b^T      db = a^T gy
 //   linear: y = x w^T + bias   dx = gy w        dw = gy^T x      dbias = sum over rows of gy
 //
-// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6. Without them (dnnl_native_compute false) the
+// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6. Without them (onednn::native_compute false) the
 // operands are converted to f32 (exact for bf16), multiplied by the f32 primitive and the product is
 // rounded to the input dtype: the values of a native kernel that accumulates in f32, at f32 speed
 // plus the conversions.
@@ -24,7 +24,7 @@ using dnnl::memory;
 
 namespace {
 
-using MatmulPrim = CachedPrimitive<dnnl::matmul>;
+using MatmulPrim = onednn::CachedPrimitive<dnnl::matmul>;
 
 // A transposed view of a 2-D tensor, not recorded.
 Tensor t2(const Tensor& t) { return make_view(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.offset()); }
@@ -60,27 +60,27 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   Tensor y = Tensor::empty({m, n}, dt);
   if (m == 0 || n == 0) return y;
   if (k == 0) return y.fill_(0.0);
-  SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) < kSerialFlops);
-  memory::data_type mdt = dnnl_dtype(dt);
+  onednn::SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) < onednn::kSerialFlops);
+  memory::data_type mdt = onednn::data_type(dt);
   memory::desc a_md({m, k}, mdt, memory::dims{sa[0], sa[1]});
   memory::desc b_md({k, n}, mdt, memory::dims{sb[0], sb[1]});
   memory::desc y_md({m, n}, mdt, memory::format_tag::ab);
   memory::desc bias_md({1, n}, mdt, memory::format_tag::ab);
-  CacheKey key("matmul");
+  onednn::CacheKey key("matmul");
   key.add(Shape{m, k, n}).add(sa).add(sb).add(dt).add(bias.defined() ? 1 : 0);
-  auto p = dnnl_cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
+  auto p = onednn::cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
     try {
       auto d = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, y_md) : dnnl::matmul::desc(a_md, b_md, y_md);
-      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, dnnl_attr(), dnnl_engine()));
+      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, onednn::attr(), onednn::engine()));
     } catch (const dnnl::error& e) {
       KILN_FAIL(op, ": oneDNN could not create a matmul for ", a0.str(), " @ ", b0.str(), ": ", e.what());
     }
   });
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, dnnl_memory(a_md, a)},
-                                       {DNNL_ARG_WEIGHTS, dnnl_memory(b_md, b)},
-                                       {DNNL_ARG_DST, dnnl_memory(y_md, y)}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl_memory(bias_md, bias));
-  dnnl_execute(p->prim, p->pd, std::move(args));
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(a_md, a)},
+                                       {DNNL_ARG_WEIGHTS, onednn::wrap(b_md, b)},
+                                       {DNNL_ARG_DST, onednn::wrap(y_md, y)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, onednn::wrap(bias_md, bias));
+  onednn::execute(p->prim, p->pd, std::move(args));
   return y;
 }
 
@@ -94,7 +94,7 @@ Tensor to_f32(const Tensor& t) {
 
 // The product in dtype `out`: natively, or through f32 when the CPU lacks the low-precision kernels.
 Tensor mm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, DType out) {
-  if (dnnl_native_compute(out)) return mm_native(op, a, b, bias);
+  if (onednn::native_compute(out)) return mm_native(op, a, b, bias);
   Tensor y = mm_native(op, to_f32(a), to_f32(b), to_f32(bias));
   return out == DType::f32 ? y : y.to(out);
 }

@@ -246,9 +246,9 @@ TEST(Conv2d, PrimitivesAreCachedAndThreadSafe) {
   const Case& k = cases()[0];
   Inputs in = make_inputs(k, 60);
   Tensor y0 = ops::conv2d(in.x, in.w, in.b, k.p);
-  size_t n = dnnl_cache().size();
+  size_t n = onednn::cache().size();
   Tensor y1 = ops::conv2d(in.x, in.w, in.b, k.p);
-  EXPECT_EQ(dnnl_cache().size(), n) << "a second call of the same shape created primitives";
+  EXPECT_EQ(onednn::cache().size(), n) << "a second call of the same shape created primitives";
   expect_close(y1, values(y0), 0, 0, "repeat");
   // Several threads, each with its own shapes and a shared one, against the reference.
   std::vector<std::thread> threads;
