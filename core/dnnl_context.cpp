@@ -23,12 +23,18 @@ dnnl::stream& stream() {
 dnnl::memory::data_type data_type(DType t) {
   using dt = dnnl::memory::data_type;
   switch (t) {
-    case DType::f32: return dt::f32;
-    case DType::bf16: return dt::bf16;
-    case DType::f16: return dt::f16;
-    case DType::i32: return dt::s32;
-    case DType::u8: return dt::u8;
-    default: KILN_FAIL("oneDNN has no data type for ", dtype_name(t));
+    case DType::f32:
+      return dt::f32;
+    case DType::bf16:
+      return dt::bf16;
+    case DType::f16:
+      return dt::f16;
+    case DType::i32:
+      return dt::s32;
+    case DType::u8:
+      return dt::u8;
+    default:
+      KILN_FAIL("oneDNN has no data type for ", dtype_name(t));
   }
 }
 
@@ -175,7 +181,7 @@ dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
 }
 
 void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-                  std::unordered_map<int, dnnl::memory> args) {
+             std::unordered_map<int, dnnl::memory> args) {
   Tensor scratch;
   dnnl::memory::desc sd = pd.scratchpad_desc();
   if (sd.get_size() > 0) {
@@ -225,7 +231,8 @@ Reordered reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnn
 void reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst) {
   dnnl::memory out = wrap(dst_md, dst);
   if (src.get_desc() == dst_md) {
-    if (src.get_data_handle() != out.get_data_handle()) std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
+    if (src.get_data_handle() != out.get_data_handle())
+      std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
     return;
   }
   run_reorder(src, out);

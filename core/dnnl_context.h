@@ -12,9 +12,8 @@
 // memory counters (AutoBatch, leak tests) see it and the blocks are reused between steps.
 // Used by core/ops/*_cpu.cpp; tests: tests/core/dnnl_context_test.cpp, and through conv2d_test.cpp and linear_test.cpp.
 #pragma once
-#include <dnnl.hpp>
-
 #include <cstdint>
+#include <dnnl.hpp>
 #include <functional>
 #include <list>
 #include <memory>
@@ -124,7 +123,7 @@ dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t);
 // Executes `prim` on this thread's stream and waits. Adds a scratchpad from kiln's allocator when
 // `pd` asks for one.
 void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-                  std::unordered_map<int, dnnl::memory> args);
+             std::unordered_map<int, dnnl::memory> args);
 
 // Copies `src` into memory laid out as `dst_md` (a reorder primitive, cached). Returns `src`
 // itself when the layouts already agree. The result owns a kiln tensor for its buffer.

@@ -17,10 +17,9 @@
 // is exact); only the speed differs.
 //
 // Tests: tests/core/conv2d_test.cpp. Benchmark: `kiln bench conv`, tools/bench/bench_ops.py.
-#include "core/ops/conv2d.h"
-
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/conv2d.h"
 
 namespace kiln::ops {
 
@@ -45,13 +44,14 @@ struct ConvGeom {
     return {{p.groups, oc / p.groups, ic / p.groups, kh, kw}, onednn::data_type(dtype), tag::gohwi};
   }
   memory::desc any_weights_md() const {
-    memory::dims d = p.groups == 1 ? memory::dims{oc, ic, kh, kw}
-                                   : memory::dims{p.groups, oc / p.groups, ic / p.groups, kh, kw};
+    memory::dims d =
+        p.groups == 1 ? memory::dims{oc, ic, kh, kw} : memory::dims{p.groups, oc / p.groups, ic / p.groups, kh, kw};
     return {d, onednn::data_type(dtype), tag::any};
   }
   // Small convolutions run on one thread, primitives included (see onednn::SerialScope).
   bool serial() const {
-    return 2.0 * static_cast<double>(n * oh * ow * oc) * static_cast<double>(kh * kw * (ic / p.groups)) < onednn::kSerialFlops;
+    return 2.0 * static_cast<double>(n * oh * ow * oc) * static_cast<double>(kh * kw * (ic / p.groups)) <
+           onednn::kSerialFlops;
   }
   memory::dims strides() const { return {p.stride_h, p.stride_w}; }
   memory::dims dilates() const { return {p.dilation_h - 1, p.dilation_w - 1}; }  // oneDNN counts from 0
@@ -65,18 +65,33 @@ struct ConvGeom {
     return k;
   }
   std::string str() const {
-    return detail::cat("x ", dtype_name(dtype), shape_str({n, h, w, ic}), ", w ", shape_str({oc, kh, kw, ic / p.groups}),
-                       ", stride ", p.stride_h, "x", p.stride_w, ", pad ", p.pad_h, "x", p.pad_w, ", dilation ",
-                       p.dilation_h, "x", p.dilation_w, ", groups ", p.groups);
+    return detail::cat("x ", dtype_name(dtype), shape_str({n, h, w, ic}), ", w ",
+                       shape_str({oc, kh, kw, ic / p.groups}), ", stride ", p.stride_h, "x", p.stride_w, ", pad ",
+                       p.pad_h, "x", p.pad_w, ", dilation ", p.dilation_h, "x", p.dilation_w, ", groups ", p.groups);
   }
 
   dnnl::convolution_forward::desc fwd_desc(const memory::desc& src, const memory::desc& dst) const {
     // Right padding equals left padding: oneDNN checks the output size with the same floor division.
     if (bias)
-      return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, any_weights_md(),
-              bias_md(), dst, strides(), dilates(), pad(), pad()};
-    return {dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src, any_weights_md(), dst,
-            strides(), dilates(), pad(), pad()};
+      return {dnnl::prop_kind::forward_training,
+              dnnl::algorithm::convolution_direct,
+              src,
+              any_weights_md(),
+              bias_md(),
+              dst,
+              strides(),
+              dilates(),
+              pad(),
+              pad()};
+    return {dnnl::prop_kind::forward_training,
+            dnnl::algorithm::convolution_direct,
+            src,
+            any_weights_md(),
+            dst,
+            strides(),
+            dilates(),
+            pad(),
+            pad()};
   }
   dnnl::convolution_forward::primitive_desc fwd_pd() const {
     return {fwd_desc(src_md(), dst_md()), onednn::attr(), onednn::engine()};
@@ -189,13 +204,14 @@ ConvGrads backward_native(const ConvGeom& g, const Tensor& gy, const Tensor& x, 
     auto bp = bwd_data_prim(g);
     memory::desc want = bp->pd.weights_desc();
     onednn::Reordered wk = fwd_w && fwd_w->mem && fwd_w->mem.get_desc() == want
-                       ? *fwd_w
-                       : onednn::reorder_to(onednn::wrap(g.user_weights_md(), w), w, want);
+                               ? *fwd_w
+                               : onednn::reorder_to(onednn::wrap(g.user_weights_md(), w), w, want);
     out.gx = Tensor::empty({g.n, g.h, g.w, g.ic}, g.dtype);
     onednn::OutputMemory dx(bp->pd.diff_src_desc(), g.src_md(), out.gx);
     onednn::execute(bp->prim, bp->pd,
-                 {{DNNL_ARG_DIFF_DST, dy_as(bp->pd.diff_dst_desc())}, {DNNL_ARG_WEIGHTS, wk.mem},
-                  {DNNL_ARG_DIFF_SRC, dx.mem()}});
+                    {{DNNL_ARG_DIFF_DST, dy_as(bp->pd.diff_dst_desc())},
+                     {DNNL_ARG_WEIGHTS, wk.mem},
+                     {DNNL_ARG_DIFF_SRC, dx.mem()}});
     dx.finish();
   }
   return out;
@@ -230,14 +246,14 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
              ": strides, dilations and groups must be >= 1 and padding >= 0");
   int64_t cin = x[3], cout = w[0];
   KILN_CHECK(cin % p.groups == 0 && cout % p.groups == 0, "conv2d: input ", shape_str(x), " has ", cin,
-             " channels and weight ", shape_str(w), " has ", cout, " output channels; both must divide by groups=",
-             p.groups);
+             " channels and weight ", shape_str(w), " has ", cout,
+             " output channels; both must divide by groups=", p.groups);
   KILN_CHECK(w[3] == cin / p.groups, "conv2d: weight ", shape_str(w), " expects ", w[3] * p.groups,
              " input channels (Cin/groups = ", w[3], ", groups=", p.groups, ") but input ", shape_str(x), " has ", cin);
   int64_t eff_h = p.dilation_h * (w[1] - 1) + 1, eff_w = p.dilation_w * (w[2] - 1) + 1;
   int64_t ih = x[1] + 2 * p.pad_h, iw = x[2] + 2 * p.pad_w;
-  KILN_CHECK(w[1] >= 1 && w[2] >= 1 && ih >= eff_h && iw >= eff_w, "conv2d: kernel ", w[1], "x", w[2],
-             " (dilated ", eff_h, "x", eff_w, ") does not fit input ", shape_str(x), " padded by ", p.pad_h, "x", p.pad_w);
+  KILN_CHECK(w[1] >= 1 && w[2] >= 1 && ih >= eff_h && iw >= eff_w, "conv2d: kernel ", w[1], "x", w[2], " (dilated ",
+             eff_h, "x", eff_w, ") does not fit input ", shape_str(x), " padded by ", p.pad_h, "x", p.pad_w);
   return {x[0], (ih - eff_h) / p.stride_h + 1, (iw - eff_w) / p.stride_w + 1, cout};
 }
 
@@ -249,8 +265,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   DType dt = x0.dtype();
   bool native = onednn::native_compute(dt);
   DType ct = native ? dt : DType::f32;
-  ConvGeom g{x0.size(0), x0.size(1), x0.size(2), x0.size(3), w0.size(0), w0.size(1), w0.size(2),
-             ys[1],      ys[2],      p,          ct,         b0.defined()};
+  ConvGeom g{x0.size(0), x0.size(1), x0.size(2), x0.size(3), w0.size(0), w0.size(1),
+             w0.size(2), ys[1],      ys[2],      p,          ct,         b0.defined()};
   Tensor x = x0.detach().contiguous(), w = w0.detach().contiguous();
   Tensor b = b0.defined() ? b0.detach().contiguous() : Tensor();
   if (ys[0] == 0) {  // an empty batch: nothing for oneDNN to do, and zero gradients
@@ -264,15 +280,15 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   auto wr = std::make_shared<onednn::Reordered>();
-  bool keep_w = recording && need_x && native &&
-                bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
+  bool keep_w = recording && need_x && native && bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
   Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), keep_w ? wr.get() : nullptr);
   y = to_dtype(y, dt);
   if (!recording) return y;
   // Saved in the caller's dtype (half the memory for bf16); converted again in backward if needed.
   return record("conv2d", {x0, w0, b0}, y, [g, x, w, wr, dt, need_x, need_w, need_b](const Tensor& gy0) {
     Tensor gy = to_dtype(gy0, g.dtype).contiguous();
-    ConvGrads r = backward_native(g, gy, to_dtype(x, g.dtype), to_dtype(w, g.dtype), wr.get(), need_x, need_w || need_b);
+    ConvGrads r =
+        backward_native(g, gy, to_dtype(x, g.dtype), to_dtype(w, g.dtype), wr.get(), need_x, need_w || need_b);
     Tensor gx = need_x ? to_dtype(r.gx, dt) : Tensor();
     Tensor gw = need_w ? to_dtype(r.gw, dt) : Tensor();
     Tensor gb = need_b ? to_dtype(r.gb, dt) : Tensor();

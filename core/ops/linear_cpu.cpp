@@ -12,10 +12,9 @@
 // plus the conversions.
 //
 // Tests: tests/core/linear_test.cpp. Benchmark: `kiln bench matmul`, tools/bench/bench_ops.py.
-#include "core/ops/linear.h"
-
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/linear.h"
 #include "core/ops/reduce.h"
 
 namespace kiln::ops {
@@ -27,7 +26,9 @@ namespace {
 using MatmulPrim = onednn::CachedPrimitive<dnnl::matmul>;
 
 // A transposed view of a 2-D tensor, not recorded.
-Tensor t2(const Tensor& t) { return make_view(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.offset()); }
+Tensor t2(const Tensor& t) {
+  return make_view(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.offset());
+}
 
 // Strides oneDNN's matmul accepts for a (rows, cols) operand: row- or column-major, leading
 // dimension at least the row/column length. Size-1 dims get a canonical stride. Empty when the
@@ -60,7 +61,8 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   Tensor y = Tensor::empty({m, n}, dt);
   if (m == 0 || n == 0) return y;
   if (k == 0) return y.fill_(0.0);
-  onednn::SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) < onednn::kSerialFlops);
+  onednn::SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) <
+                             onednn::kSerialFlops);
   memory::data_type mdt = onednn::data_type(dt);
   memory::desc a_md({m, k}, mdt, memory::dims{sa[0], sa[1]});
   memory::desc b_md({k, n}, mdt, memory::dims{sb[0], sb[1]});
@@ -113,8 +115,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operand("matmul", "a", a);
   check_operand("matmul", "b", b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: a ", a.str(), " and b ", b.str(), " must both be 2-D");
-  KILN_CHECK(a.size(1) == b.size(0), "matmul: a ", a.str(), " @ b ", b.str(), ": inner dimensions differ (",
-             a.size(1), " vs ", b.size(0), ")");
+  KILN_CHECK(a.size(1) == b.size(0), "matmul: a ", a.str(), " @ b ", b.str(), ": inner dimensions differ (", a.size(1),
+             " vs ", b.size(0), ")");
   KILN_CHECK(a.dtype() == b.dtype(), "matmul: a ", a.str(), " and b ", b.str(), " must have the same dtype");
   DType dt = a.dtype();
   Tensor ad = a.detach(), bd = b.detach();
@@ -131,10 +133,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_operand("linear", "weight", w);
   KILN_CHECK(x.dim() == 2, "linear: input x ", x.str(), " must be 2-D (N, in)");
   KILN_CHECK(w.dim() == 2, "linear: weight ", w.str(), " must be 2-D (out, in)");
-  KILN_CHECK(x.size(1) == w.size(1), "linear: input x ", x.str(), " has ", x.size(1), " features but weight ",
-             w.str(), " expects ", w.size(1));
-  KILN_CHECK(x.dtype() == w.dtype(), "linear: input x ", x.str(), " and weight ", w.str(),
-             " must have the same dtype");
+  KILN_CHECK(x.size(1) == w.size(1), "linear: input x ", x.str(), " has ", x.size(1), " features but weight ", w.str(),
+             " expects ", w.size(1));
+  KILN_CHECK(x.dtype() == w.dtype(), "linear: input x ", x.str(), " and weight ", w.str(), " must have the same dtype");
   if (b.defined()) {
     check_operand("linear", "bias", b);
     KILN_CHECK(b.shape() == Shape{w.size(0)}, "linear: bias ", b.str(), " must have shape [", w.size(0),
@@ -147,8 +148,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
   return record("linear", {x, w, b}, y, [xd, wd, gx, gw, gb, dt](const Tensor& gy) {
     return grads{gx ? mm("linear backward", gy, wd, Tensor(), dt) : Tensor(),
-                 gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(),
-                 gb ? sum(gy, {0}) : Tensor()};
+                 gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(), gb ? sum(gy, {0}) : Tensor()};
   });
 }
 

@@ -1,13 +1,14 @@
 // conv2d (core/ops/conv2d_cpu.cpp): forward, input/weight/bias gradients against a double-precision
 // loop reference, finite differences, bf16/f16 against f32, strided inputs, the primitive cache
 // under threads, and the error messages.
+#include "core/ops/conv2d.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/conv2d.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
@@ -272,14 +273,21 @@ TEST(Conv2d, PrimitivesAreCachedAndThreadSafe) {
 
 TEST(Conv2d, ErrorsNameTheOpAndShapes) {
   Tensor x = randn({2, 5, 5, 3}, 1), w = randn({4, 3, 3, 3}, 2);
-  expect_error([&] { ops::conv2d(x, randn({4, 3, 3, 2}, 3), Tensor(), {}); },
-               {"conv2d", "[4, 3, 3, 2]", "[2, 5, 5, 3]", "channels"});
-  expect_error([&] { ops::conv2d(x, w.to(DType::bf16), Tensor(), {}); }, {"conv2d", "bf16[4, 3, 3, 3]", "f32[2, 5, 5, 3]", "dtype"});
+  expect_error(
+      [&] {
+        ops::conv2d(x, randn({4, 3, 3, 2}, 3), Tensor(), {});
+      },
+      {"conv2d", "[4, 3, 3, 2]", "[2, 5, 5, 3]", "channels"});
+  expect_error([&] { ops::conv2d(x, w.to(DType::bf16), Tensor(), {}); },
+               {"conv2d", "bf16[4, 3, 3, 3]", "f32[2, 5, 5, 3]", "dtype"});
   expect_error([&] { ops::conv2d(x.to(DType::f64), w.to(DType::f64), Tensor(), {}); }, {"conv2d", "f64", "accepted"});
   expect_error([&] { ops::conv2d(randn({5, 5, 3}, 4), w, Tensor(), {}); }, {"conv2d", "[5, 5, 3]", "NHWC"});
   expect_error([&] { ops::conv2d(x, w, randn({3}, 5), {}); }, {"conv2d", "bias", "f32[3]", "[4]"});
-  expect_error([&] { ops::conv2d(x, randn({4, 3, 3, 1}, 6), Tensor(), params(1, 1, 0, 0, 1, 1, 3)); },
-               {"conv2d", "groups=3", "[2, 5, 5, 3]", "[4, 3, 3, 1]"});
+  expect_error(
+      [&] {
+        ops::conv2d(x, randn({4, 3, 3, 1}, 6), Tensor(), params(1, 1, 0, 0, 1, 1, 3));
+      },
+      {"conv2d", "groups=3", "[2, 5, 5, 3]", "[4, 3, 3, 1]"});
   expect_error([&] { ops::conv2d(x, randn({4, 7, 7, 3}, 7), Tensor(), {}); }, {"conv2d", "7x7", "[2, 5, 5, 3]"});
   expect_error([&] { ops::conv2d(x, w, Tensor(), params(0, 1, 0, 0)); }, {"conv2d", "stride 0x1"});
 }

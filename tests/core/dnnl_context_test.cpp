@@ -1,12 +1,13 @@
 // core/dnnl_context: the primitive cache (LRU bound, one entry per key under threads, type checks),
 // onednn::SerialScope, and the reorder helpers (a blocked round trip returns the data unchanged).
+#include "core/dnnl_context.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <atomic>
 #include <thread>
 
-#include "core/dnnl_context.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
@@ -14,7 +15,8 @@ using namespace kiln;
 
 TEST(DnnlContext, CacheKeysSeparateEveryField) {
   EXPECT_EQ(onednn::CacheKey("op").add(Shape{2, 3}).add(int64_t{1}).add(DType::bf16).str(), "op|2,3,|1|bf16|");
-  EXPECT_NE(onednn::CacheKey("op").add(Shape{2, 3}).add(Shape{4}).str(), onednn::CacheKey("op").add(Shape{2}).add(Shape{3, 4}).str());
+  EXPECT_NE(onednn::CacheKey("op").add(Shape{2, 3}).add(Shape{4}).str(),
+            onednn::CacheKey("op").add(Shape{2}).add(Shape{3, 4}).str());
 }
 
 TEST(DnnlContext, CacheIsBoundedLruAndTyped) {
