@@ -32,13 +32,15 @@ constexpr int64_t kBlockRows = 256;
 constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
 
 // Two per-channel sums over M rows of C channels: body(r, a, b) adds row r's terms into the C-long
-// accumulators a and b (type T). Rows are summed in T within blocks of kBlockRows, blocks in double,
+// accumulators a and b (type T). Rows are summed in T within blocks of <= kBlockRows, blocks in double,
 // so f32 sums over millions of rows stay accurate while the inner loop stays vectorised. Each thread
 // keeps its own partials, merged in thread order: the same bits on every run (for a thread count).
 template <typename T, typename Body>
 void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std::vector<double>& s2) {
-  int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
   int nthreads = M * C > kParallelMin ? omp_get_max_threads() : 1;
+  // Few rows of many channels ((N, C) features): smaller blocks, so every thread gets one.
+  int64_t rows = std::clamp<int64_t>((M + nthreads - 1) / nthreads, 1, kBlockRows);
+  int64_t blocks = (M + rows - 1) / rows;
   std::vector<double> part(static_cast<size_t>(nthreads) * 2 * C, 0.0);
   int used = 1;
 #pragma omp parallel num_threads(nthreads)
@@ -53,8 +55,8 @@ void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std:
     for (int64_t blk = 0; blk < blocks; ++blk) {
       std::fill(a.begin(), a.end(), T(0));
       std::fill(b.begin(), b.end(), T(0));
-      int64_t r1 = std::min(M, (blk + 1) * kBlockRows);
-      for (int64_t r = blk * kBlockRows; r < r1; ++r) body(r, a.data(), b.data());
+      int64_t r1 = std::min(M, (blk + 1) * rows);
+      for (int64_t r = blk * rows; r < r1; ++r) body(r, a.data(), b.data());
       for (int64_t c = 0; c < C; ++c) {
         d1[c] += a[c];
         d2[c] += b[c];

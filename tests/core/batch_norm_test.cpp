@@ -114,6 +114,7 @@ TEST(BatchNorm, MatchesReferenceTraining) {
   check_case({{2, 1}, DType::f64, true}, 1e-10);       // the smallest batch: M = 2
   // Many rows (several accumulation blocks and threads) and an odd channel count.
   check_case({{4, 17, 19, 33}, DType::f32, true}, 2e-4);
+  check_case({{40, 1000}, DType::f32, true}, 2e-4);  // few rows of many channels, threaded
 }
 
 TEST(BatchNorm, MatchesReferenceEval) {
