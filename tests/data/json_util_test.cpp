@@ -3,21 +3,11 @@
 
 #include "core/check.h"
 #include "data/json_util.h"
+#include "data_test_util.h"
 
 using namespace kiln;
 
-namespace {
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
-}  // namespace
+using kiln::testing::error_of;
 
 TEST(JsonUtil, EditDistance) {
   EXPECT_EQ(edit_distance("", ""), 0u);
