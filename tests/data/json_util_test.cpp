@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "core/check.h"
+#include "data/augment.h"
 #include "data/json_util.h"
+#include "data/loader.h"
 #include "data_test_util.h"
 
 using namespace kiln;
@@ -86,4 +88,17 @@ TEST(JsonUtil, ObjectReader) {
   EXPECT_HAS(error_of([] { check_choice("edg", {"constant", "edge"}, "m"); }),
              "value 'edg' at m (did you mean 'edge'?); accepted: constant, edge");
   EXPECT_HAS(error_of([] { check_choice("zzz", {"constant", "edge"}, "m"); }), "value 'zzz' at m; accepted: constant, edge");
+}
+
+TEST(JsonUtil, NlohmannConversionsOfOptions) {
+  Json j = Json::parse(R"({"size": 24, "padding": 3})");
+  auto crop = j.get<RandomCropOptions>();
+  EXPECT_EQ(crop.size, 24);
+  EXPECT_EQ(crop.padding, 3);
+  Json back = crop;
+  EXPECT_EQ(back, crop.to_json());
+  EXPECT_THROW(Json::parse(R"({"size": 24, "pad": 3})").get<RandomCropOptions>(), Error);
+  LoaderOptions lo = Json{{"workers", 5}}.get<LoaderOptions>();
+  EXPECT_EQ(lo.workers, 5);
+  EXPECT_EQ(Json(lo)["batch_size"], 64);
 }
