@@ -59,6 +59,12 @@ void json_read(const Json& j, const std::string& path, std::string& out);
 void json_read(const Json& j, const std::string& path, std::vector<double>& out);
 void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out);
 
+// Lets nlohmann convert an options struct both ways (`j.get<T>()`, `Json j = t;`) through its
+// `static T from_json(const Json&, path)` and `Json to_json() const`. Use at namespace kiln scope.
+#define KILN_JSON_CONVERSIONS(T)                                         \
+  inline void to_json(::kiln::Json& j, const T& o) { j = o.to_json(); } \
+  inline void from_json(const ::kiln::Json& j, T& o) { o = T::from_json(j); }
+
 class JsonObjectReader {
  public:
   // Throws if `j` is neither an object nor null (null reads as an empty object).

@@ -26,6 +26,7 @@ struct RandomCropOptions {
   static RandomCropOptions from_json(const Json& j, const std::string& path = "random_crop");
   Json to_json() const;  // without "type"
 };
+KILN_JSON_CONVERSIONS(RandomCropOptions)
 
 class RandomCrop : public Transform {
  public:
@@ -56,6 +57,7 @@ struct HorizontalFlipOptions {
   static HorizontalFlipOptions from_json(const Json& j, const std::string& path = "horizontal_flip");
   Json to_json() const;
 };
+KILN_JSON_CONVERSIONS(HorizontalFlipOptions)
 
 class HorizontalFlip : public Transform {
  public:

@@ -60,6 +60,7 @@ struct DataConfig {
   // The image shape of the source, known without opening files.
   ImageShape source_image_shape() const;
 };
+KILN_JSON_CONVERSIONS(DataConfig)
 
 // Opens the split's dataset (reads the files). Errors name the file.
 std::shared_ptr<const Dataset> make_dataset(const DataConfig& config, Split split);

@@ -158,7 +158,7 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline
   try {
     out_shape_ = pipeline_.output_shape(dataset_->image_shape());
   } catch (const Error& e) {
-    KILN_FAIL(who, ": ", e.what());
+    throw Error(who + ": " + e.what());  // keeps the one source location already in e
   }
   KILN_CHECK(out_shape_.known(), who, ": the transforms give images of varying size (", out_shape_.str(),
              "); end them with a fixed-size crop so that samples stack into a batch");
@@ -245,7 +245,8 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
       pipeline_.write(sample.image, images + static_cast<size_t>(i) * sample_bytes, dtype_);
       labels[i] = sample.label;
     } catch (const std::exception& e) {
-      KILN_FAIL("DataLoader: sample ", idx, " of ", dataset_->name(), " (epoch ", epoch, ", batch ", b, "): ", e.what());
+      throw Error(detail::cat("DataLoader: sample ", idx, " of ", dataset_->name(), " (epoch ", epoch, ", batch ", b,
+                              "): ", e.what()));
     }
   }
   return true;

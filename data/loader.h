@@ -57,6 +57,7 @@ struct LoaderOptions {
   static void read_fields(JsonObjectReader& r, LoaderOptions& o);
   Json to_json() const;
 };
+KILN_JSON_CONVERSIONS(LoaderOptions)
 
 // This process's part of a data-parallel run.
 struct Shard {

@@ -25,6 +25,7 @@ struct NormalizeOptions {
   static NormalizeOptions from_json(const Json& j, const std::string& path = "normalize");
   Json to_json() const;  // without "type"
 };
+KILN_JSON_CONVERSIONS(NormalizeOptions)
 
 class Normalize {
  public:

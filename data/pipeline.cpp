@@ -77,7 +77,7 @@ ImageShape Pipeline::output_shape(ImageShape in) const {
     try {
       s = steps_[i]->output_shape(s);
     } catch (const Error& e) {
-      KILN_FAIL(paths_[i], ": ", e.what());
+      throw Error(paths_[i] + ": " + e.what());  // keeps the one source location already in e
     }
   }
   normalize_.check_channels(s.c, normalize_path_);

@@ -27,6 +27,7 @@ struct SyntheticOptions {
   static SyntheticOptions from_json(const Json& j, const std::string& path = "synthetic");
   Json to_json() const;
 };
+KILN_JSON_CONVERSIONS(SyntheticOptions)
 
 class SyntheticDataset : public Dataset {
  public:

@@ -3,6 +3,7 @@
 #include <zlib.h>
 
 #include <atomic>
+#include <gtest/gtest.h>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,21 @@
 #include <unistd.h>
 #include <vector>
 
+#include "core/check.h"
+
 namespace kiln::testing {
+
+// The message of the kiln::Error that f() throws, or "(no error)".
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 
 // A fresh folder under the system temp dir, removed with everything in it at the end of the test.
 class TempDir {

@@ -3,21 +3,13 @@
 
 #include "core/check.h"
 #include "core/json_read.h"
+#include "data/augment.h"
+#include "data/loader.h"
+#include "data_test_util.h"
 
 using namespace kiln;
 
-namespace {
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
-}  // namespace
+using kiln::testing::error_of;
 
 TEST(JsonUtil, EditDistance) {
   EXPECT_EQ(edit_distance("", ""), 0u);
@@ -96,4 +88,17 @@ TEST(JsonUtil, ObjectReader) {
   EXPECT_HAS(error_of([] { check_choice("edg", {"constant", "edge"}, "m"); }),
              "value 'edg' at m (did you mean 'edge'?); accepted: constant, edge");
   EXPECT_HAS(error_of([] { check_choice("zzz", {"constant", "edge"}, "m"); }), "value 'zzz' at m; accepted: constant, edge");
+}
+
+TEST(JsonUtil, NlohmannConversionsOfOptions) {
+  Json j = Json::parse(R"({"size": 24, "padding": 3})");
+  auto crop = j.get<RandomCropOptions>();
+  EXPECT_EQ(crop.size, 24);
+  EXPECT_EQ(crop.padding, 3);
+  Json back = crop;
+  EXPECT_EQ(back, crop.to_json());
+  EXPECT_THROW(Json::parse(R"({"size": 24, "pad": 3})").get<RandomCropOptions>(), Error);
+  LoaderOptions lo = Json{{"workers", 5}}.get<LoaderOptions>();
+  EXPECT_EQ(lo.workers, 5);
+  EXPECT_EQ(Json(lo)["batch_size"], 64);
 }
