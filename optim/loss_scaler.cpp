@@ -69,6 +69,8 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
 }
 
 void LossScaler::update(bool found_inf) {
+  // A failed unscale_and_check this iteration counts even if the caller passes false.
+  if (unscaled_finite_.has_value() && !*unscaled_finite_) found_inf = true;
   unscaled_finite_.reset();
   if (found_inf) {
     ++skipped_;
