@@ -7,7 +7,7 @@ namespace kiln {
 
 namespace {
 const std::vector<std::pair<std::string, std::string>> kShortForms = {
-    {"epochs", "train.epochs"},     {"batch", "train.batch"},       {"device", "train.device"},
+    {"epochs", "train.epochs"},     {"batch", "data.batch_size"},       {"device", "train.device"},
     {"lr", "optim.lr"},             {"precision", "train.precision"}, {"workers", "data.workers"},
     {"seed", "train.seed"},         {"resume", "train.resume"},     {"name", "name"},
     {"checkpoint", "train.checkpoint"}, {"weights", "weights"},     {"model", "model.name"},

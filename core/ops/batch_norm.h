@@ -2,8 +2,12 @@
 //   training: normalise with the batch statistics and update running_mean/var in place
 //             (running = (1-momentum)*running + momentum*batch; the variance update is unbiased, as in PyTorch)
 //   eval:     normalise with running_mean/var
-// Statistics are always computed in f32. CPU: oneDNN. Recorded by autograd (gradients for x, gamma,
-// beta). Tests: tests/core/batch_norm_test.cpp.
+// x: (N, C) or (N, H, W, C) (any rank >= 2, channels last); gamma, beta, running_*: (C).
+// gamma/beta may be undefined (1 and 0: affine off); running_mean/var may both be undefined in
+// training (batch statistics only, PyTorch's track_running_stats=False); eval needs them.
+// Statistics are always computed in f32 (f64 for f64 x); bf16/f16 x gives y in its dtype.
+// CPU: own OpenMP loops (batch_norm_cpu.cpp), measured against oneDNN there. Recorded by autograd
+// (gradients for x, gamma, beta). Tests: tests/core/batch_norm_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

@@ -1,5 +1,9 @@
-// Pooling on NHWC activations. CPU: oneDNN. Recorded by autograd. Tests: tests/core/pool_test.cpp.
-//   max_pool2d / avg_pool2d: x (N, H, W, C) -> (N, OH, OW, C); ceil_mode as in PyTorch.
+// Pooling on NHWC activations. CPU: own vectorised loops (pool_cpu.cpp; oneDNN's avg pooling counts
+// the ceil-mode overhang as padding, unlike PyTorch). Recorded by autograd. Tests: tests/core/pool_test.cpp.
+//   max_pool2d / avg_pool2d: x (N, H, W, C) -> (N, OH, OW, C); padding (at most half the kernel),
+//     ceil_mode and count_include_pad as in PyTorch; max pooling ignores the padding.
+//     OH = floor_or_ceil((H + 2*pad_h - kernel_h) / stride_h) + 1, minus one in ceil mode when the
+//     last window would start past the input and its left padding.
 //   global_avg_pool: (N, H, W, C) -> (N, C).
 //   adaptive_avg_pool2d: PyTorch's bins (start = floor(i*H/OH), end = ceil((i+1)*H/OH)).
 #pragma once
@@ -14,6 +18,9 @@ struct Pool2dParams {
   bool ceil_mode = false;
   bool count_include_pad = true;  // avg only, PyTorch's default
 };
+
+// (N, OH, OW, C) for an input of shape x (no checks beyond the rank).
+Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p);
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p);
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p);

@@ -1,0 +1,246 @@
+// Batch normalisation on the CPU, channel = last dim: x is viewed as M rows of C channels
+// (M = N*H*W for NHWC, M = N for (N, C)). Own OpenMP loops, vectorised over the channels; on the
+// (32, 32, 32, 64) f32 benchmark they beat oneDNN 2.6's nhwc batch_normalization on this machine
+// (numbers in the header). Statistics in f32 (f64 for f64 tensors) with blocked double accumulation.
+//   forward (training): mean, biased var -> y = (x - mean) * invstd * gamma + beta; running stats
+//                       updated with the unbiased var, as PyTorch
+//   backward: dbeta = sum(dy), dgamma = sum(dy * xhat),
+//             dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M)   (training)
+//             dx = gamma*invstd * dy                                (eval: the stats are constants)
+// Tests: tests/core/batch_norm_test.cpp.
+#include "core/ops/batch_norm.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops/nn_util.h"
+
+namespace kiln::ops {
+
+namespace {
+
+constexpr int64_t kBlockRows = 256;
+constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
+
+// Two per-channel sums over M rows of C channels: body(r, a, b) adds row r's terms into the C-long
+// accumulators a and b (type T). Rows are summed in T within blocks of kBlockRows, blocks in double,
+// so f32 sums over millions of rows stay accurate while the inner loop stays vectorised. Each thread
+// keeps its own partials, merged in thread order: the result does not depend on scheduling.
+template <typename T, typename Body>
+void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std::vector<double>& s2) {
+  int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
+  int nthreads = M * C > kParallelMin ? omp_get_max_threads() : 1;
+  std::vector<double> part(static_cast<size_t>(nthreads) * 2 * C, 0.0);
+  int used = 1;
+#pragma omp parallel num_threads(nthreads)
+  {
+    int tid = omp_get_thread_num();
+#pragma omp single
+    used = omp_get_num_threads();
+    double* d1 = part.data() + static_cast<size_t>(tid) * 2 * C;
+    double* d2 = d1 + C;
+    std::vector<T> a(C), b(C);
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      std::fill(a.begin(), a.end(), T(0));
+      std::fill(b.begin(), b.end(), T(0));
+      int64_t r1 = std::min(M, (blk + 1) * kBlockRows);
+      for (int64_t r = blk * kBlockRows; r < r1; ++r) body(r, a.data(), b.data());
+      for (int64_t c = 0; c < C; ++c) {
+        d1[c] += a[c];
+        d2[c] += b[c];
+      }
+    }
+  }
+  s1.assign(C, 0.0);
+  s2.assign(C, 0.0);
+  for (int t = 0; t < used; ++t) {
+    const double* d1 = part.data() + static_cast<size_t>(t) * 2 * C;
+    for (int64_t c = 0; c < C; ++c) {
+      s1[c] += d1[c];
+      s2[c] += d1[C + c];
+    }
+  }
+}
+
+// out[r, c] = a[c] * u[r, c] + b[c] * v[r, c] + d[c] (v may be null: that term is dropped).
+template <typename T>
+void affine_rows(int64_t M, int64_t C, const T* u, const T* v, const T* a, const T* b, const T* d, T* out) {
+#pragma omp parallel for schedule(static) if (M * C > kParallelMin)
+  for (int64_t r = 0; r < M; ++r) {
+    const T* ur = u + r * C;
+    T* o = out + r * C;
+    if (v) {
+      const T* vr = v + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + b[c] * vr[c] + d[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + d[c];
+    }
+  }
+}
+
+// What backward needs besides x and dy: the per-channel constants of the forward.
+struct BnSaved {
+  std::vector<double> gamma, mean, invstd;
+  bool training = false;
+};
+
+template <typename T>
+std::vector<T> cast_vec(const std::vector<double>& v) {
+  return std::vector<T>(v.begin(), v.end());
+}
+
+template <typename T>
+Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_batch_stats, double eps, BnSaved& s,
+                  std::vector<double>& batch_var) {
+  const T* px = x.data<T>();
+  int64_t C = x.size(-1), M = x.numel() / C;
+  if (use_batch_stats) {
+    // Shift by the first row: sums of (x - x0) keep the one-pass variance free of cancellation
+    // when |mean| >> std.
+    std::vector<T> x0(px, px + C);
+    std::vector<double> s1, s2;
+    column_sums2<T>(M, C, [&](int64_t r, T* a, T* b) {
+      const T* xr = px + r * C;
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) {
+        T d = xr[c] - x0[c];
+        a[c] += d;
+        b[c] += d * d;
+      }
+    }, s1, s2);
+    s.mean.resize(C);
+    s.invstd.resize(C);
+    batch_var.resize(C);
+    for (int64_t c = 0; c < C; ++c) {
+      double m1 = s1[c] / M;
+      batch_var[c] = std::max(s2[c] / M - m1 * m1, 0.0);
+      s.mean[c] = x0[c] + m1;
+      s.invstd[c] = 1.0 / std::sqrt(batch_var[c] + eps);
+    }
+  }
+  std::vector<T> scale(C), shift(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double sc = s.gamma[c] * s.invstd[c];
+    scale[c] = static_cast<T>(sc);
+    shift[c] = static_cast<T>(beta[c] - s.mean[c] * sc);
+  }
+  Tensor y = Tensor::empty(x.shape(), x.dtype());
+  affine_rows<T>(M, C, px, nullptr, scale.data(), nullptr, shift.data(), y.data<T>());
+  return y;
+}
+
+// Returns {dx, dgamma, dbeta} in the compute dtype; dx is undefined unless need_dx.
+template <typename T>
+std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved& s, bool need_dx) {
+  const T* px = x.data<T>();
+  const T* pg = gy.data<T>();
+  int64_t C = x.size(-1), M = x.numel() / C;
+  std::vector<T> mean = cast_vec<T>(s.mean);
+  std::vector<double> sdy, sdyx;  // sum(dy), sum(dy * (x - mean))
+  column_sums2<T>(M, C, [&](int64_t r, T* a, T* b) {
+    const T* xr = px + r * C;
+    const T* gr = pg + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) {
+      a[c] += gr[c];
+      b[c] += gr[c] * (xr[c] - mean[c]);
+    }
+  }, sdy, sdyx);
+  Tensor dgamma = Tensor::empty({C}, x.dtype()), dbeta = Tensor::empty({C}, x.dtype());
+  std::vector<T> ca(C), cb(C), cd(C);
+  for (int64_t c = 0; c < C; ++c) {
+    double is = s.invstd[c], a = s.gamma[c] * is, sxhat = sdyx[c] * is;
+    dgamma.data<T>()[c] = static_cast<T>(sxhat);
+    dbeta.data<T>()[c] = static_cast<T>(sdy[c]);
+    ca[c] = static_cast<T>(a);
+    if (s.training) {
+      double k = a * is * sxhat / M;
+      cb[c] = static_cast<T>(-k);
+      cd[c] = static_cast<T>(k * s.mean[c] - a * sdy[c] / M);
+    }
+  }
+  if (!need_dx) return {Tensor(), dgamma, dbeta};
+  Tensor dx = Tensor::empty(x.shape(), x.dtype());
+  if (s.training) affine_rows<T>(M, C, pg, px, ca.data(), cb.data(), cd.data(), dx.data<T>());
+  else affine_rows<T>(M, C, pg, nullptr, ca.data(), nullptr, std::vector<T>(C, T(0)).data(), dx.data<T>());
+  return {dx, dgamma, dbeta};
+}
+
+void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, int64_t C) {
+  if (!t.defined()) return;
+  nn::check_cpu("batch_norm", t);
+  nn::check_floating("batch_norm", what, t);
+  KILN_CHECK(t.dim() == 1 && t.size(0) == C, "batch_norm: ", what, " must have shape [", C, "] (the channels of x ",
+             x.str(), "), got ", t.str());
+}
+
+std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
+  return t.defined() ? t.to_double_vector() : std::vector<double>(C, fill);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  nn::check_cpu("batch_norm", x);
+  nn::check_floating("batch_norm", "x", x);
+  KILN_CHECK(x.dim() >= 2, "batch_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
+  int64_t C = x.size(-1);
+  KILN_CHECK(C > 0, "batch_norm: x has no channels: ", x.str());
+  int64_t M = x.numel() / C;
+  check_channel_vector(gamma, "gamma", x, C);
+  check_channel_vector(beta, "beta", x, C);
+  check_channel_vector(running_mean, "running_mean", x, C);
+  check_channel_vector(running_var, "running_var", x, C);
+  KILN_CHECK(running_mean.defined() == running_var.defined(),
+             "batch_norm: running_mean and running_var must both be given or both be undefined");
+  KILN_CHECK(training || running_mean.defined(), "batch_norm: eval mode needs running_mean and running_var (x ",
+             x.str(), ")");
+  KILN_CHECK(!training || M > 1, "batch_norm: training needs more than one value per channel, got x ", x.str());
+  KILN_CHECK(eps > 0, "batch_norm: eps must be > 0, got ", eps);
+  KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
+
+  DType ct = nn::compute_dtype(x.dtype());
+  Tensor xc = nn::to_compute(x, ct);
+  BnSaved s;
+  s.training = training;
+  s.gamma = values_or(gamma, C, 1.0);
+  std::vector<double> beta_v = values_or(beta, C, 0.0), batch_var;
+  if (!training) {
+    s.mean = running_mean.to_double_vector();
+    s.invstd = running_var.to_double_vector();
+    for (double& v : s.invstd) v = 1.0 / std::sqrt(v + eps);
+  }
+  Tensor y = nn::dispatch_compute(ct, [&](auto t) {
+    return bn_forward<decltype(t)>(xc, beta_v, training, eps, s, batch_var);
+  });
+  if (training && running_mean.defined()) {
+    std::vector<double> rm = running_mean.to_double_vector(), rv = running_var.to_double_vector();
+    double unbias = static_cast<double>(M) / static_cast<double>(M - 1);
+    for (int64_t c = 0; c < C; ++c) {
+      rm[c] = (1 - momentum) * rm[c] + momentum * s.mean[c];
+      rv[c] = (1 - momentum) * rv[c] + momentum * batch_var[c] * unbias;
+    }
+    running_mean.detach().copy_(Tensor::from_vector(rm, {C}));
+    running_var.detach().copy_(Tensor::from_vector(rv, {C}));
+  }
+  y = nn::from_compute(y, x.dtype());
+  DType gamma_t = gamma.defined() ? gamma.dtype() : ct, beta_t = beta.defined() ? beta.dtype() : ct;
+  bool need_dx = x.requires_grad();
+  return record("batch_norm", {x, gamma, beta}, y, [xd = x.detach(), s = std::move(s), gamma_t, beta_t, ct,
+                                                    need_dx](const Tensor& gy) {
+    Tensor xc = nn::to_compute(xd, ct), gc = nn::to_compute(gy, ct);
+    std::vector<Tensor> g =
+        nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx); });
+    return grads{need_dx ? nn::from_compute(g[0], xd.dtype()) : Tensor(), nn::from_compute(g[1], gamma_t),
+                 nn::from_compute(g[2], beta_t)};
+  });
+}
+
+}  // namespace kiln::ops

@@ -1,0 +1,73 @@
+// Residual blocks of ResNet, with torchvision's child names so weights load by name:
+//   BasicBlock  (expansion 1): conv1 3x3 (stride) - bn1 - relu - conv2 3x3 - bn2, + shortcut, relu
+//   Bottleneck  (expansion 4): conv1 1x1 - bn1 - relu - conv2 3x3 (stride) - bn2 - relu - conv3 1x1
+//               - bn3, + shortcut, relu. The stride sits on the 3x3 as in torchvision (ResNet v1.5).
+// Shortcut when the shape changes (stride != 1 or in_channels != planes * expansion):
+//   "B": projection, downsample = Sequential(conv 1x1 stride, BN) -> "downsample.0.weight", "downsample.1.*"
+//   "A": parameter-free (He et al. 2015, CIFAR): subsample by the stride, zero-pad the channels
+//        (half the new channels before, half after). BasicBlock only.
+// Convs are bias-free with Kaiming-normal (fan_out) init, BNs weight 1 bias 0, as torchvision.
+// Tests: tests/layers/layers_test.cpp.
+#pragma once
+#include <memory>
+
+#include "layers/conv.h"
+#include "layers/norm.h"
+#include "layers/sequential.h"
+
+namespace kiln {
+
+struct BlockOptions {
+  int64_t in_channels = 0;  /// channels of the block's input (required)
+  int64_t planes = 0;       /// block width; output channels = planes * expansion (required)
+  int64_t stride = 1;       /// stride of the block (default 1)
+  std::string shortcut = "B";       /// "B" projection or "A" zero-padding identity (default "B")
+  bool zero_init_residual = false;  /// start the last BN's weight at 0, so the block starts as identity (default false)
+
+  // `type` is "basic_block" or "bottleneck".
+  static BlockOptions from_json(const json& j, const std::string& path, const std::string& type);
+  json to_json(const std::string& type) const;
+};
+
+// Shared shortcut logic of both blocks.
+class ResidualBlock : public Module {
+ public:
+  ResidualBlock(const std::string& type, const BlockOptions& o, int64_t expansion);
+  json to_json() const override { return opts_.to_json(type()); }
+  const BlockOptions& options() const { return opts_; }
+  int64_t out_channels() const { return opts_.planes * expansion_; }
+
+ protected:
+  // relu(residual + shortcut(x))
+  Tensor finish(const Tensor& residual, const Tensor& x);
+  // A bias-free conv with Kaiming-normal init.
+  static std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride);
+  // Registers the shortcut; call after the residual branch so names come in torchvision's order.
+  void make_shortcut();
+
+  BlockOptions opts_;
+  int64_t expansion_;
+  std::shared_ptr<Sequential> downsample_;  // "B" when the shape changes
+};
+
+class BasicBlock : public ResidualBlock {
+ public:
+  static constexpr int64_t kExpansion = 1;
+  explicit BasicBlock(const BlockOptions& o);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm2d> bn1, bn2;
+};
+
+class Bottleneck : public ResidualBlock {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  explicit Bottleneck(const BlockOptions& o);
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Conv2d> conv1, conv2, conv3;
+  std::shared_ptr<BatchNorm2d> bn1, bn2, bn3;
+};
+
+}  // namespace kiln

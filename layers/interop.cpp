@@ -1,0 +1,92 @@
+#include "layers/interop.h"
+
+#include "core/autograd.h"
+#include "layers/conv.h"
+#include "layers/linear.h"
+
+namespace kiln {
+
+namespace {
+enum class Kind { plain, conv_weight, flattened_linear_weight };
+
+struct Layout {
+  Kind kind = Kind::plain;
+  int64_t channels = 0;  // flattened_linear_weight only: C of the flattened (N, H, W, C)
+};
+
+// How the tensor `name` of `m` is laid out (the module that owns it decides).
+Layout layout_of(Module& m, const std::string& name) {
+  size_t dot = name.rfind('.');
+  std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+  std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
+  if (leaf != "weight") return {};
+  Module& mod = owner.empty() ? m : m.submodule(owner);
+  if (dynamic_cast<Conv2d*>(&mod)) return {Kind::conv_weight, {}};
+  if (auto* lin = dynamic_cast<Linear*>(&mod)) {
+    const auto& f = lin->flattened_input();
+    if (!f) return {};
+    KILN_CHECK(f->known(), "linear '", owner, "' follows a flatten whose input channels are not known yet: run one "
+               "forward pass before converting its weight to or from PyTorch's layout");
+    KILN_CHECK(lin->options().in_features % f->channels == 0, "linear '", owner, "' has ", lin->options().in_features,
+               " inputs but follows a flatten of ", f->channels, " channels");
+    // A 1x1 activation (or a single channel) flattens to the same order in both layouts.
+    if (f->channels == 1 || f->channels == lin->options().in_features) return {};
+    return {Kind::flattened_linear_weight, f->channels};
+  }
+  return {};
+}
+
+Shape pytorch_shape(const Layout& l, const Shape& s) {
+  if (l.kind == Kind::conv_weight) return {s[0], s[3], s[1], s[2]};
+  return s;
+}
+
+Tensor convert(const Layout& l, const Tensor& t, bool to_pytorch) {
+  NoGradGuard ng;
+  Tensor x = t.detach().to(Device::cpu());
+  switch (l.kind) {
+    case Kind::plain: return x.clone();
+    case Kind::conv_weight: return x.permute(to_pytorch ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 3, 1}).contiguous();
+    case Kind::flattened_linear_weight: {
+      // kiln columns (s, c), PyTorch's (c, s), s = h * W + w over the H*W positions.
+      int64_t out = x.size(0), c = l.channels, hw = x.size(1) / c;
+      Shape from = to_pytorch ? Shape{out, hw, c} : Shape{out, c, hw};
+      return x.reshape(from).permute({0, 2, 1}).contiguous().reshape({out, -1});
+    }
+  }
+  return x;
+}
+}  // namespace
+
+Tensor to_pytorch_layout(Module& m, const std::string& name, const Tensor& t) {
+  return convert(layout_of(m, name), t, true);
+}
+
+Tensor from_pytorch_layout(Module& m, const std::string& name, const Tensor& t) {
+  return convert(layout_of(m, name), t, false);
+}
+
+StateDict export_pytorch_state_dict(Module& m) {
+  StateDict out;
+  for (auto& [name, t] : m.state_dict()) out[name] = to_pytorch_layout(m, name, t);
+  return out;
+}
+
+void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
+  StateDict own = m.state_dict();
+  std::vector<std::pair<std::string, Shape>> expected;
+  std::map<std::string, Layout> layouts;
+  for (auto& [name, t] : own) {
+    layouts[name] = layout_of(m, name);
+    expected.emplace_back(name, pytorch_shape(layouts[name], t.shape()));
+  }
+  check_state_dict(expected, sd, strict, m.type() + " import of a PyTorch state dict");
+  StateDict converted;
+  for (auto& [name, t] : sd) {
+    auto it = layouts.find(name);
+    if (it != layouts.end()) converted[name] = convert(it->second, t, false);
+  }
+  m.load_state_dict(converted, strict);
+}
+
+}  // namespace kiln

@@ -1,0 +1,109 @@
+// Module: the base of every layer and model. A module owns named parameters (trainable leaves) and
+// buffers (running statistics), registered in order, and named child modules. Names compose with
+// dots exactly as in torch.nn ("layer1.0.conv1.weight", "bn1.running_mean"), so a state dict moves
+// between kiln and PyTorch by name (layers/interop.h converts the tensor layouts).
+//
+// Parameters and buffers are Tensor handles shared between the module's registry and the layer's
+// own members; to(device) and load_state_dict() change them in place, so every handle (a layer's,
+// an optimizer's) stays valid. Tests: tests/layers/module_test.cpp.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/json_util.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+using StateDict = std::map<std::string, Tensor>;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class Module {
+ public:
+  explicit Module(std::string type) : type_(std::move(type)) {}
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+
+  // The registry name of a layer ("conv2d") or the model name ("resnet50").
+  const std::string& type() const { return type_; }
+  // The options that rebuild this module through its registry (layers/registry.h, models/registry.h).
+  virtual json to_json() const = 0;
+
+  // --- parameters and buffers, recursively, in registration order (own first, then children) --
+  NamedTensors named_parameters() const;
+  NamedTensors named_buffers() const;
+  std::vector<Tensor> parameters() const;
+  int64_t num_parameters() const;  // elements of all parameters
+  // Parameters and buffers by name; the tensors share storage with the module (detached handles).
+  StateDict state_dict() const;
+  // Copies every tensor of `sd` into the module (dtype converted, device kept). strict: a missing,
+  // unexpected or wrongly shaped key is an error that lists all of them; not strict: missing and
+  // unexpected keys are ignored (a wrong shape is still an error).
+  void load_state_dict(const StateDict& sd, bool strict = true);
+
+  // --- children --------------------------------------------------------------------------------
+  const std::vector<std::pair<std::string, std::shared_ptr<Module>>>& named_children() const { return children_; }
+  // Every module of the tree with its dotted path, this one first as "".
+  std::vector<std::pair<std::string, Module*>> named_modules();
+  // The child at a dotted path ("layer1.0.conv1"); throws naming the path when there is none.
+  Module& submodule(const std::string& path);
+
+  // --- modes and devices -----------------------------------------------------------------------
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
+  // Moves every parameter, buffer and gradient to `device`, in place.
+  void to(Device device);
+  void zero_grad();
+
+ protected:
+  // Registers a trainable tensor (requires_grad is set); returns the same handle.
+  Tensor register_parameter(const std::string& name, Tensor t);
+  Tensor register_buffer(const std::string& name, Tensor t);
+  template <class M>
+  std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> m) {
+    add_child(name, m);
+    return m;
+  }
+
+ private:
+  void add_child(const std::string& name, std::shared_ptr<Module> m);
+  void check_new_name(const std::string& name) const;
+  void collect(const std::string& prefix, bool params, NamedTensors& out) const;
+
+  std::string type_;
+  bool training_ = true;
+  NamedTensors params_;
+  NamedTensors buffers_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+// Checks that `given` has exactly the keys of `expected` with the expected shapes (a missing key is
+// allowed only when !strict, an unexpected one likewise). Throws one error that lists every missing,
+// unexpected and mismatched key. `what` names the caller ("load_state_dict").
+void check_state_dict(const std::vector<std::pair<std::string, Shape>>& expected, const StateDict& given, bool strict,
+                      const std::string& what);
+
+// Gradient checkpointing re-runs a segment's forward in backward. Layers with side effects in
+// forward (batch-norm running statistics) ask is_recomputing() so a recomputation does not apply
+// them a second time. RecomputeScope marks the current thread while a segment is re-run.
+bool is_recomputing();
+class RecomputeScope {
+ public:
+  explicit RecomputeScope(bool on);
+  ~RecomputeScope();
+  RecomputeScope(const RecomputeScope&) = delete;
+  RecomputeScope& operator=(const RecomputeScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+#include "layers/norm.h"
+
+#include "core/ops/batch_norm.h"
+#include "core/ops/lrn.h"
+#include "layers/options.h"
+
+namespace kiln {
+
+BatchNormOptions BatchNormOptions::from_json(const json& j, const std::string& path) {
+  JsonReader r = layer_reader(j, path);
+  BatchNormOptions o;
+  o.num_features = require_int(r, "num_features");
+  o.eps = r.get("eps", o.eps, 0.0, 1.0);
+  o.momentum = r.get("momentum", o.momentum, 0.0, 1.0);
+  r.finish();
+  return o;
+}
+
+json BatchNormOptions::to_json(const std::string& type) const {
+  return {{"type", type}, {"num_features", num_features}, {"eps", eps}, {"momentum", momentum}};
+}
+
+BatchNorm2d::BatchNorm2d(const BatchNormOptions& o, const std::string& type) : Module(type), opts_(o) {
+  KILN_CHECK(o.num_features > 0, type, ": num_features ", o.num_features, " must be positive");
+  int64_t c = o.num_features;
+  weight = register_parameter("weight", Tensor::ones({c}));
+  bias = register_parameter("bias", Tensor::zeros({c}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({c}));
+  running_var = register_buffer("running_var", Tensor::ones({c}));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  KILN_CHECK((x.dim() == 4 || x.dim() == 2) && x.size(-1) == opts_.num_features, type(), "(", opts_.num_features,
+             "): input ", x.str(), " must be (N, H, W, ", opts_.num_features, ") or (N, ", opts_.num_features, ")");
+  bool train = is_training();
+  if (train && is_recomputing()) {
+    // The first run already updated the running statistics; the recomputation must not again.
+    Tensor mean = running_mean.detach().clone(), var = running_var.detach().clone();
+    return ops::batch_norm(x, weight, bias, mean, var, true, opts_.momentum, opts_.eps);
+  }
+  Tensor y = ops::batch_norm(x, weight, bias, running_mean, running_var, train, opts_.momentum, opts_.eps);
+  if (train) {
+    if (num_batches_tracked.device().is_cpu()) {
+      ++*num_batches_tracked.data<int64_t>();
+    } else {
+      // NOTE: reads the counter back (one sync); tolerable for a per-step counter.
+      num_batches_tracked.fill_(num_batches_tracked.item() + 1);
+    }
+  }
+  return y;
+}
+
+LocalResponseNormOptions LocalResponseNormOptions::from_json(const json& j, const std::string& path) {
+  JsonReader r = layer_reader(j, path);
+  LocalResponseNormOptions o;
+  o.size = require_int(r, "size", 1, 1024);
+  o.alpha = r.get("alpha", o.alpha, 0.0, 1e6);
+  o.beta = r.get("beta", o.beta, 0.0, 1e6);
+  o.k = r.get("k", o.k, 0.0, 1e6);
+  r.finish();
+  return o;
+}
+
+json LocalResponseNormOptions::to_json() const {
+  return {{"type", "local_response_norm"}, {"size", size}, {"alpha", alpha}, {"beta", beta}, {"k", k}};
+}
+
+LocalResponseNorm::LocalResponseNorm(const LocalResponseNormOptions& o) : Module("local_response_norm"), opts_(o) {
+  KILN_CHECK(o.size > 0, "local_response_norm: size ", o.size, " must be positive");
+}
+
+Tensor LocalResponseNorm::forward(const Tensor& x) {
+  return ops::local_response_norm(x, opts_.size, opts_.alpha, opts_.beta, opts_.k);
+}
+
+}  // namespace kiln

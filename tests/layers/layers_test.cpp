@@ -1,0 +1,281 @@
+// Each layer: parameter names, shapes and initialisation; forward output shapes; train/eval
+// behaviour; the residual blocks against the same computation written out with ops.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/ops/conv2d.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/reduce.h"
+#include "core/rng.h"
+#include "layers/activation.h"
+#include "layers/blocks.h"
+#include "layers/conv.h"
+#include "layers/init.h"
+#include "layers/linear.h"
+#include "layers/norm.h"
+#include "layers/pooling.h"
+#include "tests/gradcheck.h"
+
+using namespace kiln;
+using kiln::testing::expect_close;
+using kiln::testing::randn;
+
+namespace {
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return s / static_cast<double>(v.size());
+}
+double std_of(const std::vector<double>& v) {
+  double m = mean_of(v), s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / static_cast<double>(v.size()));
+}
+double max_abs_of(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::fabs(x));
+  return m;
+}
+Conv2dOptions conv_opts(int64_t in, int64_t out, int64_t k, int64_t stride = 1, int64_t pad = 0) {
+  Conv2dOptions o;
+  o.in_channels = in;
+  o.out_channels = out;
+  o.kernel_size = k;
+  o.stride = stride;
+  o.padding = pad;
+  return o;
+}
+}  // namespace
+
+TEST(Layers, Conv2dShapesAndDefaultInit) {
+  manual_seed(3);
+  Conv2dOptions o = conv_opts(16, 32, 3, 2, 1);
+  Conv2d conv(o);
+  ASSERT_EQ(conv.named_parameters().size(), 2u);
+  EXPECT_EQ(conv.named_parameters()[0].first, "weight");
+  EXPECT_EQ(conv.weight.shape(), (Shape{32, 3, 3, 16}));
+  EXPECT_EQ(conv.bias.shape(), (Shape{32}));
+  // PyTorch's default: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = 16*9 = 144 -> bound 1/12.
+  auto w = conv.weight.to_double_vector();
+  EXPECT_LE(max_abs_of(w), 1.0 / 12.0);
+  EXPECT_NEAR(std_of(w), (1.0 / 12.0) / std::sqrt(3.0), 0.003);
+  EXPECT_LE(max_abs_of(conv.bias.to_double_vector()), 1.0 / 12.0);
+  Tensor y = conv.forward(randn({2, 9, 9, 16}, 1));
+  EXPECT_EQ(y.shape(), (Shape{2, 5, 5, 32}));
+  EXPECT_THROW(conv.forward(randn({2, 9, 9, 8}, 1)), Error);
+}
+
+TEST(Layers, Conv2dKaimingInitGroupsAndNoBias) {
+  manual_seed(4);
+  Conv2dOptions o = conv_opts(8, 64, 3);
+  o.init = "kaiming_normal";
+  o.bias = false;
+  o.groups = 2;
+  Conv2d conv(o);
+  EXPECT_EQ(conv.named_parameters().size(), 1u);
+  EXPECT_FALSE(conv.bias.defined());
+  EXPECT_EQ(conv.weight.shape(), (Shape{64, 3, 3, 4}));
+  // fan_out = 64 * 9
+  auto w = conv.weight.to_double_vector();
+  EXPECT_NEAR(mean_of(w), 0.0, 0.01);
+  EXPECT_NEAR(std_of(w), std::sqrt(2.0 / (64 * 9)), 0.004);
+  EXPECT_EQ(conv.forward(randn({1, 5, 5, 8}, 2)).shape(), (Shape{1, 3, 3, 64}));
+  o.groups = 3;
+  EXPECT_THROW(Conv2d{o}, Error);
+}
+
+TEST(Layers, LinearMatchesReference) {
+  manual_seed(5);
+  LinearOptions o;
+  o.in_features = 7;
+  o.out_features = 3;
+  Linear lin(o);
+  EXPECT_EQ(lin.weight.shape(), (Shape{3, 7}));
+  EXPECT_LE(max_abs_of(lin.weight.to_double_vector()), 1.0 / std::sqrt(7.0));
+  Tensor x = randn({4, 7}, 6);
+  Tensor y = lin.forward(x);
+  auto xv = x.to_double_vector(), wv = lin.weight.to_double_vector(), bv = lin.bias.to_double_vector();
+  std::vector<double> want(12);
+  for (int n = 0; n < 4; ++n)
+    for (int j = 0; j < 3; ++j) {
+      double s = bv[j];
+      for (int k = 0; k < 7; ++k) s += xv[n * 7 + k] * wv[j * 7 + k];
+      want[n * 3 + j] = s;
+    }
+  expect_close(y, want, 1e-5, 1e-5, "linear");
+  EXPECT_THROW(lin.forward(randn({4, 6}, 1)), Error);
+  o.init = "normal";
+  Linear lin2(o);
+  EXPECT_EQ(lin2.bias.to_double_vector(), std::vector<double>(3, 0.0));
+}
+
+TEST(Layers, BatchNormTrainUpdatesStatsEvalUsesThem) {
+  BatchNormOptions o;
+  o.num_features = 3;
+  BatchNorm2d bn(o);
+  EXPECT_EQ(bn.weight.to_double_vector(), std::vector<double>(3, 1.0));
+  EXPECT_EQ(bn.bias.to_double_vector(), std::vector<double>(3, 0.0));
+  Tensor x = ops::add_scalar(randn({4, 5, 5, 3}, 7), 2.0);
+  Tensor y = bn.forward(x);
+  EXPECT_EQ(y.shape(), x.shape());
+  EXPECT_EQ(bn.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+  // running_mean moved 10% of the way to the batch mean (about 2).
+  for (double m : bn.running_mean.to_double_vector()) EXPECT_NEAR(m, 0.2, 0.05);
+  // Training output is normalised per channel.
+  auto yv = y.to_double_vector();
+  EXPECT_NEAR(mean_of(yv), 0.0, 1e-4);
+  bn.eval();
+  std::vector<double> mean = bn.running_mean.to_double_vector(), var = bn.running_var.to_double_vector();
+  Tensor ye = bn.forward(x);
+  EXPECT_EQ(bn.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+  EXPECT_EQ(bn.running_mean.to_double_vector(), mean);
+  auto xv = x.to_double_vector();
+  std::vector<double> want(xv.size());
+  for (size_t i = 0; i < xv.size(); ++i) want[i] = (xv[i] - mean[i % 3]) / std::sqrt(var[i % 3] + 1e-5);
+  expect_close(ye, want, 1e-4, 1e-4, "batch_norm eval");
+  // (N, C) features (batch_norm1d).
+  EXPECT_EQ(bn.forward(randn({6, 3}, 8)).shape(), (Shape{6, 3}));
+  EXPECT_THROW(bn.forward(randn({6, 4}, 8)), Error);
+}
+
+TEST(Layers, PoolingShapes) {
+  Tensor x = randn({2, 9, 9, 4}, 9);
+  Pool2dOptions p;
+  p.kernel_size = 3;
+  p.stride = 2;
+  EXPECT_EQ(MaxPool2d(p).forward(x).shape(), (Shape{2, 4, 4, 4}));
+  p.ceil_mode = true;
+  EXPECT_EQ(MaxPool2d(p).forward(x).shape(), (Shape{2, 5, 5, 4}));
+  Pool2dOptions q;
+  q.kernel_size = 2;  // stride defaults to the kernel
+  EXPECT_EQ(AvgPool2d(q).forward(x).shape(), (Shape{2, 4, 4, 4}));
+  EXPECT_EQ(AdaptiveAvgPool2d(AdaptiveAvgPool2dOptions{3}).forward(x).shape(), (Shape{2, 3, 3, 4}));
+  Tensor g = GlobalAvgPool().forward(x);
+  EXPECT_EQ(g.shape(), (Shape{2, 4}));
+  auto xv = x.to_double_vector();
+  double s = 0;
+  for (int i = 0; i < 81; ++i) s += xv[i * 4 + 1];
+  EXPECT_NEAR(g.to_double_vector()[1], s / 81, 1e-5);
+  Pool2dOptions bad;
+  bad.kernel_size = 2;
+  bad.padding = 2;
+  EXPECT_THROW(MaxPool2d{bad}, Error);
+}
+
+TEST(Layers, DropoutOnlyInTraining) {
+  Dropout d(DropoutOptions{0.5});
+  Tensor x = Tensor::ones({1000});
+  auto v = d.forward(x).to_double_vector();
+  int zeros = 0;
+  for (double e : v) {
+    EXPECT_TRUE(e == 0.0 || std::fabs(e - 2.0) < 1e-6);
+    zeros += e == 0.0;
+  }
+  EXPECT_GT(zeros, 400);
+  EXPECT_LT(zeros, 600);
+  d.eval();
+  EXPECT_EQ(d.forward(x).to_double_vector(), std::vector<double>(1000, 1.0));
+  EXPECT_THROW(Dropout(DropoutOptions{1.0}), Error);
+}
+
+TEST(Layers, ReluLrnFlatten) {
+  Tensor x = randn({2, 3, 3, 5}, 10);
+  auto r = ReLU().forward(x).to_double_vector();
+  for (double e : r) EXPECT_GE(e, 0.0);
+  LocalResponseNormOptions lo;
+  lo.size = 3;
+  EXPECT_EQ(LocalResponseNorm(lo).forward(x).shape(), x.shape());
+  Flatten f;
+  EXPECT_FALSE(f.flattened_shape()->known());
+  Tensor y = f.forward(x);
+  EXPECT_EQ(y.shape(), (Shape{2, 45}));
+  EXPECT_EQ(f.flattened_shape()->channels, 5);
+  EXPECT_EQ(y.to_double_vector(), x.to_double_vector());  // (h, w, c) order: NHWC memory order
+  EXPECT_EQ(f.forward(y).shape(), (Shape{2, 45}));
+}
+
+TEST(Layers, BasicBlockNamesAndShortcuts) {
+  BlockOptions o;
+  o.in_channels = 4;
+  o.planes = 8;
+  o.stride = 2;
+  BasicBlock b(o);
+  std::vector<std::string> names;
+  for (auto& kv : b.named_parameters()) names.push_back(kv.first + shape_str(kv.second.shape()));
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight[8, 3, 3, 4]", "bn1.weight[8]", "bn1.bias[8]",
+                                             "conv2.weight[8, 3, 3, 8]", "bn2.weight[8]", "bn2.bias[8]",
+                                             "downsample.0.weight[8, 1, 1, 4]", "downsample.1.weight[8]",
+                                             "downsample.1.bias[8]"}));
+  EXPECT_EQ(b.forward(randn({2, 7, 7, 4}, 11)).shape(), (Shape{2, 4, 4, 8}));
+  o.stride = 1;
+  o.in_channels = 8;
+  EXPECT_EQ(BasicBlock(o).named_parameters().size(), 6u);  // identity shortcut
+}
+
+TEST(Layers, ShortcutAMatchesHandComputation) {
+  manual_seed(12);
+  BlockOptions o;
+  o.in_channels = 2;
+  o.planes = 6;
+  o.stride = 2;
+  o.shortcut = "A";
+  BasicBlock b(o);
+  EXPECT_EQ(b.named_parameters().size(), 6u);  // no downsample parameters
+  Tensor x = randn({1, 4, 4, 2}, 13);
+  b.eval();
+  Tensor y = b.forward(x);
+  ASSERT_EQ(y.shape(), (Shape{1, 2, 2, 6}));
+  // residual branch by hand, then + [0, 0, x[::2, ::2], 0, 0] per pixel, relu.
+  ops::Conv2dParams p1;
+  p1.stride_h = p1.stride_w = 2;
+  p1.pad_h = p1.pad_w = 1;
+  ops::Conv2dParams p2;
+  p2.pad_h = p2.pad_w = 1;
+  Tensor r = ops::relu(b.bn1->forward(ops::conv2d(x, b.conv1->weight, Tensor(), p1)));
+  r = b.bn2->forward(ops::conv2d(r, b.conv2->weight, Tensor(), p2));
+  auto rv = r.to_double_vector(), xv = x.to_double_vector();
+  std::vector<double> want(rv.size());
+  for (int h = 0; h < 2; ++h)
+    for (int w = 0; w < 2; ++w)
+      for (int c = 0; c < 6; ++c) {
+        int i = (h * 2 + w) * 6 + c;
+        double id = (c >= 2 && c < 4) ? xv[((2 * h) * 4 + 2 * w) * 2 + (c - 2)] : 0.0;
+        want[i] = std::max(0.0, rv[i] + id);
+      }
+  expect_close(y, want, 1e-5, 1e-5, "shortcut A");
+  o.shortcut = "C";
+  EXPECT_THROW(BasicBlock{o}, Error);
+}
+
+TEST(Layers, BottleneckIsV15) {
+  BlockOptions o;
+  o.in_channels = 16;
+  o.planes = 4;
+  o.stride = 2;
+  Bottleneck b(o);
+  EXPECT_EQ(b.out_channels(), 16);
+  EXPECT_EQ(b.conv1->options().stride, 1);
+  EXPECT_EQ(b.conv2->options().stride, 2);  // the stride on the 3x3
+  EXPECT_EQ(b.conv3->weight.shape(), (Shape{16, 1, 1, 4}));
+  EXPECT_EQ(b.submodule("downsample.0").type(), "conv2d");
+  EXPECT_EQ(b.forward(randn({1, 6, 6, 16}, 14)).shape(), (Shape{1, 3, 3, 16}));
+  o.zero_init_residual = true;
+  Bottleneck z(o);
+  EXPECT_EQ(z.bn3->weight.to_double_vector(), std::vector<double>(16, 0.0));
+  o.shortcut = "A";
+  EXPECT_THROW(Bottleneck{o}, Error);
+}
+
+TEST(Layers, BlockGradientsFlowToEveryParameter) {
+  BlockOptions o;
+  o.in_channels = 3;
+  o.planes = 2;
+  o.stride = 2;
+  Bottleneck b(o);
+  Tensor x = randn({2, 5, 5, 3}, 15).set_requires_grad(true);
+  ops::sum(ops::square(b.forward(x))).backward();
+  EXPECT_TRUE(x.grad().defined());
+  for (auto& [name, p] : b.named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+}

@@ -1,0 +1,183 @@
+// `kiln bench matmul [n=4096] [iters=10] [warmup=2]`: the CPU-vs-GPU matrix product table, an
+// n x n x n product per row, fp32 and bf16, CPU and every visible GPU.
+// `kiln bench conv [iters=10] [warmup=2]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
+// NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
+//
+// Output: '#' lines are comments; then a header and one whitespace-separated row per case
+// (case, device, dtype, ms per iteration, TFLOPS), which tools/bench/bench_ops.py parses.
+// Times come from std::chrono::steady_clock around `iters` runs after `warmup` untimed ones.
+#include <omp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/dnnl_context.h"
+#include "core/ops/conv2d.h"
+#include "core/ops/linear.h"
+#include "core/rng.h"
+#include "tools/commands.h"
+
+namespace kiln::cli {
+
+namespace {
+
+// key=value arguments with integer values; unknown keys are errors that list the accepted ones.
+std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
+  for (const std::string& a : args) {
+    auto eq = a.find('=');
+    std::string k = eq == std::string::npos ? a : a.substr(0, eq);
+    std::string accepted;
+    for (auto& [name, v] : defs) accepted += (accepted.empty() ? "" : ", ") + name;
+    KILN_CHECK(eq != std::string::npos && defs.count(k), cmd, ": unknown argument '", a, "'; accepted: ", accepted,
+               " (as key=value)");
+    try {
+      size_t used = 0;
+      int64_t v = std::stoll(a.substr(eq + 1), &used);
+      KILN_CHECK(used == a.size() - eq - 1 && v >= (k == "warmup" ? 0 : 1), "bad");
+      defs[k] = v;
+    } catch (const std::exception&) {
+      KILN_FAIL(cmd, ": '", a, "': ", k, " takes a whole number >= ", k == "warmup" ? 0 : 1);
+    }
+  }
+  return defs;
+}
+
+// Milliseconds per call of `step`, after `warmup` untimed calls. `sync` waits for the device.
+double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters) {
+  for (int64_t i = 0; i < warmup; ++i) step();
+  sync();
+  auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iters; ++i) step();
+  sync();
+  auto t1 = std::chrono::steady_clock::now();
+  return std::chrono::duration<double, std::milli>(t1 - t0).count() / static_cast<double>(iters);
+}
+
+// Waits for `t`'s device by reading one element back to the host.
+void sync_on(const Tensor& t) {
+  if (t.defined() && t.device().is_cuda()) (void)t.detach().reshape({-1}).slice(0, 0, 1).to(Device::cpu()).item();
+}
+
+void print_row(const char* name, const Device& d, const char* dtype, double ms, double flops) {
+  std::printf("%-14s %-7s %-5s %12.3f %9.4f\n", name, d.str().c_str(), dtype, ms, flops / (ms * 1e-3) / 1e12);
+  std::fflush(stdout);
+}
+
+void print_header(const std::vector<Device>& devices) {
+  std::printf("# threads: %d (OMP_NUM_THREADS / omp_get_max_threads)\n", omp_get_max_threads());
+  if (devices.size() == 1)
+    std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
+  if (!dnnl_native_compute(DType::bf16))
+    std::printf("# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
+                "computed in f32 and rounded to bf16\n");
+  std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");
+}
+
+std::vector<Device> bench_devices() {
+  std::vector<Device> d{Device::cpu()};
+  for (int i = 0; i < cuda_device_count(); ++i) d.push_back(Device::cuda(i));
+  return d;
+}
+
+// Runs one row; a device without the op (a GPU before its kernels exist) gets a comment, not a crash.
+void run_row(const char* name, const Device& d, const char* dtype, double flops, const std::function<double()>& f) {
+  try {
+    print_row(name, d, dtype, f(), flops);
+  } catch (const Error& e) {
+    std::printf("# %s on %s %s skipped: %s\n", name, d.str().c_str(), dtype, e.what());
+  }
+}
+
+int bench_matmul(const Args& args) {
+  auto a = parse_int_args("bench matmul", args, {{"n", 4096}, {"iters", 10}, {"warmup", 2}});
+  int64_t n = a["n"];
+  std::vector<Device> devices = bench_devices();
+  std::printf("# kiln bench matmul: C = A @ B with A, B of %lld x %lld, %lld warm-up + %lld timed runs\n",
+              static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(a["warmup"]),
+              static_cast<long long>(a["iters"]));
+  print_header(devices);
+  double flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+  NoGradGuard ng;
+  for (const Device& d : devices) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      const char* name = t == DType::f32 ? "fp32" : "bf16";
+      run_row("matmul", d, name, flops, [&] {
+        Generator gen(1);
+        Tensor x = rand_normal({n, n}, 0.0, 1.0, t, d, &gen), y = rand_normal({n, n}, 0.0, 1.0, t, d, &gen);
+        Tensor out;
+        return time_ms([&] { out = ops::matmul(x, y); }, [&] { sync_on(out); }, a["warmup"], a["iters"]);
+      });
+    }
+  }
+  return 0;
+}
+
+int bench_conv(const Args& args) {
+  auto a = parse_int_args("bench conv", args, {{"iters", 10}, {"warmup", 2}});
+  const int64_t N = 32, H = 32, W = 32, C = 64, K = 3;
+  std::vector<Device> devices = bench_devices();
+  std::printf("# kiln bench conv: x (%lld, %lld, %lld, %lld) NHWC, w (%lld, %lld, %lld, %lld), bias, stride 1, pad 1; "
+              "%lld warm-up + %lld timed runs\n",
+              (long long)N, (long long)H, (long long)W, (long long)C, (long long)C, (long long)K, (long long)K,
+              (long long)C, static_cast<long long>(a["warmup"]), static_cast<long long>(a["iters"]));
+  std::printf("# conv_fwd_bwd = forward + backward-data + backward-weights (+bias) through autograd\n");
+  print_header(devices);
+  double fwd_flops = 2.0 * N * H * W * C * K * K * C;
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  for (const Device& d : devices) {
+    for (DType t : {DType::f32, DType::bf16}) {
+      const char* name = t == DType::f32 ? "fp32" : "bf16";
+      Generator gen(2);
+      Tensor x, w, b, gy;
+      try {
+        x = rand_normal({N, H, W, C}, 0.0, 1.0, t, d, &gen);
+        w = rand_normal({C, K, K, C}, 0.0, 0.05, t, d, &gen);
+        b = rand_normal({C}, 0.0, 0.1, t, d, &gen);
+        gy = rand_normal({N, H, W, C}, 0.0, 1.0, t, d, &gen);
+      } catch (const Error& e) {
+        std::printf("# conv on %s %s skipped: %s\n", d.str().c_str(), name, e.what());
+        continue;
+      }
+      run_row("conv_fwd", d, name, fwd_flops, [&] {
+        NoGradGuard ng;
+        Tensor y;
+        return time_ms([&] { y = ops::conv2d(x, w, b, p); }, [&] { sync_on(y); }, a["warmup"], a["iters"]);
+      });
+      run_row("conv_fwd_bwd", d, name, 3 * fwd_flops, [&] {
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+        auto step = [&] {
+          for (Tensor* t : {&x, &w, &b}) t->zero_grad();
+          ops::conv2d(x, w, b, p).backward(gy);
+        };
+        double ms = time_ms(step, [&] { sync_on(w.grad()); }, a["warmup"], a["iters"]);
+        for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(false);
+        return ms;
+      });
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
+      "       kiln bench conv [iters=10] [warmup=2]\n";
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::cout << kUsage;
+    return args.empty() ? 1 : 0;
+  }
+  Args rest(args.begin() + 1, args.end());
+  if (args[0] == "matmul") return bench_matmul(rest);
+  if (args[0] == "conv") return bench_conv(rest);
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv (see kiln bench --help)");
+}
+
+}  // namespace kiln::cli
