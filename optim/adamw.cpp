@@ -8,6 +8,33 @@
 
 namespace kiln {
 
+namespace {
+
+struct AdamWScalars {
+  float b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt;
+};
+
+// One parameter's update; amsgrad is a template argument so each loop is branch-free and vectorizes.
+template <bool kAmsgrad>
+void adamw_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamWScalars& c) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i] * c.decay;
+    float mi = c.b1 * m[i] + c.c1 * g[i];
+    float vi = c.b2 * v[i] + c.c2 * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    if constexpr (kAmsgrad) {
+      vi = std::max(vmax[i], vi);
+      vmax[i] = vi;
+    }
+    float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = pi + c.neg_step_size * mi / denom;
+  }
+}
+
+}  // namespace
+
 AdamWOptions AdamWOptions::from_json(const json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow("name");
@@ -72,26 +99,13 @@ void AdamW::step() {
     const float decay = static_cast<float>(1 - lr * decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
     const float neg_step_size = static_cast<float>(-(lr / (1 - std::pow(beta1, t))));
     const float bc2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2, t)));
+    AdamWScalars c{b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt};
     float* p = params_[k].param.data<float>();
     const float* g = grad.data<float>();
     float* m = s.exp_avg.data<float>();
     float* v = s.exp_avg_sq.data<float>();
-    float* vmax = amsgrad ? s.max_exp_avg_sq.data<float>() : nullptr;
-    const int64_t n = grad.numel();
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      float pi = p[i] * decay;
-      float mi = b1 * m[i] + c1 * g[i];
-      float vi = b2 * v[i] + c2 * g[i] * g[i];
-      m[i] = mi;
-      v[i] = vi;
-      if (amsgrad) {
-        vi = std::max(vmax[i], vi);
-        vmax[i] = vi;
-      }
-      float denom = std::sqrt(vi) / bc2_sqrt + eps;
-      p[i] = pi + neg_step_size * mi / denom;
-    }
+    if (amsgrad) adamw_update<true>(p, g, m, v, s.max_exp_avg_sq.data<float>(), grad.numel(), c);
+    else adamw_update<false>(p, g, m, v, nullptr, grad.numel(), c);
   }
 }
 

@@ -55,19 +55,22 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
     if (!grad.defined()) continue;
     float* g = grad.data<float>();
     const int64_t n = grad.numel();
-    bool ok = true;
-#pragma omp parallel for reduction(&& : ok) if (n > 32768)
+    int64_t bad = 0;  // a count, not a flag: a branch-free reduction that vectorizes
+#pragma omp parallel for simd reduction(+ : bad) if (n > 32768)
     for (int64_t i = 0; i < n; ++i) {
-      g[i] *= inv;
-      ok = ok && std::isfinite(g[i]);
+      float x = g[i] * inv;
+      g[i] = x;
+      bad += std::isfinite(x) ? 0 : 1;
     }
-    finite = finite && ok;
+    finite = finite && bad == 0;
   }
   unscaled_finite_ = finite;
   return finite;
 }
 
 void LossScaler::update(bool found_inf) {
+  // A failed unscale_and_check this iteration counts even if the caller passes false.
+  if (unscaled_finite_.has_value() && !*unscaled_finite_) found_inf = true;
   unscaled_finite_.reset();
   if (found_inf) {
     ++skipped_;

@@ -50,7 +50,8 @@ class LossScaler {
   // Multiplies every gradient by 1/scale in place (one fused pass per parameter that also checks
   // for inf/NaN) and returns whether all were finite. Once per iteration, before update().
   bool unscale_and_check(const std::vector<ParamRef>& params);
-  // Adjusts the scale after an iteration (found_inf: the gradients, or the loss, were not finite).
+  // Adjusts the scale after an iteration (found_inf: the gradients, or the loss, were not finite;
+  // a failed unscale_and_check of this iteration counts as found_inf too).
   // Throws kiln::Error after max_nonfinite_steps non-finite iterations in a row.
   void update(bool found_inf);
   // unscale_and_check(opt.params()) unless already done this iteration, opt.step() when finite,

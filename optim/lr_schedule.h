@@ -14,10 +14,12 @@
 // once per epoch; cosine uses the iteration itself (t = step, a smooth curve: CosineAnnealingLR
 // stepped per iteration with T_max = epochs * steps_per_epoch), held at min_lr after T.
 //
-// Linear warm-up composes with every type by multiplication (ChainedScheduler of LinearLR and the
-// main schedule): lr = main(step) * w(step), w = start + (1 - start) * step / W for step < W, else 1,
-// with W = warmup_steps, or warmup_epochs * steps_per_epoch (LinearLR(start_factor, 1.0, W) per
-// iteration). Milestones therefore stay absolute epochs, whatever the warm-up length.
+// Linear warm-up composes with every type by multiplication: lr = main(step) * w(step), with
+// w = start + (1 - start) * step / W for step < W, else 1 (LinearLR(start_factor, 1.0, W) per
+// iteration), W = warmup_steps, or warmup_epochs * steps_per_epoch rounded. For constant, step and
+// multistep this equals torch's ChainedScheduler([LinearLR, main]); for cosine it is the product of
+// the two closed forms. Milestones and the cosine period stay counted from step 0, whatever the
+// warm-up length.
 // Tests: tests/optim/lr_schedule_test.cpp.
 #pragma once
 #include <memory>

@@ -67,18 +67,19 @@ double grad_norm(const std::vector<ParamRef>& params, double norm_type) {
     const float* d = g.data<float>();
     int64_t n = g.numel();
     if (inf_norm) {
-      double m = 0;
-      bool nan = false;
-#pragma omp parallel for reduction(max : m) reduction(|| : nan) if (n > 65536)
+      float m = 0;
+      int64_t nan = 0;
+#pragma omp parallel for simd reduction(max : m) reduction(+ : nan) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) {
-        m = std::max(m, std::fabs(static_cast<double>(d[i])));
-        nan = nan || std::isnan(d[i]);
+        float a = std::fabs(d[i]);
+        m = a > m ? a : m;
+        nan += a != a;
       }
       if (nan) return std::numeric_limits<double>::quiet_NaN();
-      acc = std::max(acc, m);
+      acc = std::max(acc, static_cast<double>(m));
     } else {
       double s = 0;
-#pragma omp parallel for reduction(+ : s) if (n > 65536)
+#pragma omp parallel for simd reduction(+ : s) if (n > 65536)
       for (int64_t i = 0; i < n; ++i) s += static_cast<double>(d[i]) * d[i];
       acc += s;
     }

@@ -73,8 +73,9 @@ TEST(LossScaler, UnscalesAndDetectsInfAndNan) {
   s.update(true);
   set_grad(a, {kInf, 0.0f});
   EXPECT_FALSE(s.unscale_and_check({a}));
-  s.update(true);
+  s.update(false);  // the failed check counts even when the caller says "finite"
   EXPECT_EQ(s.skipped_steps(), 2);
+  EXPECT_EQ(s.scale(), 2.0);
 }
 
 TEST(LossScaler, BackoffAndSkipOnInjectedInf) {
