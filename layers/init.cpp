@@ -20,8 +20,17 @@ int64_t fan_out(const Shape& w) {
   return n;
 }
 
-Tensor uniform(const Shape& shape, double bound) { return rand_uniform(shape, -bound, bound); }
-Tensor normal(const Shape& shape, double std) { return rand_normal(shape, 0.0, std); }
+namespace {
+thread_local bool t_skip = false;
+}  // namespace
+
+SkipInitGuard::SkipInitGuard() : prev_(t_skip) { t_skip = true; }
+SkipInitGuard::~SkipInitGuard() { t_skip = prev_; }
+
+Tensor uniform(const Shape& shape, double bound) {
+  return t_skip ? Tensor::zeros(shape) : rand_uniform(shape, -bound, bound);
+}
+Tensor normal(const Shape& shape, double std) { return t_skip ? Tensor::zeros(shape) : rand_normal(shape, 0.0, std); }
 
 Tensor torch_default_weight(const Shape& shape) {
   // kaiming_uniform_(a=sqrt(5)): gain = sqrt(2 / (1 + 5)), bound = gain * sqrt(3 / fan_in) = 1/sqrt(fan_in).

@@ -20,4 +20,18 @@ Tensor torch_default_bias(int64_t n, int64_t fan_in);
 // kaiming_normal_(mode="fan_out", nonlinearity="relu"): N(0, 2/fan_out), as torchvision's ResNet and VGG.
 Tensor kaiming_normal_fan_out(const Shape& shape);
 
+// While one is alive (on this thread), the random initialisers above return zeros and draw nothing:
+// for a model whose weights are loaded right after it is built (a VGG-16 draws 138M numbers
+// otherwise), and for tests that look only at names and shapes.
+class SkipInitGuard {
+ public:
+  SkipInitGuard();
+  ~SkipInitGuard();
+  SkipInitGuard(const SkipInitGuard&) = delete;
+  SkipInitGuard& operator=(const SkipInitGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
 }  // namespace kiln::init

@@ -146,8 +146,10 @@ TEST(Layers, PoolingShapes) {
   p.kernel_size = 3;
   p.stride = 2;
   EXPECT_EQ(MaxPool2d(p).forward(x).shape(), (Shape{2, 4, 4, 4}));
+  Tensor x10 = randn({1, 10, 10, 4}, 9);
+  EXPECT_EQ(MaxPool2d(p).forward(x10).shape(), (Shape{1, 4, 4, 4}));
   p.ceil_mode = true;
-  EXPECT_EQ(MaxPool2d(p).forward(x).shape(), (Shape{2, 5, 5, 4}));
+  EXPECT_EQ(MaxPool2d(p).forward(x10).shape(), (Shape{1, 5, 5, 4}));
   Pool2dOptions q;
   q.kernel_size = 2;  // stride defaults to the kernel
   EXPECT_EQ(AvgPool2d(q).forward(x).shape(), (Shape{2, 4, 4, 4}));
@@ -278,4 +280,18 @@ TEST(Layers, BlockGradientsFlowToEveryParameter) {
   ops::sum(ops::square(b.forward(x))).backward();
   EXPECT_TRUE(x.grad().defined());
   for (auto& [name, p] : b.named_parameters()) EXPECT_TRUE(p.grad().defined()) << name;
+}
+
+TEST(Layers, SkipInitGivesZerosAndDrawsNothing) {
+  manual_seed(16);
+  RngState before = default_generator().state();
+  {
+    init::SkipInitGuard skip;
+    Conv2d conv(conv_opts(3, 4, 3));
+    EXPECT_EQ(conv.weight.to_double_vector(), std::vector<double>(4 * 27, 0.0));
+    EXPECT_EQ(conv.bias.to_double_vector(), std::vector<double>(4, 0.0));
+  }
+  EXPECT_EQ(default_generator().state().offset, before.offset);
+  Conv2d conv(conv_opts(3, 4, 3));
+  EXPECT_NE(default_generator().state().offset, before.offset);
 }

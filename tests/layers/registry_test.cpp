@@ -2,6 +2,9 @@
 // name the JSON path, suggest the closest type or key, and say what is accepted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "layers/linear.h"
 #include "layers/registry.h"
 
 using namespace kiln;
@@ -35,6 +38,7 @@ TEST(Registry, EveryTypeBuildsAndRoundTrips) {
     {"type": "adaptive_avg_pool2d", "output_size": 2},
     {"type": "sequential", "layers": [{"type": "relu"}, {"type": "dropout", "p": 0.1}]},
     {"type": "flatten"},
+    {"type": "dropout", "p": 0.25},
     {"type": "linear", "in_features": 64, "out_features": 10, "init": "normal"},
     {"type": "batch_norm1d", "num_features": 10},
     {"type": "global_avg_pool"}

@@ -59,8 +59,14 @@ TEST(Checkpoint, ResNetBlocksGiveThePlainGradients) {
               {"blocks", "every:2", "every:4"});
 }
 
-TEST(Checkpoint, BottleneckResNet) {
-  check_model(json::parse(R"({"name": "resnet50", "num_classes": 3})"), {2, 32, 32, 3}, 3, {"every:3"});
+TEST(Checkpoint, BottleneckBlocks) {
+  check_model(json::parse(R"({"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
+      {"type": "bottleneck", "in_channels": 8, "planes": 2},
+      {"type": "bottleneck", "in_channels": 8, "planes": 4, "stride": 2},
+      {"type": "bottleneck", "in_channels": 16, "planes": 4},
+      {"type": "global_avg_pool"}, {"type": "linear", "in_features": 16, "out_features": 3}]})"),
+              {2, 8, 8, 3}, 3, {"blocks", "every:3"});
 }
 
 TEST(Checkpoint, StagesWithDropoutAndBatchNorm) {
@@ -82,8 +88,11 @@ TEST(Checkpoint, RunningStatisticsUpdatedOnce) {
   auto m = models::build_model(config);
   Tensor x = randn({2, 8, 8, 3}, 1);
   ops::cross_entropy(m->forward(x), Tensor::from_vector(std::vector<int64_t>{0, 1}, {2})).backward();
-  for (auto& [name, t] : m->named_buffers())
-    if (name.find("num_batches_tracked") != std::string::npos) EXPECT_EQ(t.to_int_vector(), std::vector<int64_t>{1}) << name;
+  for (auto& [name, t] : m->named_buffers()) {
+    if (name.find("num_batches_tracked") != std::string::npos) {
+      EXPECT_EQ(t.to_int_vector(), std::vector<int64_t>{1}) << name;
+    }
+  }
 }
 
 TEST(Checkpoint, EvalWithoutGradRunsPlainly) {
