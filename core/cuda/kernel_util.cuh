@@ -107,6 +107,9 @@ bool is_flat(const OffsetCalc<NARGS>& c) {
   return true;
 }
 
+// Strides of `t` broadcast to `shape` (NumPy rules; 0 on broadcast dims). elementwise_cuda.cu.
+Shape broadcast_strides(const Tensor& t, const Shape& shape);
+
 // 32-bit index arithmetic is several times cheaper on the GPU; use it whenever it cannot overflow.
 inline bool fits_u32(int64_t n) { return n < (int64_t(1) << 31); }
 
