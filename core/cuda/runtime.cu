@@ -62,7 +62,7 @@ void throw_cudnn(cudnnStatus_t s, const char* call, const char* file, int line) 
   cudnnGetLastErrorString(detail, sizeof(detail));
   std::string msg = std::string(call) + " failed: " + cudnnGetErrorString(s);
   if (detail[0]) msg += std::string(" (") + detail + ")";
-  raise(s == CUDNN_STATUS_ALLOC_FAILED, msg, file, line);
+  raise(s == CUDNN_STATUS_ALLOC_FAILED || s == CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED, msg, file, line);
 }
 
 void throw_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
