@@ -4,10 +4,12 @@
 // variance, eps inside the square root) without cuDNN's layout and mode restrictions.
 //   forward (train): per channel sum(x - x0) and sum((x - x0)^2) in one pass, shifted by the first
 //     row x0 so the variance does not cancel catastrophically when |mean| >> std; mean, biased var,
-//     invstd and the running-stat update in f64 per channel; then y = x*scale + shift.
+//     invstd and the running-stat update in f64 per channel; then y = (x - mean)*scale + beta.
 //   backward: per channel S0 = sum(dy), S1 = sum(dy*(x - mean)) in one pass; dgamma = S1*invstd,
-//     dbeta = S0; dx = k1*dy + k2*x + k3 (train: the full formula through the batch statistics;
-//     eval: dx = gamma*invstd*dy).
+//     dbeta = S0; dx = k1*dy + k2*(x - mean) + k3 (train: the full formula through the batch
+//     statistics; eval: dx = gamma*invstd*dy).
+// NOTE: x - mean is formed before scaling (not x*scale + shift), so a large mean does not cost
+// precision in the output.
 // Tests: tests/gpu/batch_norm_test.cpp.
 #include <cmath>
 
@@ -28,7 +30,7 @@ struct LoadShifted {
   }
 };
 
-// coef: [scale (C), unused (C), shift (C)] for channel_kernel.
+// coef: see channel_kernel.
 template <typename T>
 struct StoreStats {
   const T* x;
@@ -44,9 +46,10 @@ struct StoreStats {
     double invstd = 1.0 / sqrt(var + eps);
     save_mean[c] = static_cast<float>(mean);
     save_invstd[c] = static_cast<float>(invstd);
-    double scale = (gamma ? gamma[c] : 1.0) * invstd;
-    coef[c] = static_cast<float>(scale);
-    coef[2 * C + c] = static_cast<float>((beta ? beta[c] : 0.0) - mean * scale);
+    coef[c] = static_cast<float>((gamma ? gamma[c] : 1.0) * invstd);
+    coef[C + c] = 0.f;
+    coef[2 * C + c] = beta ? beta[c] : 0.f;
+    coef[3 * C + c] = static_cast<float>(mean);
     if (running_mean) {
       running_mean[c] = static_cast<float>((1.0 - momentum) * running_mean[c] + momentum * mean);
       double unbiased = var * static_cast<double>(R) / static_cast<double>(R - 1);
@@ -66,7 +69,7 @@ struct LoadBackward {
   }
 };
 
-// coef: [k1, k2, k3] (each C) for dx = k1*dy + k2*x + k3.
+// coef: see channel_kernel.
 struct StoreBackward {
   const float *mean, *invstd, *gamma;  // gamma may be null
   float *dgamma, *dbeta, *coef;        // dgamma/dbeta may be null
@@ -82,35 +85,39 @@ struct StoreBackward {
     if (training) {
       double r = static_cast<double>(R);
       k2 = -gam * is * is * is * s[1] / r;
-      k3 = -gam * is * s[0] / r - k2 * mean[c];
+      k3 = -gam * is * s[0] / r;
     }
     coef[c] = static_cast<float>(k1);
     coef[C + c] = static_cast<float>(k2);
     coef[2 * C + c] = static_cast<float>(k3);
+    coef[3 * C + c] = mean[c];
   }
 };
 
-// kBackward: out = k1*dy + k2*x + k3; else out = k1*x + k3.
+// coef rows [k1, k2, k3, mean] (each C). Forward: out = k1*(x - mean) + k3 (k1 = gamma*invstd,
+// k3 = beta). Backward: out = k1*dy + k2*(x - mean) + k3.
 template <typename T, typename Index, bool kBackward>
 __global__ void channel_kernel(const T* x, const T* dy, T* out, const float* coef, Index n, Index C) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x) {
     Index c = i % C;
-    float v = coef[c] * to_float(kBackward ? dy[i] : x[i]) + coef[2 * C + c];
-    if constexpr (kBackward) v += coef[C + c] * to_float(x[i]);
+    float xm = to_float(x[i]) - coef[3 * C + c];
+    float v;
+    if constexpr (kBackward) v = coef[c] * to_float(dy[i]) + coef[C + c] * xm + coef[2 * C + c];
+    else v = coef[c] * xm + coef[2 * C + c];
     out[i] = from_float<T>(v);
   }
 }
 
-// Eval: invstd = 1/sqrt(var + eps); coef = [gamma*invstd, 0, beta - mean*gamma*invstd].
+// Eval: invstd = 1/sqrt(var + eps); coef = [gamma*invstd, 0, beta, mean].
 __global__ void eval_coef_kernel(const float* mean, const float* var, const float* gamma, const float* beta, double eps,
                                  int64_t C, float* invstd, float* coef) {
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
     double is = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
-    double scale = (gamma ? gamma[c] : 1.0) * is;
     invstd[c] = static_cast<float>(is);
-    coef[c] = static_cast<float>(scale);
+    coef[c] = static_cast<float>((gamma ? gamma[c] : 1.0) * is);
     coef[C + c] = 0.f;
-    coef[2 * C + c] = static_cast<float>((beta ? beta[c] : 0.0) - mean[c] * scale);
+    coef[2 * C + c] = beta ? beta[c] : 0.f;
+    coef[3 * C + c] = mean[c];
   }
 }
 
@@ -182,7 +189,7 @@ BatchNormGrads backward_impl(const char* op, const Tensor& gy0, const Tensor& x0
     out.dbeta = Tensor::empty({a.C}, DType::f32, x.device());
   }
   if (a.C == 0) return out;
-  Tensor coef = Tensor::empty({3 * a.C}, DType::f32, x.device());
+  Tensor coef = Tensor::empty({4 * a.C}, DType::f32, x.device());
   DeviceGuard g(a.device);
   StoreBackward store{fptr(mean), fptr(invstd), fptr(gamma), mfptr(out.dgamma), mfptr(out.dbeta), mfptr(coef),
                       a.R,        a.C,          training};
@@ -215,7 +222,7 @@ Tensor batch_norm_forward_train(const Tensor& x0, const Tensor& gamma0, const Te
   *save_mean = Tensor::empty({a.C}, DType::f32, x.device());
   *save_invstd = Tensor::empty({a.C}, DType::f32, x.device());
   Tensor y = empty_on(x.shape(), x.dtype(), x);
-  Tensor coef = Tensor::empty({3 * a.C}, DType::f32, x.device());
+  Tensor coef = Tensor::empty({4 * a.C}, DType::f32, x.device());
   DeviceGuard g(a.device);
   dispatch_float(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -249,7 +256,7 @@ Tensor batch_norm_forward_eval(const Tensor& x0, const Tensor& gamma0, const Ten
   Tensor rm = packed_f32(running_mean), rv = packed_f32(running_var);
   Tensor y = empty_on(x.shape(), x.dtype(), x);
   if (a.C == 0) return y;
-  Tensor coef = Tensor::empty({3 * a.C}, DType::f32, x.device());
+  Tensor coef = Tensor::empty({4 * a.C}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({a.C}, DType::f32, x.device());
   DeviceGuard g(a.device);
   eval_coef_kernel<<<grid_for(a.device, a.C, 256), 256, 0, stream_of(a.device)>>>(
@@ -273,7 +280,7 @@ BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x,
   Args a = check(op, x, {&gamma, &running_mean, &running_var});
   KILN_CHECK(running_mean.defined() && running_var.defined(), op, ": eval needs running_mean and running_var");
   Tensor rm = packed_f32(running_mean), rv = packed_f32(running_var);
-  Tensor coef = Tensor::empty({3 * a.C}, DType::f32, x.device());
+  Tensor coef = Tensor::empty({4 * a.C}, DType::f32, x.device());
   Tensor invstd = Tensor::empty({a.C}, DType::f32, x.device());
   if (a.C > 0) {
     DeviceGuard g(a.device);
