@@ -38,7 +38,7 @@ struct Plan {
   bool searched[3] = {false, false, false};
 };
 
-// N, H, W, Cin, Cout, KH, KW, stride, pad, dilation, groups, dtype, tf32
+// N, H, W, Cin, Cout, KH, KW, stride, pad, dilation, groups, dtype, tf32, benchmark mode
 using Key = std::array<int64_t, 17>;
 
 struct Geometry {
@@ -228,22 +228,46 @@ void run(int device, Plan& plan, Dir dir, const std::string& what, Call call) {
   KILN_FAIL("conv2d ", kDirName[dir], " (", what, "): no cuDNN algorithm could run");
 }
 
-template <typename T>
-__global__ void add_bias_kernel(T* y, const float* b, int64_t n, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+template <typename T, typename Index>
+__global__ void add_bias_kernel(T* y, const float* b, Index n, Index C) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n; i += Index(gridDim.x) * blockDim.x)
     y[i] = from_float<T>(to_float(y[i]) + b[i % C]);
 }
 
 // The cached plan for this problem, created on first use. Caller holds the cache lock.
 Plan& plan_for(Cache& c, const Geometry& g, const ops::Conv2dParams& p, DType dt, bool tf32) {
   Key key = {g.N, g.H, g.W, g.Cin, g.Cout, g.KH, g.KW, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-             p.dilation_h, p.dilation_w, p.groups, static_cast<int64_t>(dt), tf32, 0};
+             p.dilation_h, p.dilation_w, p.groups, static_cast<int64_t>(dt), tf32, cudnn_benchmark()};
   auto it = c.plans.find(key);
   if (it == c.plans.end()) it = c.plans.emplace(key, make_plan(g, p, dt)).first;
   return it->second;
 }
 
-bool tf32_for(DType dt) { return dt == DType::f32 && conv_allow_tf32(); }
+// Finds (once) and runs direction `dir` of this problem: call(handle, plan, algo, workspace, bytes).
+// x, w, y: the call's buffers (cudnnFind, in benchmark mode, overwrites the direction's output).
+template <typename Call>
+void execute(int device, Dir dir, const Geometry& g, const ops::Conv2dParams& p, DType dt, const void* x,
+             const void* w, const void* y, Call call) {
+  bool tf32 = dt == DType::f32 && conv_allow_tf32();
+  DeviceGuard guard(device);
+  cudnnHandle_t h = cudnn_handle(device);
+  Cache& c = cache(device);
+  std::lock_guard<std::mutex> lock(c.mu);
+  Plan& plan = plan_for(c, g, p, dt, tf32);
+  if (!plan.searched[dir]) search(device, plan, dir, dt, tf32, x, w, y, g.str);
+  run(device, plan, dir, g.str, [&](const Candidate& cd, void* ws, size_t wsb) { return call(h, plan, cd.algo, ws, wsb); });
+}
+
+// Checks a backward call's gradient against the problem and `other` (w or x) and returns their dtype.
+DType check_backward(const char* op, const Tensor& gy, const Tensor& other, const Geometry& g) {
+  Shape ys = {g.N, g.OH, g.OW, g.Cout};
+  KILN_CHECK(gy.shape() == ys, op, ": gradient ", gy.str(), " for output ", shape_str(ys), " (", g.str, ")");
+  KILN_CHECK(gy.dtype() == other.dtype(), op, ": gy ", gy.str(), " and ", other.str(), " must have one dtype");
+  cudnn_type(gy.dtype());
+  return gy.dtype();
+}
+
+const float kOne = 1.f, kZero = 0.f;
 
 }  // namespace
 
@@ -258,29 +282,26 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b, const
   Tensor x = packed(x0), w = packed(w0);
   Tensor y = empty_on({g.N, g.OH, g.OW, g.Cout}, dt, x);
   if (g.N == 0) return y;
-  bool tf32 = tf32_for(dt);
-  DeviceGuard guard(device);
-  cudnnHandle_t h = cudnn_handle(device);
-  Cache& c = cache(device);
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    Plan& plan = plan_for(c, g, p, dt, tf32);
-    if (!plan.searched[kFwd]) search(device, plan, kFwd, dt, tf32, x.raw_data(), w.raw_data(), y.raw_data(), g.str);
-    float one = 1.f, zero = 0.f;
-    run(device, plan, kFwd, g.str, [&](const Candidate& cd, void* ws, size_t wsb) {
-      return cudnnConvolutionForward(h, &one, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
-                                     static_cast<cudnnConvolutionFwdAlgo_t>(cd.algo), ws, wsb, &zero, plan.y,
-                                     y.raw_data());
-    });
-  }
+  execute(device, kFwd, g, p, dt, x.raw_data(), w.raw_data(), y.raw_data(),
+          [&](cudnnHandle_t h, Plan& plan, int algo, void* ws, size_t wsb) {
+            return cudnnConvolutionForward(h, &kOne, plan.x, x.raw_data(), plan.w, w.raw_data(), plan.conv,
+                                           static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, wsb, &kZero, plan.y,
+                                           y.raw_data());
+          });
   if (b.defined()) {
     Tensor bf = packed_f32(b);
     constexpr int kThreads = 256;
     int64_t n = y.numel();
+    DeviceGuard guard(device);
     dispatch_float(dt, "conv2d", [&](auto tag) {
       using T = typename decltype(tag)::type;
-      add_bias_kernel<T><<<grid_for(device, n, kThreads), kThreads, 0, stream_of(device)>>>(
-          static_cast<T*>(y.raw_data()), static_cast<const float*>(bf.raw_data()), n, g.Cout);
+      T* py = static_cast<T*>(y.raw_data());
+      const float* pb = static_cast<const float*>(bf.raw_data());
+      int grid = grid_for(device, n, kThreads);
+      if (fits_u32(n))
+        add_bias_kernel<T, uint32_t><<<grid, kThreads, 0, stream_of(device)>>>(py, pb, uint32_t(n), uint32_t(g.Cout));
+      else
+        add_bias_kernel<T, int64_t><<<grid, kThreads, 0, stream_of(device)>>>(py, pb, n, g.Cout);
     });
     CUDA_CHECK_LAUNCH();
   }
@@ -288,65 +309,36 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b, const
 }
 
 Tensor conv2d_backward_data(const Tensor& gy0, const Tensor& w0, const Shape& x_shape, const ops::Conv2dParams& p) {
-  int device = same_device("conv2d_backward_data", {&gy0, &w0});
-  Geometry g = geometry("conv2d_backward_data", x_shape, w0.shape(), p);
-  Shape ys = {g.N, g.OH, g.OW, g.Cout};
-  KILN_CHECK(gy0.shape() == ys, "conv2d_backward_data: gradient ", gy0.str(), " for output ", shape_str(ys), " (",
-             g.str, ")");
-  KILN_CHECK(gy0.dtype() == w0.dtype(), "conv2d_backward_data: gy ", gy0.str(), " and w ", w0.str(),
-             " must have one dtype");
-  DType dt = gy0.dtype();
-  cudnn_type(dt);
+  const char* op = "conv2d_backward_data";
+  int device = same_device(op, {&gy0, &w0});
+  Geometry g = geometry(op, x_shape, w0.shape(), p);
+  DType dt = check_backward(op, gy0, w0, g);
   Tensor gy = packed(gy0), w = packed(w0);
   Tensor dx = empty_on(x_shape, dt, gy);
   if (g.N == 0) return dx;
-  bool tf32 = tf32_for(dt);
-  DeviceGuard guard(device);
-  cudnnHandle_t h = cudnn_handle(device);
-  Cache& c = cache(device);
-  std::lock_guard<std::mutex> lock(c.mu);
-  Plan& plan = plan_for(c, g, p, dt, tf32);
-  if (!plan.searched[kBwdData])
-    search(device, plan, kBwdData, dt, tf32, dx.raw_data(), w.raw_data(), gy.raw_data(), g.str);
-  float one = 1.f, zero = 0.f;
-  run(device, plan, kBwdData, g.str, [&](const Candidate& cd, void* ws, size_t wsb) {
-    return cudnnConvolutionBackwardData(h, &one, plan.w, w.raw_data(), plan.y, gy.raw_data(), plan.conv,
-                                        static_cast<cudnnConvolutionBwdDataAlgo_t>(cd.algo), ws, wsb, &zero, plan.x,
-                                        dx.raw_data());
-  });
+  execute(device, kBwdData, g, p, dt, dx.raw_data(), w.raw_data(), gy.raw_data(),
+          [&](cudnnHandle_t h, Plan& plan, int algo, void* ws, size_t wsb) {
+            return cudnnConvolutionBackwardData(h, &kOne, plan.w, w.raw_data(), plan.y, gy.raw_data(), plan.conv,
+                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, wsb, &kZero,
+                                                plan.x, dx.raw_data());
+          });
   return dx;
 }
 
 Tensor conv2d_backward_weight(const Tensor& gy0, const Tensor& x0, const Shape& w_shape, const ops::Conv2dParams& p) {
-  int device = same_device("conv2d_backward_weight", {&gy0, &x0});
-  Geometry g = geometry("conv2d_backward_weight", x0.shape(), w_shape, p);
-  Shape ys = {g.N, g.OH, g.OW, g.Cout};
-  KILN_CHECK(gy0.shape() == ys, "conv2d_backward_weight: gradient ", gy0.str(), " for output ", shape_str(ys), " (",
-             g.str, ")");
-  KILN_CHECK(gy0.dtype() == x0.dtype(), "conv2d_backward_weight: gy ", gy0.str(), " and x ", x0.str(),
-             " must have one dtype");
-  DType dt = x0.dtype();
-  cudnn_type(dt);
+  const char* op = "conv2d_backward_weight";
+  int device = same_device(op, {&gy0, &x0});
+  Geometry g = geometry(op, x0.shape(), w_shape, p);
+  DType dt = check_backward(op, gy0, x0, g);
   Tensor gy = packed(gy0), x = packed(x0);
   Tensor dw = empty_on(w_shape, dt, x);
-  if (g.N == 0) {
-    dw.zero_();
-    return dw;
-  }
-  bool tf32 = tf32_for(dt);
-  DeviceGuard guard(device);
-  cudnnHandle_t h = cudnn_handle(device);
-  Cache& c = cache(device);
-  std::lock_guard<std::mutex> lock(c.mu);
-  Plan& plan = plan_for(c, g, p, dt, tf32);
-  if (!plan.searched[kBwdFilter])
-    search(device, plan, kBwdFilter, dt, tf32, x.raw_data(), dw.raw_data(), gy.raw_data(), g.str);
-  float one = 1.f, zero = 0.f;
-  run(device, plan, kBwdFilter, g.str, [&](const Candidate& cd, void* ws, size_t wsb) {
-    return cudnnConvolutionBackwardFilter(h, &one, plan.x, x.raw_data(), plan.y, gy.raw_data(), plan.conv,
-                                          static_cast<cudnnConvolutionBwdFilterAlgo_t>(cd.algo), ws, wsb, &zero,
-                                          plan.w, dw.raw_data());
-  });
+  if (g.N == 0) return dw.zero_();
+  execute(device, kBwdFilter, g, p, dt, x.raw_data(), dw.raw_data(), gy.raw_data(),
+          [&](cudnnHandle_t h, Plan& plan, int algo, void* ws, size_t wsb) {
+            return cudnnConvolutionBackwardFilter(h, &kOne, plan.x, x.raw_data(), plan.y, gy.raw_data(), plan.conv,
+                                                  static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, wsb, &kZero,
+                                                  plan.w, dw.raw_data());
+          });
   return dw;
 }
 

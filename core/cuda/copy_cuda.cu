@@ -2,8 +2,8 @@
 // any dtype pair (f32, f16, bf16, i32, i64, u8, f64). Conversions go through double on the device,
 // exactly as the CPU's copy does, so a value converts the same on either side.
 //   H2D: packed on the host if strided; a pinned source is copied asynchronously (see pinned.h),
-//        a pageable one is staged by the driver before cudaMemcpyAsync returns; dtype conversion
-//        and scattering into a strided destination run on the device.
+//        a pageable one is waited for; dtype conversion and scattering into a strided destination
+//        run on the device.
 //   D2H: gathered/converted on the device, then copied and waited for.
 //   D2D on one device: cudaMemcpyAsync when both are packed and of one dtype, else a kernel.
 //   D2D across devices: a peer copy on the destination's stream, waited for (rare: NCCL moves the
@@ -112,7 +112,7 @@ void copy_on_device(int device, const Tensor& dst, const Tensor& src) {
       using T = typename decltype(tag)::type;
       T* d = static_cast<T*>(dst.raw_data());
       const T* p = static_cast<const T*>(src.raw_data());
-      if (fits_u32(n)) strided_copy_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(d, p, oc, static_cast<uint32_t>(n));
+      if (fits_u32(oc, n)) strided_copy_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(d, p, oc, static_cast<uint32_t>(n));
       else strided_copy_kernel<T, int64_t><<<grid, kThreads, 0, s>>>(d, p, oc, n);
     });
     CUDA_CHECK_LAUNCH();
@@ -148,10 +148,15 @@ void copy_host_to_device(const Tensor& dst, const Tensor& src0) {
                       : Tensor::empty(src.shape(), src.dtype(), dst.device());
   DeviceGuard g(device);
   cudaStream_t s = stream_of(device);
-  // NOTE: from a pinned block this returns at once; the loader must wait_host_copies() before
-  // refilling it. From pageable memory the driver stages the data before returning.
   CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, s));
-  if (is_pinned_ptr(src.raw_data())) record_pinned_read(src.raw_data(), device);
+  if (is_pinned_ptr(src.raw_data())) {
+    // Returns at once; the loader must wait_host_copies() before refilling the block.
+    record_pinned_read(src.raw_data(), device);
+  } else {
+    // NOTE: CUDA may still read pageable memory after cudaMemcpyAsync returns, and `src` may be a
+    // temporary: wait, as PyTorch does for blocking copies. Hot paths use pinned buffers.
+    CUDA_CHECK(cudaStreamSynchronize(s));
+  }
   if (!target.same(dst)) copy_on_device(device, dst, target);
 }
 
@@ -295,7 +300,7 @@ void fill_cuda(const Tensor& t, double v) {
     T value;
     std::memcpy(&value, &bits, sizeof(T));  // little-endian: the low bytes hold the element
     T* p = static_cast<T*>(t.raw_data());
-    if (cuda::fits_u32(n)) cuda::fill_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(p, value, oc, uint32_t(n), flat);
+    if (cuda::fits_u32(oc, n)) cuda::fill_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(p, value, oc, uint32_t(n), flat);
     else cuda::fill_kernel<T, int64_t><<<grid, kThreads, 0, s>>>(p, value, oc, n, flat);
   });
   CUDA_CHECK_LAUNCH();

@@ -65,7 +65,7 @@ Tensor binary_impl(const char* op, const Tensor& a, const Tensor& b, F f) {
     auto oc = make_offset_calc<2>(shape, {broadcast_strides(a, shape), broadcast_strides(b, shape)});
     constexpr int kThreads = 256;
     int grid = grid_for(device, n, kThreads);
-    if (fits_u32(n)) broadcast_kernel<T, F, uint32_t><<<grid, kThreads, 0, s>>>(o, pa, pb, oc, uint32_t(n), f);
+    if (fits_u32(oc, n)) broadcast_kernel<T, F, uint32_t><<<grid, kThreads, 0, s>>>(o, pa, pb, oc, uint32_t(n), f);
     else broadcast_kernel<T, F, int64_t><<<grid, kThreads, 0, s>>>(o, pa, pb, oc, n, f);
     CUDA_CHECK_LAUNCH();
   });

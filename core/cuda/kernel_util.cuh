@@ -110,8 +110,20 @@ bool is_flat(const OffsetCalc<NARGS>& c) {
 // Strides of `t` broadcast to `shape` (NumPy rules; 0 on broadcast dims). elementwise_cuda.cu.
 Shape broadcast_strides(const Tensor& t, const Shape& shape);
 
-// 32-bit index arithmetic is several times cheaper on the GPU; use it whenever it cannot overflow.
+// 32-bit index arithmetic is several times cheaper on the GPU; use it whenever it cannot overflow:
+// for the element count, and for the largest offset any operand can reach (a strided view of a
+// large storage can address far beyond its own element count).
 inline bool fits_u32(int64_t n) { return n < (int64_t(1) << 31); }
+template <int NARGS>
+bool fits_u32(const OffsetCalc<NARGS>& c, int64_t n) {
+  if (!fits_u32(n)) return false;
+  for (int a = 0; a < NARGS; ++a) {
+    int64_t reach = 0;
+    for (int d = 0; d < c.nd; ++d) reach += (c.size[d] - 1) * c.stride[a][d];
+    if (!fits_u32(reach + 1)) return false;
+  }
+  return true;
+}
 
 // --- reductions inside a block ----------------------------------------------------------------------
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in every thread.

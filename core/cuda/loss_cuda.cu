@@ -13,13 +13,12 @@ namespace kiln::cuda {
 namespace {
 
 // Row statistics: max, log-sum-exp, and the sum of the row (for smoothing). All threads get them.
-template <typename T>
 struct RowStats {
   float lse, sum;
 };
 
 template <typename T>
-__device__ RowStats<T> row_stats(const T* row, int64_t K, bool need_sum) {
+__device__ RowStats row_stats(const T* row, int64_t K, bool need_sum) {
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < K; j += blockDim.x) m = MaxCombine::op(m, to_float(row[j]));
   m = block_combine<MaxCombine>(m);
@@ -40,7 +39,7 @@ __global__ void ce_forward_kernel(const T* logits, const L* labels, int64_t N, i
                                   float* row_loss) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T* row = logits + i * K;
-    RowStats<T> st = row_stats(row, K, smoothing != 0.f);
+    RowStats st = row_stats(row, K, smoothing != 0.f);
     if (threadIdx.x == 0) {
       int64_t y = static_cast<int64_t>(labels[i]);
       float loss = NAN;
@@ -60,7 +59,7 @@ __global__ void ce_backward_kernel(const float* grad_loss, const T* logits, cons
   float off = smoothing / static_cast<float>(K);
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T* row = logits + i * K;
-    RowStats<T> st = row_stats(row, K, false);
+    RowStats st = row_stats(row, K, false);
     int64_t y = static_cast<int64_t>(labels[i]);
     bool valid = y >= 0 && y < K;
     for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
@@ -74,7 +73,7 @@ __global__ void ce_backward_kernel(const float* grad_loss, const T* logits, cons
 template <typename T>
 __global__ void softmax_kernel(const T* logits, int64_t N, int64_t K, T* out) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
-    RowStats<T> st = row_stats(logits + i * K, K, false);
+    RowStats st = row_stats(logits + i * K, K, false);
     for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
       out[i * K + j] = from_float<T>(expf(to_float(logits[i * K + j]) - st.lse));
   }
@@ -82,10 +81,6 @@ __global__ void softmax_kernel(const T* logits, int64_t N, int64_t K, T* out) {
 
 int threads_for_row(int64_t K) { return K >= 1024 ? 512 : K >= 256 ? 256 : K >= 64 ? 64 : 32; }
 
-struct LoadRows {
-  const float* v;
-  __device__ Vals<1> operator()(int64_t, int64_t r, int64_t) const { return {{v[r]}}; }
-};
 struct StoreMean {
   float* out;
   double scale;
@@ -107,6 +102,21 @@ void dispatch_labels(DType t, F&& f) {
   else f(TypeTag<int32_t>{});
 }
 
+// launch(T tag, L tag, grid, threads, stream) for logits' and labels' element types, one block per row.
+template <typename F>
+void launch_rows(const char* op, int device, const Tensor& logits, const Tensor& labels, F launch) {
+  DeviceGuard g(device);
+  int threads = threads_for_row(logits.size(1));
+  int grid = static_cast<int>(std::min<int64_t>(logits.size(0), 65535));
+  cudaStream_t s = stream_of(device);
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    dispatch_labels(labels.dtype(), [&](auto ltag) { launch(tag, ltag, grid, threads, s); });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
+
 }  // namespace
 
 Tensor cross_entropy_forward(const Tensor& logits0, const Tensor& labels0, double label_smoothing) {
@@ -119,22 +129,15 @@ Tensor cross_entropy_forward(const Tensor& logits0, const Tensor& labels0, doubl
   int64_t N = logits.size(0), K = logits.size(1);
   Tensor row_loss = Tensor::empty({N}, DType::f32, logits.device());
   Tensor out = Tensor::empty({}, DType::f32, logits.device());
-  DeviceGuard g(device);
-  cudaStream_t s = stream_of(device);
-  int threads = threads_for_row(K);
-  int grid = static_cast<int>(std::min<int64_t>(N, 65535));
-  dispatch_float(logits.dtype(), op, [&](auto tag) {
+  float e = static_cast<float>(label_smoothing);
+  float* rl = static_cast<float*>(row_loss.raw_data());
+  launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    dispatch_labels(labels.dtype(), [&](auto ltag) {
-      using L = typename decltype(ltag)::type;
-      ce_forward_kernel<T, L><<<grid, threads, 0, s>>>(static_cast<const T*>(logits.raw_data()),
-                                                        static_cast<const L*>(labels.raw_data()), N, K,
-                                                        static_cast<float>(label_smoothing),
-                                                        static_cast<float*>(row_loss.raw_data()));
-    });
+    using L = typename decltype(ltag)::type;
+    ce_forward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<T>(logits), cptr<L>(labels), N, K, e, rl);
   });
-  CUDA_CHECK_LAUNCH();
-  reduce_arb<1, SumCombine>(device, 1, N, 1, LoadRows{static_cast<const float*>(row_loss.raw_data())},
+  DeviceGuard g(device);
+  reduce_arb<1, SumCombine>(device, 1, N, 1, LoadVector{rl},
                             StoreMean{static_cast<float*>(out.raw_data()), 1.0 / static_cast<double>(N)});
   return out;
 }
@@ -149,21 +152,13 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, co
   Tensor logits = packed(logits0), labels = packed(labels0);
   int64_t N = logits.size(0), K = logits.size(1);
   Tensor out = empty_on(logits.shape(), logits.dtype(), logits);
-  DeviceGuard g(device);
-  cudaStream_t s = stream_of(device);
-  int threads = threads_for_row(K);
-  int grid = static_cast<int>(std::min<int64_t>(N, 65535));
-  dispatch_float(logits.dtype(), op, [&](auto tag) {
+  float e = static_cast<float>(label_smoothing);
+  launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
     using T = typename decltype(tag)::type;
-    dispatch_labels(labels.dtype(), [&](auto ltag) {
-      using L = typename decltype(ltag)::type;
-      ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(
-          static_cast<const float*>(g32.raw_data()), static_cast<const T*>(logits.raw_data()),
-          static_cast<const L*>(labels.raw_data()), N, K, static_cast<float>(label_smoothing),
-          static_cast<T*>(out.raw_data()));
-    });
+    using L = typename decltype(ltag)::type;
+    ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<float>(g32), cptr<T>(logits), cptr<L>(labels), N, K, e,
+                                                      static_cast<T*>(out.raw_data()));
   });
-  CUDA_CHECK_LAUNCH();
   return out;
 }
 

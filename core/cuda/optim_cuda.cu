@@ -133,6 +133,17 @@ struct Table {
     return static_cast<const Entry*>(upload(device, entries.data(), entries.size() * sizeof(Entry)));
   }
   int grid() const { return static_cast<int>(std::min<int64_t>(chunks, int64_t(context(device).sm_count) * 8)); }
+  // One launch of body(entry, i) over every element of every tensor.
+  template <typename Body>
+  void launch(Body body) const {
+    DeviceGuard g(device);
+    const Entry* table = upload_table();
+    multi_tensor_kernel<<<grid(), kThreads, 0, stream_of(device)>>>(table, static_cast<int>(entries.size()), chunks,
+                                                                    body);
+    CUDA_CHECK_LAUNCH();
+  }
+  // Adds a plain tensor (unscale, sum of squares): ptr[0] = its data, dtype its own.
+  void add_tensor(const char* op, const Tensor& x);
 };
 
 void check_f32_buffer(const char* op, const char* what, const Tensor& t, const Tensor& param) {
@@ -145,6 +156,20 @@ int check_float_dtype(const char* op, const Tensor& t) {
   KILN_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16, op,
              ": gradients must be f32, f16 or bf16, got ", t.str());
   return static_cast<int>(t.dtype());
+}
+
+void Table::add_tensor(const char* op, const Tensor& x) {
+  int d = same_device(op, {&x});
+  KILN_CHECK(device < 0 || device == d, op, ": all tensors must be on one device, got ", Device::cuda(device).str(),
+             " and ", x.str());
+  device = d;
+  Tensor p = packed(x);  // x itself when packed, so in-place kernels write into x
+  keep.push_back(p);
+  Entry e;
+  e.ptr[0] = p.raw_data();
+  e.n = p.numel();
+  e.dtype = check_float_dtype(op, p);
+  add(e);
 }
 
 // Common checks of a (param, grad) pair; returns the table entry with ptr[0..1] set.
@@ -188,12 +213,7 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     t.add(e);
   }
   if (t.chunks == 0) return;
-  DeviceGuard g(t.device);
-  SgdBody body{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov};
-  const Entry* table = t.upload_table();
-  multi_tensor_kernel<<<t.grid(), kThreads, 0, stream_of(t.device)>>>(table, static_cast<int>(t.entries.size()),
-                                                                        t.chunks, body);
-  CUDA_CHECK_LAUNCH();
+  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov});
 }
 
 void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt) {
@@ -217,12 +237,7 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
     t.add(e);
   }
   if (t.chunks == 0) return;
-  DeviceGuard g(t.device);
-  AdamWBody body{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps)};
-  const Entry* table = t.upload_table();
-  multi_tensor_kernel<<<t.grid(), kThreads, 0, stream_of(t.device)>>>(table, static_cast<int>(t.entries.size()),
-                                                                        t.chunks, body);
-  CUDA_CHECK_LAUNCH();
+  t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps)});
 }
 
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale) {
@@ -230,54 +245,20 @@ bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale
   Table t;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
-    int d = same_device(op, {&g});
-    KILN_CHECK(t.device < 0 || t.device == d, op, ": all gradients must be on one device");
-    t.device = d;
     KILN_CHECK(g.is_contiguous(), op, ": gradient ", g.str(), " must be packed (it is scaled in place)");
-    Entry e;
-    e.ptr[0] = g.raw_data();
-    e.n = g.numel();
-    e.dtype = check_float_dtype(op, g);
-    t.add(e);
+    t.add_tensor(op, g);
   }
   if (t.chunks == 0) return true;
-  DeviceGuard guard(t.device);
   Tensor flag = Tensor::zeros({}, DType::i32, Device::cuda(t.device));
-  UnscaleBody body{static_cast<float>(inv_scale), static_cast<int32_t*>(flag.raw_data())};
-  const Entry* table = t.upload_table();
-  multi_tensor_kernel<<<t.grid(), kThreads, 0, stream_of(t.device)>>>(table, static_cast<int>(t.entries.size()),
-                                                                        t.chunks, body);
-  CUDA_CHECK_LAUNCH();
+  t.launch(UnscaleBody{static_cast<float>(inv_scale), static_cast<int32_t*>(flag.raw_data())});
   return read_i32(flag) == 0;
 }
-
-namespace {
-struct LoadPartial {
-  const float* v;
-  __device__ Vals<1> operator()(int64_t, int64_t r, int64_t) const { return {{v[r]}}; }
-};
-struct StoreDouble {
-  double* out;
-  __device__ void operator()(int64_t, int64_t, const double* v) const { *out = v[0]; }
-};
-}  // namespace
 
 double sum_of_squares(const std::vector<Tensor>& xs) {
   const char* op = "sum_of_squares";
   Table t;
-  for (const Tensor& x : xs) {
-    if (!x.defined()) continue;
-    int d = same_device(op, {&x});
-    KILN_CHECK(t.device < 0 || t.device == d, op, ": all tensors must be on one device");
-    t.device = d;
-    Tensor p = packed(x);
-    t.keep.push_back(p);
-    Entry e;
-    e.ptr[0] = p.raw_data();
-    e.n = p.numel();
-    e.dtype = check_float_dtype(op, p);
-    t.add(e);
-  }
+  for (const Tensor& x : xs)
+    if (x.defined()) t.add_tensor(op, x);
   if (t.chunks == 0) return 0.0;
   DeviceGuard guard(t.device);
   Tensor partial = Tensor::empty({t.chunks}, DType::f32, Device::cuda(t.device));
@@ -286,8 +267,8 @@ double sum_of_squares(const std::vector<Tensor>& xs) {
   sumsq_kernel<<<t.grid(), kThreads, 0, stream_of(t.device)>>>(table, static_cast<int>(t.entries.size()), t.chunks,
                                                                  static_cast<float*>(partial.raw_data()));
   CUDA_CHECK_LAUNCH();
-  reduce_arb<1, SumCombine>(t.device, 1, t.chunks, 1, LoadPartial{static_cast<const float*>(partial.raw_data())},
-                            StoreDouble{static_cast<double*>(out.raw_data())});
+  reduce_arb<1, SumCombine>(t.device, 1, t.chunks, 1, LoadVector{static_cast<const float*>(partial.raw_data())},
+                            StoreF64{static_cast<double*>(out.raw_data())});
   return out.item();
 }
 

@@ -1,6 +1,7 @@
 // Pinned host memory (cudaHostAlloc, portable to every device) with a registry of the blocks, so the
 // copy code can tell a pinned source (asynchronous copy) from pageable memory and record, per block,
 // an event after the last copy that reads it. See pinned.h. Tests: tests/gpu/copy_test.cpp.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <mutex>

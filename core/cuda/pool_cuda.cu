@@ -34,6 +34,17 @@ Geo geo(const char* op, const Shape& x, const ops::Pool2dParams& p) {
   return g;
 }
 
+struct Nhwc {
+  int64_t n, h, w, c;
+};
+// (n, h, w, c) of element i of an (N, H, W, C) tensor.
+__device__ __forceinline__ Nhwc nhwc_index(int64_t i, int64_t H, int64_t W, int64_t C) {
+  int64_t c = i % C, t = i / C;
+  int64_t w = t % W;
+  t /= W;
+  return {t / H, t % H, w, c};
+}
+
 // The outputs along one axis whose windows cover input position h: [lo, hi).
 __device__ __forceinline__ void covering(int64_t h, int64_t k, int64_t s, int64_t pad, int64_t out, int64_t& lo,
                                          int64_t& hi) {
@@ -56,10 +67,7 @@ __device__ __forceinline__ int64_t avg_divisor(const Geo& g, int64_t oh, int64_t
 template <typename T>
 __global__ void max_fwd_kernel(const T* x, T* y, int32_t* idx, Geo g, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t ow = t % g.OW;
-    t /= g.OW;
-    int64_t oh = t % g.OH, b = t / g.OH;
+    auto [b, oh, ow, c] = nhwc_index(i, g.OH, g.OW, g.C);
     int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
     int64_t he = min(hs + g.kh, g.H), we = min(ws + g.kw, g.W);
     hs = max(hs, int64_t(0));
@@ -83,10 +91,7 @@ __global__ void max_fwd_kernel(const T* x, T* y, int32_t* idx, Geo g, int64_t n)
 template <typename T>
 __global__ void max_bwd_kernel(const T* gy, const int32_t* idx, T* gx, Geo g, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t w = t % g.W;
-    t /= g.W;
-    int64_t h = t % g.H, b = t / g.H;
+    auto [b, h, w, c] = nhwc_index(i, g.H, g.W, g.C);
     int64_t oh0, oh1, ow0, ow1;
     covering(h, g.kh, g.sh, g.ph, g.OH, oh0, oh1);
     covering(w, g.kw, g.sw, g.pw, g.OW, ow0, ow1);
@@ -104,10 +109,7 @@ __global__ void max_bwd_kernel(const T* gy, const int32_t* idx, T* gx, Geo g, in
 template <typename T>
 __global__ void avg_fwd_kernel(const T* x, T* y, Geo g, bool include_pad, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t ow = t % g.OW;
-    t /= g.OW;
-    int64_t oh = t % g.OH, b = t / g.OH;
+    auto [b, oh, ow, c] = nhwc_index(i, g.OH, g.OW, g.C);
     int64_t hs = max(oh * g.sh - g.ph, int64_t(0)), ws = max(ow * g.sw - g.pw, int64_t(0));
     int64_t he = min(oh * g.sh - g.ph + g.kh, g.H), we = min(ow * g.sw - g.pw + g.kw, g.W);
     const T* img = x + b * g.H * g.W * g.C + c;
@@ -121,10 +123,7 @@ __global__ void avg_fwd_kernel(const T* x, T* y, Geo g, bool include_pad, int64_
 template <typename T>
 __global__ void avg_bwd_kernel(const T* gy, T* gx, Geo g, bool include_pad, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t w = t % g.W;
-    t /= g.W;
-    int64_t h = t % g.H, b = t / g.H;
+    auto [b, h, w, c] = nhwc_index(i, g.H, g.W, g.C);
     int64_t oh0, oh1, ow0, ow1;
     covering(h, g.kh, g.sh, g.ph, g.OH, oh0, oh1);
     covering(w, g.kw, g.sw, g.pw, g.OW, ow0, ow1);
@@ -143,10 +142,7 @@ __device__ __forceinline__ int64_t bin_end(int64_t o, int64_t in, int64_t out) {
 template <typename T>
 __global__ void adaptive_fwd_kernel(const T* x, T* y, Geo g, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t ow = t % g.OW;
-    t /= g.OW;
-    int64_t oh = t % g.OH, b = t / g.OH;
+    auto [b, oh, ow, c] = nhwc_index(i, g.OH, g.OW, g.C);
     int64_t hs = bin_start(oh, g.H, g.OH), he = bin_end(oh, g.H, g.OH);
     int64_t ws = bin_start(ow, g.W, g.OW), we = bin_end(ow, g.W, g.OW);
     const T* img = x + b * g.H * g.W * g.C + c;
@@ -160,10 +156,7 @@ __global__ void adaptive_fwd_kernel(const T* x, T* y, Geo g, int64_t n) {
 template <typename T>
 __global__ void adaptive_bwd_kernel(const T* gy, T* gx, Geo g, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t c = i % g.C, t = i / g.C;
-    int64_t w = t % g.W;
-    t /= g.W;
-    int64_t h = t % g.H, b = t / g.H;
+    auto [b, h, w, c] = nhwc_index(i, g.H, g.W, g.C);
     // Bins that may hold h: [floor(h*OH/H), ceil((h+1)*OH/H)), each checked.
     int64_t oh0 = (h * g.OH) / g.H, oh1 = min(((h + 1) * g.OH + g.H - 1) / g.H, g.OH);
     int64_t ow0 = (w * g.OW) / g.W, ow1 = min(((w + 1) * g.OW + g.W - 1) / g.W, g.OW);

@@ -38,11 +38,6 @@ struct StoreScaled {
   }
 };
 
-struct StoreF64 {
-  double* out;
-  __device__ void operator()(int64_t, int64_t, const double* v) const { *out = v[0]; }
-};
-
 std::vector<int64_t> normalize_dims(const Tensor& x, const std::vector<int64_t>& dims) {
   std::vector<int64_t> out;
   for (int64_t d : dims) {

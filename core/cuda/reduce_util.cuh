@@ -113,6 +113,16 @@ __global__ void finalize_kernel(const float* partial, int64_t A, int P, int64_t 
   }
 }
 
+// Common loads and stores: a packed f32 vector as (1, R, 1); the single result as f64.
+struct LoadVector {
+  const float* v;
+  __device__ Vals<1> operator()(int64_t, int64_t r, int64_t) const { return {{v[r]}}; }
+};
+struct StoreF64 {
+  double* out;
+  __device__ void operator()(int64_t, int64_t, const double* v) const { *out = v[0]; }
+};
+
 // Runs both passes on `device`'s stream. A, B >= 1; R >= 0 (R == 0 gives the identity).
 template <int NV, typename C, typename Load, typename Store>
 void reduce_arb(int device, int64_t A, int64_t R, int64_t B, Load load, Store store) {

@@ -7,7 +7,7 @@
 //     cuBLASLt workspace and a small upload area for kernel argument tables.
 // NOTE: there is a single stream per device on purpose: the caching allocator is not stream-aware,
 // so a block freed by one stream could be handed to another while still in use. With one stream the
-// stream order alone keeps reuse safe (see docs/architecture.md).
+// stream order alone keeps reuse safe (see docs/cuda_backend.md).
 // The plain C++ API (no CUDA types) is core/cuda/cuda_ops.h. Tests: tests/gpu/runtime_test.cpp.
 #pragma once
 #include <cublasLt.h>
