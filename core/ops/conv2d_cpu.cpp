@@ -17,9 +17,10 @@
 // is exact); only the speed differs.
 //
 // Tests: tests/core/conv2d_test.cpp. Benchmark: `kiln bench conv`, tools/bench/bench_ops.py.
+#include "core/ops/conv2d.h"
+
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/conv2d.h"
 
 namespace kiln::ops {
 

@@ -12,9 +12,10 @@
 // plus the conversions.
 //
 // Tests: tests/core/linear_test.cpp. Benchmark: `kiln bench matmul`, tools/bench/bench_ops.py.
+#include "core/ops/linear.h"
+
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/linear.h"
 #include "core/ops/reduce.h"
 
 namespace kiln::ops {
@@ -122,7 +123,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   Tensor ad = a.detach(), bd = b.detach();
   Tensor y = mm("matmul", ad, bd, Tensor(), dt);
   bool ga = a.requires_grad(), gb = b.requires_grad();
-  return record("matmul", {a, b}, y, [ad, bd, ga, gb, dt](const Tensor& gy) {
+  return record("matmul", {a, b}, y, [ad, bd, ga, gb, dt](const Tensor& gy0) {
+    Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
     return grads{ga ? mm("matmul backward", gy, t2(bd), Tensor(), dt) : Tensor(),
                  gb ? mm("matmul backward", t2(ad), gy, Tensor(), dt) : Tensor()};
   });
@@ -146,7 +148,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   Tensor xd = x.detach(), wd = w.detach();
   Tensor y = mm("linear", xd, t2(wd), b.defined() ? b.detach().contiguous() : Tensor(), dt);
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
-  return record("linear", {x, w, b}, y, [xd, wd, gx, gw, gb, dt](const Tensor& gy) {
+  return record("linear", {x, w, b}, y, [xd, wd, gx, gw, gb, dt](const Tensor& gy0) {
+    Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
     return grads{gx ? mm("linear backward", gy, wd, Tensor(), dt) : Tensor(),
                  gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(), gb ? sum(gy, {0}) : Tensor()};
   });

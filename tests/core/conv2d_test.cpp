@@ -61,6 +61,12 @@ const std::vector<Case>& cases() {
   return c;
 }
 
+const Case& find_case(const std::string& name) {
+  for (const Case& c : cases())
+    if (name == c.name) return c;
+  throw std::runtime_error("no conv2d test case " + name);
+}
+
 struct Ref {
   std::vector<double> y, gx, gw, gb;
 };
@@ -172,14 +178,12 @@ TEST(Conv2d, OnlySomeInputsRequireGrad) {
 TEST(Conv2d, Gradcheck) {
   // Conv is linear in each input, so central differences are exact up to f32 rounding.
   for (const char* name : {"3x3_pad1", "stride2_floor", "dilation2", "groups2", "depthwise", "1x1_stride2"}) {
-    const Case* k = nullptr;
-    for (const Case& c : cases())
-      if (std::string(c.name) == name) k = &c;
-    ASSERT_NE(k, nullptr);
+    const Case* k = &find_case(name);
     SCOPED_TRACE(name);
     Inputs in = make_inputs(*k, 30);
-    std::vector<Tensor> xs{in.x.set_requires_grad(true), in.w.set_requires_grad(true)};
-    if (k->bias) xs.push_back(in.b.set_requires_grad(true));
+    std::vector<Tensor> xs;
+    for (Tensor* t : {&in.x, &in.w, &in.b})
+      if (t->defined()) xs.push_back(t->set_requires_grad(true));
     auto p = k->p;
     kiln::testing::gradcheck(
         [p](const std::vector<Tensor>& v) { return ops::conv2d(v[0], v[1], v.size() > 2 ? v[2] : Tensor(), p); }, xs,
@@ -193,9 +197,7 @@ TEST(Conv2d, LowPrecisionMatchesF32) {
   for (DType t : {DType::bf16, DType::f16}) {
     double rel = t == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
     for (const char* name : {"3x3_pad1", "groups2", "depthwise_s2_mult2", "batch1_wide", "blocked_bwd"}) {
-      const Case* k = nullptr;
-      for (const Case& c : cases())
-        if (std::string(c.name) == name) k = &c;
+      const Case* k = &find_case(name);
       SCOPED_TRACE(std::string(name) + " " + dtype_name(t));
       Inputs lo = make_inputs(*k, 40, t);
       Inputs hi{lo.x.to(DType::f32), lo.w.to(DType::f32), k->bias ? lo.b.to(DType::f32) : Tensor()};

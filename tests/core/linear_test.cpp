@@ -172,6 +172,12 @@ TEST(Linear, LowPrecisionMatchesF32) {
     Tensor a = randn({9, 20}, 34, t), m = randn({20, 7}, 35, t);
     expect_close(ops::matmul(a, m), ops::matmul(a.to(DType::f32), m.to(DType::f32)).to_double_vector(), rel, rel,
                  "matmul");
+    // An f32 seed gradient for a low-precision output is converted, and gradients keep the input dtype.
+    a.set_requires_grad(true);
+    ops::matmul(a, m).backward(Tensor::ones({9, 7}));
+    EXPECT_EQ(a.grad().dtype(), t);
+    expect_close(a.grad(), ops::matmul(Tensor::ones({9, 7}), m.to(DType::f32).transpose(0, 1)).to_double_vector(), rel,
+                 rel, "matmul da from an f32 seed");
   }
 }
 
