@@ -50,12 +50,7 @@ struct Cache {
   std::mutex mu;
   std::map<Key, Plan> plans;
 };
-Cache& cache(int device) {
-  static std::mutex mu;
-  static auto* caches = new std::map<int, Cache>;  // never destroyed (descriptors outlive static teardown)
-  std::lock_guard<std::mutex> lock(mu);
-  return (*caches)[device];
-}
+Cache& cache(int device) { return per_device<Cache>(device); }
 
 cudnnDataType_t cudnn_type(DType t) {
   switch (t) {

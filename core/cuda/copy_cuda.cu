@@ -227,27 +227,14 @@ Tensor packed_f32(const Tensor& t) {
   return out;
 }
 
-namespace {
-void read_scalar(const Tensor& t, void* out) {
-  int device = checked_index(t.device(), "read scalar");
-  DeviceGuard g(device);
-  cudaStream_t s = stream_of(device);
-  CUDA_CHECK(cudaMemcpyAsync(out, t.raw_data(), dtype_size(t.dtype()), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
-}
-}  // namespace
-
-float read_f32(const Tensor& t) {
-  KILN_CHECK(t.dtype() == DType::f32 && t.numel() == 1, "read_f32: expected one f32 value, got ", t.str());
-  float v = 0;
-  read_scalar(t, &v);
-  return v;
-}
-
 int32_t read_i32(const Tensor& t) {
   KILN_CHECK(t.dtype() == DType::i32 && t.numel() == 1, "read_i32: expected one i32 value, got ", t.str());
+  int device = checked_index(t.device(), "read_i32");
+  DeviceGuard g(device);
+  cudaStream_t s = stream_of(device);
   int32_t v = 0;
-  read_scalar(t, &v);
+  CUDA_CHECK(cudaMemcpyAsync(&v, t.raw_data(), sizeof(v), cudaMemcpyDeviceToHost, s));
+  CUDA_CHECK(cudaStreamSynchronize(s));
   return v;
 }
 

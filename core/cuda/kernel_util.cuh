@@ -1,8 +1,7 @@
 // Shared pieces of the backend's kernels (included by .cu files only):
 //   - element types: f32 = float, f16 = __half, bf16 = __nv_bfloat16, widened to float for math;
 //   - dispatch_float(): calls a generic lambda with the element type of a floating DType;
-//   - OffsetCalc: linear index -> element offsets of up to 3 strided operands (dims coalesced);
-//   - block_sum(): a block-wide reduction through shared memory;
+//   - OffsetCalc: linear index -> element offsets of strided operands (dims coalesced);
 //   - host helpers: argument checks and packing to contiguous memory without autograd.
 #pragma once
 #include <cuda_bf16.h>
@@ -125,43 +124,6 @@ bool fits_u32(const OffsetCalc<NARGS>& c, int64_t n) {
   return true;
 }
 
-// --- reductions inside a block ----------------------------------------------------------------------
-// Sum of v over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in every thread.
-template <typename T>
-__device__ __forceinline__ T warp_sum(T v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-template <typename T>
-__device__ __forceinline__ T warp_max(T v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-template <typename T>
-__device__ T block_sum(T v) {
-  __shared__ T shared[32];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  v = warp_sum(v);
-  __syncthreads();  // `shared` may still be read by a previous call
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? shared[lane] : T(0);
-  return warp_sum(v);
-}
-template <typename T>
-__device__ T block_max(T v, T lowest) {
-  __shared__ T shared[32];
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = lane < nwarps ? shared[lane] : lowest;
-  return warp_max(v);
-}
-
 // --- host helpers -----------------------------------------------------------------------------------
 // Checks that every defined tensor is a CUDA tensor on one device and returns that device's index.
 int same_device(const char* op, std::initializer_list<const Tensor*> ts);
@@ -173,8 +135,7 @@ Tensor packed_f32(const Tensor& t);
 inline Tensor empty_on(const Shape& shape, DType dtype, const Tensor& like) {
   return Tensor::empty(shape, dtype, like.device());
 }
-// Copies a device scalar (f32 or i32) to the host; waits for the stream.
-float read_f32(const Tensor& t);
+// Copies a device i32 scalar (a flag) to the host; waits for the stream.
 int32_t read_i32(const Tensor& t);
 
 }  // namespace kiln::cuda

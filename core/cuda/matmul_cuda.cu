@@ -60,12 +60,7 @@ struct Cache {
   std::map<Key, Plan> plans;
 };
 
-Cache& cache(int device) {
-  static std::mutex mu;
-  static auto* caches = new std::map<int, Cache>;  // never destroyed (handles outlive static teardown)
-  std::lock_guard<std::mutex> lock(mu);
-  return (*caches)[device];
-}
+Cache& cache(int device) { return per_device<Cache>(device); }
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {

@@ -16,6 +16,8 @@
 #include <nccl.h>
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "core/check.h"
@@ -97,6 +99,16 @@ int checked_index(Device d, const char* what);
 // stays valid for kernels queued on the device's stream before the next upload() call of that
 // device (the next upload is stream-ordered after them). Used for multi-tensor argument tables.
 const void* upload(int device, const void* host, size_t bytes);
+
+// One T per device (plan caches), created on first use. Never destroyed: the cuDNN/cuBLASLt
+// descriptors inside must not be torn down after the libraries during static destruction.
+template <typename T>
+T& per_device(int device) {
+  static std::mutex mu;
+  static auto* all = new std::map<int, T>;
+  std::lock_guard<std::mutex> lock(mu);
+  return (*all)[device];
+}
 
 // Pinned host blocks (core/cuda/pinned_cuda.cu): whether p lies in one, and recording that a copy
 // reading it was just queued on `device`'s stream (wait_host_copies() then waits for it).
