@@ -2,42 +2,51 @@
 // See core/dnnl_context.h.
 #include "core/dnnl_context.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
-namespace kiln {
+namespace kiln::onednn {
 
-dnnl::engine& dnnl_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
 }
 
-dnnl::stream& dnnl_stream() {
-  thread_local dnnl::stream stream(dnnl_engine());
-  return stream;
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
 }
 
-dnnl::memory::data_type dnnl_dtype(DType t) {
+dnnl::memory::data_type data_type(DType t) {
   using dt = dnnl::memory::data_type;
   switch (t) {
-    case DType::f32: return dt::f32;
-    case DType::bf16: return dt::bf16;
-    case DType::f16: return dt::f16;
-    case DType::i32: return dt::s32;
-    case DType::u8: return dt::u8;
-    default: KILN_FAIL("oneDNN has no data type for ", dtype_name(t));
+    case DType::f32:
+      return dt::f32;
+    case DType::bf16:
+      return dt::bf16;
+    case DType::f16:
+      return dt::f16;
+    case DType::i32:
+      return dt::s32;
+    case DType::u8:
+      return dt::u8;
+    default:
+      KILN_FAIL("oneDNN has no data type for ", dtype_name(t));
   }
 }
 
-bool dnnl_native_compute(DType t) {
+bool native_compute(DType t) {
   if (t == DType::f32) return true;
   if (t != DType::bf16 && t != DType::f16) return false;
   // oneDNN 2.6 gates its low-precision compute kernels (reference ones included) on the ISA, so a
   // tiny matmul descriptor answers for conv and matmul alike. Asked once per dtype.
   auto probe = [](DType d) {
     try {
-      dnnl::memory::desc md({16, 16}, dnnl_dtype(d), dnnl::memory::format_tag::ab);
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), dnnl_engine());
+      dnnl::memory::desc md({16, 16}, data_type(d), dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(md, md, md), engine());
       return true;
     } catch (const dnnl::error&) {
       return false;
@@ -46,6 +55,15 @@ bool dnnl_native_compute(DType t) {
   static const bool bf16 = probe(DType::bf16);
   static const bool f16 = probe(DType::f16);
   return t == DType::bf16 ? bf16 : f16;
+}
+
+const dnnl::primitive_attr& attr() {
+  static const dnnl::primitive_attr a = [] {
+    dnnl::primitive_attr r;
+    r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    return r;
+  }();
+  return a;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,7 +153,7 @@ void PrimitiveCache::clear() {
   lru_.clear();
 }
 
-PrimitiveCache& dnnl_cache() {
+PrimitiveCache& cache() {
   static PrimitiveCache cache([] {
     const char* env = std::getenv("KILN_DNNL_CACHE_CAPACITY");
     long v = env ? std::strtol(env, nullptr, 10) : 0;
@@ -146,20 +164,31 @@ PrimitiveCache& dnnl_cache() {
 
 // ---------------------------------------------------------------------------------------------
 // Memory, execution, reorders
-dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t) {
-  KILN_CHECK(t.device().is_cpu(), "oneDNN CPU memory from tensor ", t.str());
-  return dnnl::memory(md, dnnl_engine(), t.raw_data());
+SerialScope::SerialScope(bool serial) {
+  if (serial && omp_get_max_threads() > 1) {
+    prev_ = omp_get_max_threads();
+    omp_set_num_threads(1);
+  }
 }
 
-void dnnl_execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-                  std::unordered_map<int, dnnl::memory> args) {
+SerialScope::~SerialScope() {
+  if (prev_ > 0) omp_set_num_threads(prev_);
+}
+
+dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t) {
+  KILN_CHECK(t.device().is_cpu(), "oneDNN CPU memory from tensor ", t.str());
+  return dnnl::memory(md, engine(), t.raw_data());
+}
+
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, dnnl::memory> args) {
   Tensor scratch;
   dnnl::memory::desc sd = pd.scratchpad_desc();
   if (sd.get_size() > 0) {
     scratch = Tensor::empty({static_cast<int64_t>(sd.get_size())}, DType::u8);
-    args.emplace(DNNL_ARG_SCRATCHPAD, dnnl_memory(sd, scratch));
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(sd, scratch));
   }
-  dnnl::stream& s = dnnl_stream();
+  dnnl::stream& s = stream();
   prim.execute(s, args);
   s.wait();
 }
@@ -172,32 +201,55 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
   add_desc(key, from);
   key.add("->");
   add_desc(key, to);
-  return dnnl_cache().get_or_create<CachedPrimitive<dnnl::reorder>>(key, [&] {
-    dnnl::reorder::primitive_desc pd(dnnl_engine(), from, dnnl_engine(), to);
+  return cache().get_or_create<CachedPrimitive<dnnl::reorder>>(key, [&] {
+    dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, attr());
     return std::make_shared<const CachedPrimitive<dnnl::reorder>>(pd);
   });
 }
 
+// Reorders below this size run on the calling thread alone (see SerialScope): a weight tensor of a
+// few hundred KB reorders in well under a millisecond on one core.
+constexpr size_t kSerialReorderBytes = size_t{1} << 20;
+
+void run_reorder(const dnnl::memory& from, const dnnl::memory& to) {
+  auto r = reorder_prim(from.get_desc(), to.get_desc());
+  SerialScope serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()) < kSerialReorderBytes);
+  execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
+}
+
 }  // namespace
 
-Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md) {
+Reordered reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md) {
   dnnl::memory::desc from = src.get_desc();
   if (from == dst_md) return {src, src_owner};
   Tensor buffer = Tensor::empty({static_cast<int64_t>(dst_md.get_size())}, DType::u8);
-  dnnl::memory dst = dnnl_memory(dst_md, buffer);
-  auto r = reorder_prim(from, dst_md);
-  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+  dnnl::memory dst = wrap(dst_md, buffer);
+  run_reorder(src, dst);
   return {dst, buffer};
 }
 
-void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst) {
-  dnnl::memory out = dnnl_memory(dst_md, dst);
+void reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst) {
+  dnnl::memory out = wrap(dst_md, dst);
   if (src.get_desc() == dst_md) {
-    if (src.get_data_handle() != out.get_data_handle()) std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
+    if (src.get_data_handle() != out.get_data_handle())
+      std::memcpy(dst.raw_data(), src.get_data_handle(), dst_md.get_size());
     return;
   }
-  auto r = reorder_prim(src.get_desc(), dst_md);
-  dnnl_execute(r->prim, r->pd, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, out}});
+  run_reorder(src, out);
 }
 
-}  // namespace kiln
+OutputMemory::OutputMemory(const dnnl::memory::desc& got, const dnnl::memory::desc& dst_md, const Tensor& dst)
+    : dst_md_(dst_md), dst_(dst) {
+  if (got == dst_md) {
+    mem_ = wrap(dst_md, dst);
+  } else {
+    tmp_ = Tensor::empty({static_cast<int64_t>(got.get_size())}, DType::u8);
+    mem_ = wrap(got, tmp_);
+  }
+}
+
+void OutputMemory::finish() const {
+  if (tmp_.defined()) reorder_into(mem_, dst_md_, dst_);
+}
+
+}  // namespace kiln::onednn

@@ -2,16 +2,18 @@
 // thread-safe, size-bounded (LRU) cache of primitives keyed by op, shapes, strides, parameters and
 // dtypes, so each shape's primitive (and its JIT code) is created once and reused every step.
 //
-//   auto prim = dnnl_cache().get_or_create<ConvFwd>(key, [&] { return std::make_shared<ConvFwd>(...); });
-//   dnnl_execute(prim->prim, prim->pd, {{DNNL_ARG_SRC, ...}, ...});
+//   using P = onednn::CachedPrimitive<dnnl::convolution_forward>;
+//   auto p = onednn::cache().get_or_create<P>(key, [&] { return std::make_shared<const P>(pd); });
+//   onednn::execute(p->prim, p->pd, {{DNNL_ARG_SRC, onednn::wrap(md, x)}, ...});
+//
+// Everything lives in kiln::onednn (plain dnnl_* names would collide with oneDNN's C API types).
 //
 // Primitives run with a user-managed scratchpad allocated from kiln's caching allocator, so the
 // memory counters (AutoBatch, leak tests) see it and the blocks are reused between steps.
-// Used by core/ops/*_cpu.cpp; tested through tests/core/conv2d_test.cpp and linear_test.cpp.
+// Used by core/ops/*_cpu.cpp; tests: tests/core/dnnl_context_test.cpp, and through conv2d_test.cpp and linear_test.cpp.
 #pragma once
-#include <dnnl.hpp>
-
 #include <cstdint>
+#include <dnnl.hpp>
 #include <functional>
 #include <list>
 #include <memory>
@@ -22,17 +24,20 @@
 
 #include "core/tensor.h"
 
-namespace kiln {
+namespace kiln::onednn {
 
-dnnl::engine& dnnl_engine();
-// The calling thread's stream on dnnl_engine() (a stream is not meant to be shared across threads).
-dnnl::stream& dnnl_stream();
+dnnl::engine& engine();
+// The calling thread's stream on engine() (a stream is not meant to be shared across threads).
+dnnl::stream& stream();
 
 // oneDNN's data type for a kiln dtype (f32, bf16, f16, i32, u8); throws for the others.
-dnnl::memory::data_type dnnl_dtype(DType t);
+dnnl::memory::data_type data_type(DType t);
 // True when oneDNN can run `t` natively for compute primitives on this CPU (bf16 and f16 need
 // avx512 extensions in oneDNN 2.6; ops compute in f32 and round when this is false).
-bool dnnl_native_compute(DType t);
+bool native_compute(DType t);
+
+// Attributes for every kiln primitive: the scratchpad is passed by execute() (user mode).
+const dnnl::primitive_attr& attr();
 
 // Builds cache keys: CacheKey("conv_fwd").add(x.shape()).add(p.stride_h)... -> "conv_fwd|2,3,5,7|1|".
 class CacheKey {
@@ -84,7 +89,7 @@ class PrimitiveCache {
 };
 
 // The process-wide cache used by the CPU ops (capacity: KILN_DNNL_CACHE_CAPACITY, default 1024).
-PrimitiveCache& dnnl_cache();
+PrimitiveCache& cache();
 
 // A primitive with the descriptor it was made from (for its memory descs and scratchpad size).
 template <typename P>
@@ -94,13 +99,31 @@ struct CachedPrimitive {
   explicit CachedPrimitive(const typename P::primitive_desc& d) : pd(d), prim(d) {}
 };
 
+// While alive, and when `serial` is true, oneDNN works on the calling thread alone: for small
+// problems a parallel region costs more than the work (waking the OpenMP team takes microseconds
+// on an idle machine and milliseconds on a busy one, where the region waits for every thread to
+// be scheduled). oneDNN reads omp_get_max_threads() when a primitive is created (JIT kernels fix
+// their thread count then) and when reorders and GEMMs run, so hold one around both.
+class SerialScope {
+ public:
+  explicit SerialScope(bool serial);
+  ~SerialScope();
+  SerialScope(const SerialScope&) = delete;
+  SerialScope& operator=(const SerialScope&) = delete;
+
+ private:
+  int prev_ = 0;  // the thread count to restore; 0 when nothing was changed
+};
+// Compute primitives under this many floating-point operations run serially (about 30 us on one core).
+constexpr double kSerialFlops = 1e6;
+
 // Wraps a CPU tensor's data as a oneDNN memory (no copy).
-dnnl::memory dnnl_memory(const dnnl::memory::desc& md, const Tensor& t);
+dnnl::memory wrap(const dnnl::memory::desc& md, const Tensor& t);
 
 // Executes `prim` on this thread's stream and waits. Adds a scratchpad from kiln's allocator when
 // `pd` asks for one.
-void dnnl_execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
-                  std::unordered_map<int, dnnl::memory> args);
+void execute(const dnnl::primitive& prim, const dnnl::primitive_desc_base& pd,
+             std::unordered_map<int, dnnl::memory> args);
 
 // Copies `src` into memory laid out as `dst_md` (a reorder primitive, cached). Returns `src`
 // itself when the layouts already agree. The result owns a kiln tensor for its buffer.
@@ -108,8 +131,23 @@ struct Reordered {
   dnnl::memory mem;
   Tensor buffer;  // keeps the data alive when a copy was made
 };
-Reordered dnnl_reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md);
+Reordered reorder_to(const dnnl::memory& src, const Tensor& src_owner, const dnnl::memory::desc& dst_md);
 // Reorders `src` (any layout) into the plain tensor `dst` described by `dst_md`.
-void dnnl_reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst);
+void reorder_into(const dnnl::memory& src, const dnnl::memory::desc& dst_md, const Tensor& dst);
 
-}  // namespace kiln
+// Where a primitive writes an output that belongs in the tensor `dst` (laid out as `dst_md`) while
+// the primitive wants layout `got`: `dst` itself when the two agree, else a temporary that
+// finish() reorders into `dst`.
+class OutputMemory {
+ public:
+  OutputMemory(const dnnl::memory::desc& got, const dnnl::memory::desc& dst_md, const Tensor& dst);
+  const dnnl::memory& mem() const { return mem_; }
+  void finish() const;  // call after the primitive ran
+
+ private:
+  dnnl::memory mem_;
+  dnnl::memory::desc dst_md_;
+  Tensor dst_, tmp_;
+};
+
+}  // namespace kiln::onednn

@@ -5,53 +5,6 @@
 
 namespace kiln {
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
-std::string closest_key(const std::string& key, const std::vector<std::string>& candidates) {
-  std::string best;
-  size_t best_d = SIZE_MAX;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(key, c);
-    if (d < best_d) {
-      best_d = d;
-      best = c;
-    }
-  }
-  // Close enough to be a typo: at most a third of the longer word.
-  if (best.empty() || best_d > std::max<size_t>(2, std::max(key.size(), best.size()) / 3)) return "";
-  return best;
-}
-
-std::string join(const std::vector<std::string>& v, const std::string& sep) {
-  std::string s;
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
-  return s;
-}
-
-std::string json_type_name(const json& j) {
-  switch (j.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
-    default: return "value";
-  }
-}
-
 JsonReader::JsonReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
   KILN_CHECK(j_.is_object() || j_.is_null(), "config: ", path_.empty() ? "the config" : path_,
              " must be an object, not ", json_type_name(j_));
@@ -108,7 +61,7 @@ std::string JsonReader::get(const std::string& key, const std::string& def) {
 std::string JsonReader::get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& choices) {
   std::string s = get(key, def);
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
-  std::string near = closest_key(s, choices);
+  std::string near = closest_match(s, choices);
   KILN_FAIL("config: ", path_of(key), " = \"", s, "\" is not accepted", near.empty() ? "" : " (did you mean \"" + near + "\"?)",
             "; accepted: ", join(choices));
 }
@@ -143,7 +96,7 @@ void JsonReader::finish() const {
   std::vector<std::string> known(known_.begin(), known_.end());
   for (auto it = j_.begin(); it != j_.end(); ++it) {
     if (known_.count(it.key())) continue;
-    std::string near = closest_key(it.key(), known);
+    std::string near = closest_match(it.key(), known);
     KILN_FAIL("config: unknown key ", path_of(it.key()), near.empty() ? "" : " (did you mean " + path_of(near) + "?)",
               "; accepted keys: ", join(known));
   }

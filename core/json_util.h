@@ -6,25 +6,16 @@
 //   opts.stride = r.get("stride", opts.stride, 1, 64);   // default kept when absent; range-checked
 //   r.finish();                               // any key not read -> "model.strid: unknown key ..."
 #pragma once
-#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/check.h"
+#include "core/json_read.h"
 
 namespace kiln {
 
 using json = nlohmann::json;
-
-// Levenshtein distance, for "did you mean".
-size_t edit_distance(const std::string& a, const std::string& b);
-// The candidate closest to `key` (empty if none is reasonably close).
-std::string closest_key(const std::string& key, const std::vector<std::string>& candidates);
-// "a, b, c"
-std::string join(const std::vector<std::string>& v, const std::string& sep = ", ");
-// JSON type name for messages: "number", "string", "array", ...
-std::string json_type_name(const json& j);
 
 class JsonReader {
  public:

@@ -8,6 +8,13 @@
 #include "core/device.h"
 #include "core/tensor.h"
 
+// The counter-based generator below is compiled for the GPU too (dropout masks are identical).
+#if defined(__CUDACC__)
+#define KILN_HOST_DEVICE __host__ __device__
+#else
+#define KILN_HOST_DEVICE
+#endif
+
 namespace kiln {
 
 struct RngState {
@@ -36,14 +43,14 @@ class Generator {
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 
-inline uint64_t mix64(uint64_t x) {
+KILN_HOST_DEVICE inline uint64_t mix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
 // Uniform in [0, 1) with 24 random bits, for counter i of state s.
-inline float uniform_at(RngState s, uint64_t i) {
+KILN_HOST_DEVICE inline float uniform_at(RngState s, uint64_t i) {
   uint64_t h = mix64(s.seed * 0x2545f4914f6cdd1dull ^ mix64(s.offset + i));
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
 }

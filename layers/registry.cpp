@@ -64,7 +64,7 @@ std::shared_ptr<Module> build_layer(const json& j, const std::string& path) {
   std::string type = j["type"].get<std::string>();
   for (auto& [name, factory] : registry())
     if (name == type) return factory(j, path);
-  std::string near = closest_key(type, layer_types());
+  std::string near = closest_match(type, layer_types());
   KILN_FAIL("config: ", path, ".type = \"", type, "\" is not a layer type",
             near.empty() ? "" : " (did you mean \"" + near + "\"?)", "; accepted: ", join(layer_types()));
 }

@@ -72,7 +72,7 @@ std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
   std::string name = j["name"].get<std::string>();
   for (auto& [n, factory] : registry())
     if (n == name) return factory(j, path);
-  std::string near = closest_key(name, model_names());
+  std::string near = closest_match(name, model_names());
   KILN_FAIL("config: ", path, ".name = \"", name, "\" is not a model", near.empty() ? "" : " (did you mean \"" + near + "\"?)",
             "; accepted: ", join(model_names()), ", or a \"layers\" list");
 }

@@ -70,11 +70,11 @@ void print_row(const char* name, const Device& d, const char* dtype, double ms, 
 
 void print_header(const std::vector<Device>& devices) {
   std::printf("# threads: %d (OMP_NUM_THREADS / omp_get_max_threads)\n", omp_get_max_threads());
-  if (devices.size() == 1)
-    std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
-  if (!dnnl_native_compute(DType::bf16))
-    std::printf("# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
-                "computed in f32 and rounded to bf16\n");
+  if (devices.size() == 1) std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
+  if (!onednn::native_compute(DType::bf16))
+    std::printf(
+        "# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
+        "computed in f32 and rounded to bf16\n");
   std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");
 }
 
@@ -121,10 +121,11 @@ int bench_conv(const Args& args) {
   auto a = parse_int_args("bench conv", args, {{"iters", 10}, {"warmup", 2}});
   const int64_t N = 32, H = 32, W = 32, C = 64, K = 3;
   std::vector<Device> devices = bench_devices();
-  std::printf("# kiln bench conv: x (%lld, %lld, %lld, %lld) NHWC, w (%lld, %lld, %lld, %lld), bias, stride 1, pad 1; "
-              "%lld warm-up + %lld timed runs\n",
-              (long long)N, (long long)H, (long long)W, (long long)C, (long long)C, (long long)K, (long long)K,
-              (long long)C, static_cast<long long>(a["warmup"]), static_cast<long long>(a["iters"]));
+  std::printf(
+      "# kiln bench conv: x (%lld, %lld, %lld, %lld) NHWC, w (%lld, %lld, %lld, %lld), bias, stride 1, pad 1; "
+      "%lld warm-up + %lld timed runs\n",
+      (long long)N, (long long)H, (long long)W, (long long)C, (long long)C, (long long)K, (long long)K, (long long)C,
+      static_cast<long long>(a["warmup"]), static_cast<long long>(a["iters"]));
   std::printf("# conv_fwd_bwd = forward + backward-data + backward-weights (+bias) through autograd\n");
   print_header(devices);
   double fwd_flops = 2.0 * N * H * W * C * K * K * C;
@@ -155,7 +156,8 @@ int bench_conv(const Args& args) {
           for (Tensor* t : {&x, &w, &b}) t->zero_grad();
           ops::conv2d(x, w, b, p).backward(gy);
         };
-        double ms = time_ms(step, [&] { sync_on(w.grad()); }, a["warmup"], a["iters"]);
+        double ms = time_ms(
+            step, [&] { sync_on(w.grad()); }, a["warmup"], a["iters"]);
         for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(false);
         return ms;
       });

@@ -9,6 +9,8 @@ namespace kiln::cli {
 static const char* kUsage =
     "usage: kiln <command> [arguments]\n"
     "commands:\n"
+    "  train CONFIG [key=value ...]   train a model; e.g. epochs=3 batch=128 device=0 lr=0.05\n"
+    "  eval CONFIG weights=FILE       top-1/top-5 and a confusion matrix on the validation split\n"
     "  info                      devices and library versions\n"
     "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
     "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n";
@@ -20,9 +22,11 @@ int run(const Args& args) {
   }
   const std::string& cmd = args[0];
   Args rest(args.begin() + 1, args.end());
+  if (cmd == "train") return cmd_train(rest);
+  if (cmd == "eval") return cmd_eval(rest);
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
-  KILN_FAIL("unknown command '", cmd, "'; accepted: info, bench (see kiln --help)");
+  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench (see kiln --help)");
 }
 
 }  // namespace kiln::cli

@@ -7,7 +7,7 @@ namespace kiln {
 
 namespace {
 const std::vector<std::pair<std::string, std::string>> kShortForms = {
-    {"epochs", "train.epochs"},     {"batch", "train.batch"},       {"device", "train.device"},
+    {"epochs", "train.epochs"},     {"batch", "data.batch_size"},       {"device", "train.device"},
     {"lr", "optim.lr"},             {"precision", "train.precision"}, {"workers", "data.workers"},
     {"seed", "train.seed"},         {"resume", "train.resume"},     {"name", "name"},
     {"checkpoint", "train.checkpoint"}, {"weights", "weights"},     {"model", "model.name"},
@@ -82,7 +82,7 @@ void apply_overrides(json& config, const std::vector<std::string>& overrides) {
         KILN_CHECK(idx < node->size(), "argument '", arg, "': ", path, " has ", node->size(), " entries, no index ", idx);
         node = &(*node)[idx];
       } else {
-        KILN_CHECK(node->is_object() || node->is_null(), "argument '", arg, "': ", path, " holds a ",
+        KILN_CHECK(node->is_object() || node->is_null(), "argument '", arg, "': ", path, " holds ",
                    json_type_name(*node), ", not an object");
         node = &(*node)[p];
       }

@@ -25,6 +25,7 @@ std::unique_ptr<Communicator> make_process_communicator() {
 }
 
 #ifndef KILN_WITH_MPI
+void abort_job_if_mpi(int) {}
 std::unique_ptr<Communicator> make_mpi_communicator() {
   KILN_FAIL("this process was started by mpirun, but kiln was built without MPI (install libopenmpi-dev and rebuild)");
 }
@@ -219,6 +220,17 @@ void MpiWork::wait() {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiComm>(); }
+
+void abort_job_if_mpi(int code) {
+  int inited = 0, finalized = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&finalized);
+  if (inited && !finalized) {
+    int size = 1;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+  }
+}
 #endif
 
 }  // namespace kiln

@@ -14,6 +14,9 @@ namespace kiln {
 bool launched_by_mpirun();
 // MPI communicator over MPI_COMM_WORLD (initialises MPI once). Throws when kiln was built without MPI.
 std::unique_ptr<Communicator> make_mpi_communicator();
+// Ends every rank of an MPI job (MPI_Abort) when MPI is running; otherwise does nothing. Called by
+// the CLI after an error, so the other ranks do not wait for this one until their timeout.
+void abort_job_if_mpi(int code);
 // The communicator for this process: MPI when launched by mpirun with N > 1, else a single rank.
 std::unique_ptr<Communicator> make_process_communicator();
 

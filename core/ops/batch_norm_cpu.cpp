@@ -1,7 +1,12 @@
 // Batch normalisation on the CPU, channel = last dim: x is viewed as M rows of C channels
-// (M = N*H*W for NHWC, M = N for (N, C)). Own OpenMP loops, vectorised over the channels; on the
-// (32, 32, 32, 64) f32 benchmark they beat oneDNN 2.6's nhwc batch_normalization on this machine
-// (numbers in the header). Statistics in f32 (f64 for f64 tensors) with blocked double accumulation.
+// (M = N*H*W for NHWC, M = N for (N, C)). Own OpenMP loops, vectorised over the channels: the same
+// passes as oneDNN 2.6's nhwc batch_normalization (stats, normalise; reduce, dx) at the same speed
+// on (32, 32, 32, 64) f32, 2-core AVX2 EPYC, min of 100-200 interleaved runs on a loaded machine:
+//   1 thread:  fwd 2.4-3.7 ms vs oneDNN 2.1-3.9;  bwd (dx, dgamma, dbeta) 3.0-8.4 vs 3.7-12.8
+//   2 threads: fwd 1.4-2.1 ms vs oneDNN 0.9-1.6;  bwd 1.9-2.8 vs 2.0-2.7
+// and they also run f64 (exact gradchecks) and bf16/f16 (through f32) with one code path, need no
+// primitive cache, and give the same bits on every run. Statistics in f32 (f64 for f64 tensors)
+// with blocked double accumulation.
 //   forward (training): mean, biased var -> y = (x - mean) * invstd * gamma + beta; running stats
 //                       updated with the unbiased var, as PyTorch
 //   backward: dbeta = sum(dy), dgamma = sum(dy * xhat),
@@ -12,6 +17,7 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,13 +32,15 @@ constexpr int64_t kBlockRows = 256;
 constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
 
 // Two per-channel sums over M rows of C channels: body(r, a, b) adds row r's terms into the C-long
-// accumulators a and b (type T). Rows are summed in T within blocks of kBlockRows, blocks in double,
+// accumulators a and b (type T). Rows are summed in T within blocks of <= kBlockRows, blocks in double,
 // so f32 sums over millions of rows stay accurate while the inner loop stays vectorised. Each thread
-// keeps its own partials, merged in thread order: the result does not depend on scheduling.
+// keeps its own partials, merged in thread order: the same bits on every run (for a thread count).
 template <typename T, typename Body>
 void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std::vector<double>& s2) {
-  int64_t blocks = (M + kBlockRows - 1) / kBlockRows;
   int nthreads = M * C > kParallelMin ? omp_get_max_threads() : 1;
+  // Few rows of many channels ((N, C) features): smaller blocks, so every thread gets one.
+  int64_t rows = std::clamp<int64_t>((M + nthreads - 1) / nthreads, 1, kBlockRows);
+  int64_t blocks = (M + rows - 1) / rows;
   std::vector<double> part(static_cast<size_t>(nthreads) * 2 * C, 0.0);
   int used = 1;
 #pragma omp parallel num_threads(nthreads)
@@ -47,8 +55,8 @@ void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std:
     for (int64_t blk = 0; blk < blocks; ++blk) {
       std::fill(a.begin(), a.end(), T(0));
       std::fill(b.begin(), b.end(), T(0));
-      int64_t r1 = std::min(M, (blk + 1) * kBlockRows);
-      for (int64_t r = blk * kBlockRows; r < r1; ++r) body(r, a.data(), b.data());
+      int64_t r1 = std::min(M, (blk + 1) * rows);
+      for (int64_t r = blk * rows; r < r1; ++r) body(r, a.data(), b.data());
       for (int64_t c = 0; c < C; ++c) {
         d1[c] += a[c];
         d2[c] += b[c];
@@ -101,8 +109,8 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
   const T* px = x.data<T>();
   int64_t C = x.size(-1), M = x.numel() / C;
   if (use_batch_stats) {
-    // Shift by the first row: sums of (x - x0) keep the one-pass variance free of cancellation
-    // when |mean| >> std.
+    // NOTE: shifted by the first row: x0 lies a few std from the mean, so the one-pass
+    // E[d^2] - E[d]^2 over d = x - x0 does not cancel catastrophically when |mean| >> std.
     std::vector<T> x0(px, px + C);
     std::vector<double> s1, s2;
     column_sums2<T>(M, C, [&](int64_t r, T* a, T* b) {

@@ -1,8 +1,10 @@
 // 2-D convolution on NHWC activations.
 //   x: (N, H, W, Cin)   w: (Cout, KH, KW, Cin/groups)   b: (Cout) or undefined
 //   y: (N, OH, OW, Cout), OH = (H + 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1
-// CPU: oneDNN (primitives cached per shape), f32 and bf16. Recorded by autograd (backward-data and
-// backward-weights are oneDNN primitives too). Tests: tests/core/conv2d_test.cpp.
+// CPU: oneDNN (primitives cached per shape), f32 and bf16 (also f16); x, w and b share one dtype. On
+// CPUs without native low-precision kernels (no avx512) bf16/f16 are computed in f32 and rounded,
+// see conv2d_cpu.cpp. Recorded by autograd (backward-data and backward-weights are oneDNN
+// primitives too). Tests: tests/core/conv2d_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

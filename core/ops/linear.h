@@ -1,5 +1,6 @@
-// Matrix products. CPU: oneDNN matmul (f32; bf16 where the CPU supports it, else computed in f32
-// and rounded, see docs/precision.md). Recorded by autograd. Tests: tests/core/linear_test.cpp.
+// Matrix products. CPU: oneDNN matmul (f32; bf16 and f16 where the CPU supports them, else computed
+// in f32 and rounded, see docs/precision.md and linear_cpu.cpp). Transposed or sliced 2-D views are
+// read in place. Recorded by autograd. Tests: tests/core/linear_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

@@ -6,16 +6,15 @@
 //   matmul: y = a b            da = gy b^T      db = a^T gy
 //   linear: y = x w^T + bias   dx = gy w        dw = gy^T x      dbias = sum over rows of gy
 //
-// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6. Without them (dnnl_native_compute false) the
+// NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6. Without them (onednn::native_compute false) the
 // operands are converted to f32 (exact for bf16), multiplied by the f32 primitive and the product is
 // rounded to the input dtype: the values of a native kernel that accumulates in f32, at f32 speed
 // plus the conversions.
 //
 // Tests: tests/core/linear_test.cpp. Benchmark: `kiln bench matmul`, tools/bench/bench_ops.py.
-#include "core/ops/linear.h"
-
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/linear.h"
 #include "core/ops/reduce.h"
 
 namespace kiln::ops {
@@ -24,10 +23,12 @@ using dnnl::memory;
 
 namespace {
 
-using MatmulPrim = CachedPrimitive<dnnl::matmul>;
+using MatmulPrim = onednn::CachedPrimitive<dnnl::matmul>;
 
 // A transposed view of a 2-D tensor, not recorded.
-Tensor t2(const Tensor& t) { return make_view(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.offset()); }
+Tensor t2(const Tensor& t) {
+  return make_view(t, {t.size(1), t.size(0)}, {t.strides()[1], t.strides()[0]}, t.offset());
+}
 
 // Strides oneDNN's matmul accepts for a (rows, cols) operand: row- or column-major, leading
 // dimension at least the row/column length. Size-1 dims get a canonical stride. Empty when the
@@ -60,34 +61,43 @@ Tensor mm_native(const char* op, const Tensor& a0, const Tensor& b0, const Tenso
   Tensor y = Tensor::empty({m, n}, dt);
   if (m == 0 || n == 0) return y;
   if (k == 0) return y.fill_(0.0);
-  memory::data_type mdt = dnnl_dtype(dt);
+  onednn::SerialScope serial(2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n) <
+                             onednn::kSerialFlops);
+  memory::data_type mdt = onednn::data_type(dt);
   memory::desc a_md({m, k}, mdt, memory::dims{sa[0], sa[1]});
   memory::desc b_md({k, n}, mdt, memory::dims{sb[0], sb[1]});
   memory::desc y_md({m, n}, mdt, memory::format_tag::ab);
   memory::desc bias_md({1, n}, mdt, memory::format_tag::ab);
-  CacheKey key("matmul");
+  onednn::CacheKey key("matmul");
   key.add(Shape{m, k, n}).add(sa).add(sb).add(dt).add(bias.defined() ? 1 : 0);
-  auto p = dnnl_cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
+  auto p = onednn::cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
     try {
       auto d = bias.defined() ? dnnl::matmul::desc(a_md, b_md, bias_md, y_md) : dnnl::matmul::desc(a_md, b_md, y_md);
-      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, dnnl_engine()));
+      return std::make_shared<const MatmulPrim>(dnnl::matmul::primitive_desc(d, onednn::attr(), onednn::engine()));
     } catch (const dnnl::error& e) {
       KILN_FAIL(op, ": oneDNN could not create a matmul for ", a0.str(), " @ ", b0.str(), ": ", e.what());
     }
   });
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, dnnl_memory(a_md, a)},
-                                       {DNNL_ARG_WEIGHTS, dnnl_memory(b_md, b)},
-                                       {DNNL_ARG_DST, dnnl_memory(y_md, y)}};
-  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, dnnl_memory(bias_md, bias));
-  dnnl_execute(p->prim, p->pd, std::move(args));
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(a_md, a)},
+                                       {DNNL_ARG_WEIGHTS, onednn::wrap(b_md, b)},
+                                       {DNNL_ARG_DST, onednn::wrap(y_md, y)}};
+  if (bias.defined()) args.emplace(DNNL_ARG_BIAS, onednn::wrap(bias_md, bias));
+  onednn::execute(p->prim, p->pd, std::move(args));
   return y;
+}
+
+// `t` in f32. A transposed packed tensor (linear's w^T, the backward's gy^T) stays a transposed
+// view of a packed f32 copy, so the conversion is a flat loop and oneDNN still sees a transpose.
+Tensor to_f32(const Tensor& t) {
+  if (!t.defined() || t.dtype() == DType::f32) return t;
+  if (t.dim() == 2 && t2(t).is_contiguous()) return t2(t2(t).to(DType::f32));
+  return t.to(DType::f32);
 }
 
 // The product in dtype `out`: natively, or through f32 when the CPU lacks the low-precision kernels.
 Tensor mm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, DType out) {
-  if (dnnl_native_compute(out)) return mm_native(op, a, b, bias);
-  auto f32 = [](const Tensor& t) { return t.defined() && t.dtype() != DType::f32 ? t.to(DType::f32) : t; };
-  Tensor y = mm_native(op, f32(a), f32(b), f32(bias));
+  if (onednn::native_compute(out)) return mm_native(op, a, b, bias);
+  Tensor y = mm_native(op, to_f32(a), to_f32(b), to_f32(bias));
   return out == DType::f32 ? y : y.to(out);
 }
 
@@ -105,8 +115,8 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   check_operand("matmul", "a", a);
   check_operand("matmul", "b", b);
   KILN_CHECK(a.dim() == 2 && b.dim() == 2, "matmul: a ", a.str(), " and b ", b.str(), " must both be 2-D");
-  KILN_CHECK(a.size(1) == b.size(0), "matmul: a ", a.str(), " @ b ", b.str(), ": inner dimensions differ (",
-             a.size(1), " vs ", b.size(0), ")");
+  KILN_CHECK(a.size(1) == b.size(0), "matmul: a ", a.str(), " @ b ", b.str(), ": inner dimensions differ (", a.size(1),
+             " vs ", b.size(0), ")");
   KILN_CHECK(a.dtype() == b.dtype(), "matmul: a ", a.str(), " and b ", b.str(), " must have the same dtype");
   DType dt = a.dtype();
   Tensor ad = a.detach(), bd = b.detach();
@@ -123,10 +133,9 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   check_operand("linear", "weight", w);
   KILN_CHECK(x.dim() == 2, "linear: input x ", x.str(), " must be 2-D (N, in)");
   KILN_CHECK(w.dim() == 2, "linear: weight ", w.str(), " must be 2-D (out, in)");
-  KILN_CHECK(x.size(1) == w.size(1), "linear: input x ", x.str(), " has ", x.size(1), " features but weight ",
-             w.str(), " expects ", w.size(1));
-  KILN_CHECK(x.dtype() == w.dtype(), "linear: input x ", x.str(), " and weight ", w.str(),
-             " must have the same dtype");
+  KILN_CHECK(x.size(1) == w.size(1), "linear: input x ", x.str(), " has ", x.size(1), " features but weight ", w.str(),
+             " expects ", w.size(1));
+  KILN_CHECK(x.dtype() == w.dtype(), "linear: input x ", x.str(), " and weight ", w.str(), " must have the same dtype");
   if (b.defined()) {
     check_operand("linear", "bias", b);
     KILN_CHECK(b.shape() == Shape{w.size(0)}, "linear: bias ", b.str(), " must have shape [", w.size(0),
@@ -139,8 +148,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
   return record("linear", {x, w, b}, y, [xd, wd, gx, gw, gb, dt](const Tensor& gy) {
     return grads{gx ? mm("linear backward", gy, wd, Tensor(), dt) : Tensor(),
-                 gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(),
-                 gb ? sum(gy, {0}) : Tensor()};
+                 gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(), gb ? sum(gy, {0}) : Tensor()};
   });
 }
 

@@ -1,7 +1,10 @@
 // Softmax cross-entropy, mean over the batch, computed in f32 (log-sum-exp with the max subtracted).
 //   logits: (N, K) floating; labels: (N) i64 or i32 in [0, K)
-//   label_smoothing e: target = (1-e)*onehot + e/K (PyTorch's definition)
-// Returns a scalar (shape []). Recorded by autograd (gradient to logits).
+//   label_smoothing e in [0, 1]: target = (1-e)*onehot + e/K (PyTorch's definition), i.e.
+//   loss_i = (1-e) * nll_i + e * mean_k(-log p_ik)
+// A label outside [0, K) is an error naming the label, its index and K.
+// Returns a scalar (shape []) in f32 (f64 for f64 logits; bf16/f16 logits get an f32 loss).
+// Recorded by autograd (gradient to logits, in the logits' dtype). CPU: loss_cpu.cpp.
 // Tests: tests/core/loss_test.cpp.
 #pragma once
 #include "core/tensor.h"
@@ -9,7 +12,7 @@
 namespace kiln::ops {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0);
-// Row-wise softmax, not recorded (for evaluation and tests).
+// Softmax over the last dim, in the input's dtype (computed in f32), not recorded (for evaluation and tests).
 Tensor softmax(const Tensor& logits);
 
 }  // namespace kiln::ops

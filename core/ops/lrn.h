@@ -1,7 +1,10 @@
-// Local response normalisation across channels (AlexNet), PyTorch's definition on NHWC:
-//   y = x / (k + alpha/size * sum_{c' in window(c)} x_{c'}^2)^beta, window of `size` channels
-//   centred on c (size/2 before, (size-1)/2 after), zero-padded at the edges.
-// Recorded by autograd. Tests: tests/core/lrn_test.cpp.
+// Local response normalisation across channels (AlexNet), PyTorch's definition, channels last
+// (x is (N, C) or (N, H, W, C)):
+//   y_c = x_c / (k + alpha/size * sum_{c' = c - size/2}^{c + (size-1)/2} x_{c'}^2)^beta
+// i.e. a window of `size` channels, size/2 before c and (size-1)/2 after, zero-padded at the edges,
+// alpha divided by `size` (torch.nn.functional.local_response_norm pads the squares by (size/2,
+// (size-1)/2) and average-pools them; checked against torch 1.13 in f64 for size 1, 2, 4, 5 to 1e-16).
+// CPU: own loops (lrn_cpu.cpp). Recorded by autograd. Tests: tests/core/lrn_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

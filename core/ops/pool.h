@@ -1,5 +1,5 @@
-// Pooling on NHWC activations. CPU: own vectorised loops (pool_cpu.cpp; oneDNN's avg pooling counts
-// the ceil-mode overhang as padding, unlike PyTorch). Recorded by autograd. Tests: tests/core/pool_test.cpp.
+// Pooling on NHWC activations. CPU: own vectorised loops (pool_cpu.cpp says why not oneDNN).
+// Recorded by autograd. Tests: tests/core/pool_test.cpp.
 //   max_pool2d / avg_pool2d: x (N, H, W, C) -> (N, OH, OW, C); padding (at most half the kernel),
 //     ceil_mode and count_include_pad as in PyTorch; max pooling ignores the padding.
 //     OH = floor_or_ceil((H + 2*pad_h - kernel_h) / stride_h) + 1, minus one in ceil mode when the

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <omp.h>
 
 #include "core/autograd.h"
 #include "core/ops/elementwise.h"
@@ -47,18 +48,24 @@ void sum_kernel(const T* in, const Shape& shape, const std::vector<int64_t>& dim
       std::fill(out, out + shape_numel(Shape(shape.begin() + k, shape.end())), T(0));
       return;
     }
-    std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-#pragma omp parallel if (n > 65536)
+    // Each thread sums a fixed block of rows; the blocks are then added in order, so the result
+    // does not depend on thread timing (resume and data-parallel tests compare bit for bit).
+    int nt = omp_get_max_threads();
+    if (n <= 65536) nt = 1;
+    std::vector<double> part(static_cast<size_t>(nt) * cols, 0.0);
+#pragma omp parallel num_threads(nt)
     {
-      std::vector<double> local(static_cast<size_t>(cols), 0.0);
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < rows; ++r) {
+      int t = omp_get_thread_num();
+      int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
+      double* local = part.data() + static_cast<size_t>(t) * cols;
+      for (int64_t r = lo; r < hi; ++r) {
         const T* row = in + r * cols;
         for (int64_t c = 0; c < cols; ++c) local[c] += row[c];
       }
-#pragma omp critical
-      for (int64_t c = 0; c < cols; ++c) acc[c] += local[c];
     }
+    std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+    for (int t = 0; t < nt; ++t)
+      for (int64_t c = 0; c < cols; ++c) acc[c] += part[static_cast<size_t>(t) * cols + c];
     for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(acc[c]);
     return;
   }

@@ -114,6 +114,7 @@ TEST(BatchNorm, MatchesReferenceTraining) {
   check_case({{2, 1}, DType::f64, true}, 1e-10);       // the smallest batch: M = 2
   // Many rows (several accumulation blocks and threads) and an odd channel count.
   check_case({{4, 17, 19, 33}, DType::f32, true}, 2e-4);
+  check_case({{40, 1000}, DType::f32, true}, 2e-4);  // few rows of many channels, threaded
 }
 
 TEST(BatchNorm, MatchesReferenceEval) {
@@ -173,6 +174,20 @@ TEST(BatchNorm, OnlyParametersNeedGrad) {
   EXPECT_FALSE(x.grad().defined());
   expect_close(g.grad(), r.dgamma, 1e-10, 1e-10, "dgamma");
   expect_close(b.grad(), r.dbeta, 1e-10, 1e-10, "dbeta");
+}
+
+TEST(BatchNorm, NonContiguousInput) {
+  // (C, N) transposed to (N, C): the op packs it; the gradient reaches the (C, N) leaf.
+  Tensor base = randn({5, 9}, 35, DType::f64).set_requires_grad(true);
+  Tensor x = base.transpose(0, 1);
+  ASSERT_FALSE(x.is_contiguous());
+  Tensor dy = randn({9, 5}, 36, DType::f64);
+  std::vector<double> ones(5, 1.0), zeros(5, 0.0);
+  Ref r = reference(x.to_double_vector(), dy.to_double_vector(), 5, ones, zeros, true, zeros, ones, 1e-5);
+  Tensor y = ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true);
+  expect_close(y, r.y, 1e-12, 1e-12, "y");
+  y.backward(dy);
+  expect_close(base.grad().transpose(0, 1), r.dx, 1e-10, 1e-10, "dx");
 }
 
 TEST(BatchNorm, LargeMeanF32StaysAccurate) {

@@ -1,17 +1,20 @@
 // conv2d (core/ops/conv2d_cpu.cpp): forward, input/weight/bias gradients against a double-precision
 // loop reference, finite differences, bf16/f16 against f32, strided inputs, the primitive cache
 // under threads, and the error messages.
+#include "core/ops/conv2d.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/conv2d.h"
+#include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
 using kiln::testing::expect_close;
+using kiln::testing::expect_error;
 using kiln::testing::randn;
 
 namespace {
@@ -47,6 +50,13 @@ const std::vector<Case>& cases() {
       {"batch1_wide", 1, 8, 8, 32, 20, 3, 3, params(1, 1, 1, 1), true},
       {"kernel_is_input", 2, 5, 5, 3, 4, 5, 5, params(1, 1, 0, 0), true},
       {"7x7_stem", 1, 13, 12, 3, 8, 7, 7, params(2, 2, 3, 3), false},
+      // 64+ channels with a 3x3 kernel: the backward runs in oneDNN's blocked layout.
+      {"blocked_bwd", 2, 6, 5, 64, 72, 3, 3, params(1, 1, 1, 1), true},
+      {"blocked_bwd_stride2", 1, 7, 7, 64, 64, 3, 3, params(2, 2, 1, 1), false},
+      // Over 1 MFLOP, so oneDNN runs them on all threads (smaller ones run serially).
+      {"parallel_groups2", 4, 12, 12, 32, 32, 3, 3, params(1, 1, 1, 1, 1, 1, 2), true},
+      {"parallel_depthwise", 4, 16, 16, 64, 64, 3, 3, params(1, 1, 1, 1, 1, 1, 64), true},
+      {"parallel_1x1_stride2", 4, 16, 16, 64, 96, 1, 1, params(2, 2, 0, 0), true},
   };
   return c;
 }
@@ -182,7 +192,7 @@ TEST(Conv2d, LowPrecisionMatchesF32) {
   // rounding of the results differs (plus f32 accumulation order), so a relative 2^-7 / 2^-10 holds.
   for (DType t : {DType::bf16, DType::f16}) {
     double rel = t == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
-    for (const char* name : {"3x3_pad1", "groups2", "depthwise_s2_mult2", "batch1_wide"}) {
+    for (const char* name : {"3x3_pad1", "groups2", "depthwise_s2_mult2", "batch1_wide", "blocked_bwd"}) {
       const Case* k = nullptr;
       for (const Case& c : cases())
         if (std::string(c.name) == name) k = &c;
@@ -237,9 +247,9 @@ TEST(Conv2d, PrimitivesAreCachedAndThreadSafe) {
   const Case& k = cases()[0];
   Inputs in = make_inputs(k, 60);
   Tensor y0 = ops::conv2d(in.x, in.w, in.b, k.p);
-  size_t n = dnnl_cache().size();
+  size_t n = onednn::cache().size();
   Tensor y1 = ops::conv2d(in.x, in.w, in.b, k.p);
-  EXPECT_EQ(dnnl_cache().size(), n) << "a second call of the same shape created primitives";
+  EXPECT_EQ(onednn::cache().size(), n) << "a second call of the same shape created primitives";
   expect_close(y1, values(y0), 0, 0, "repeat");
   // Several threads, each with its own shapes and a shared one, against the reference.
   std::vector<std::thread> threads;
@@ -261,28 +271,23 @@ TEST(Conv2d, PrimitivesAreCachedAndThreadSafe) {
   for (int t = 0; t < 6; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
 }
 
-namespace {
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error mentioning " << parts[0];
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
-  }
-}
-}  // namespace
-
 TEST(Conv2d, ErrorsNameTheOpAndShapes) {
   Tensor x = randn({2, 5, 5, 3}, 1), w = randn({4, 3, 3, 3}, 2);
-  expect_error([&] { ops::conv2d(x, randn({4, 3, 3, 2}, 3), Tensor(), {}); },
-               {"conv2d", "[4, 3, 3, 2]", "[2, 5, 5, 3]", "channels"});
-  expect_error([&] { ops::conv2d(x, w.to(DType::bf16), Tensor(), {}); }, {"conv2d", "bf16[4, 3, 3, 3]", "f32[2, 5, 5, 3]", "dtype"});
+  expect_error(
+      [&] {
+        ops::conv2d(x, randn({4, 3, 3, 2}, 3), Tensor(), {});
+      },
+      {"conv2d", "[4, 3, 3, 2]", "[2, 5, 5, 3]", "channels"});
+  expect_error([&] { ops::conv2d(x, w.to(DType::bf16), Tensor(), {}); },
+               {"conv2d", "bf16[4, 3, 3, 3]", "f32[2, 5, 5, 3]", "dtype"});
   expect_error([&] { ops::conv2d(x.to(DType::f64), w.to(DType::f64), Tensor(), {}); }, {"conv2d", "f64", "accepted"});
   expect_error([&] { ops::conv2d(randn({5, 5, 3}, 4), w, Tensor(), {}); }, {"conv2d", "[5, 5, 3]", "NHWC"});
   expect_error([&] { ops::conv2d(x, w, randn({3}, 5), {}); }, {"conv2d", "bias", "f32[3]", "[4]"});
-  expect_error([&] { ops::conv2d(x, randn({4, 3, 3, 1}, 6), Tensor(), params(1, 1, 0, 0, 1, 1, 3)); },
-               {"conv2d", "groups=3", "[2, 5, 5, 3]", "[4, 3, 3, 1]"});
+  expect_error(
+      [&] {
+        ops::conv2d(x, randn({4, 3, 3, 1}, 6), Tensor(), params(1, 1, 0, 0, 1, 1, 3));
+      },
+      {"conv2d", "groups=3", "[2, 5, 5, 3]", "[4, 3, 3, 1]"});
   expect_error([&] { ops::conv2d(x, randn({4, 7, 7, 3}, 7), Tensor(), {}); }, {"conv2d", "7x7", "[2, 5, 5, 3]"});
   expect_error([&] { ops::conv2d(x, w, Tensor(), params(0, 1, 0, 0)); }, {"conv2d", "stride 0x1"});
 }

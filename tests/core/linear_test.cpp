@@ -1,20 +1,24 @@
 // matmul and linear (core/ops/linear_cpu.cpp): forward and gradients against double-precision loops,
 // transposed and sliced operands (passed to oneDNN by strides), finite differences, bf16/f16 against
 // f32, and the error messages.
+#include "core/ops/linear.h"
+
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
-#include "core/ops/linear.h"
+#include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
 using kiln::testing::expect_close;
+using kiln::testing::expect_error;
 using kiln::testing::randn;
 
 namespace {
 
 // (m, k) @ (k, n) in double, with a and b given row-major.
-std::vector<double> ref_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k, int64_t n) {
+std::vector<double> ref_mm(const std::vector<double>& a, const std::vector<double>& b, int64_t m, int64_t k,
+                           int64_t n) {
   std::vector<double> y(m * n, 0.0);
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < n; ++j) {
@@ -35,19 +39,10 @@ std::vector<double> ref_t(const std::vector<double>& a, int64_t r, int64_t c) {
 struct Dims {
   int64_t m, k, n;
 };
-const std::vector<Dims> kShapes = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 1, 32}, {1, 64, 1}, {31, 40, 65}, {128, 96, 80}};
+const std::vector<Dims> kShapes = {{1, 1, 1},  {3, 5, 7},    {17, 33, 9},  {64, 1, 32},
+                                   {1, 64, 1}, {31, 40, 65}, {128, 96, 80}};
 
 double tol(int64_t k) { return 2e-5 * static_cast<double>(k + 1); }
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected kiln::Error mentioning " << parts[0];
-  } catch (const Error& e) {
-    std::string m = e.what();
-    for (const auto& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "'" << p << "' not in: " << m;
-  }
-}
 
 }  // namespace
 
@@ -77,8 +72,8 @@ TEST(Matmul, TransposedAndSlicedOperands) {
   Tensor a_wide = randn({m, k + 7}, 6), b_wide = randn({k, n + 5}, 7);
   Tensor a_slice = a_wide.slice(1, 3, 3 + k), b_slice = b_wide.slice(1, 2, 2 + n);
   Tensor a_bcast = make_view(randn({1, k}, 8), {m, k}, {0, 1}, 0);
-  std::vector<std::pair<Tensor, Tensor>> pairs = {{a_view, b_view}, {a_slice, b_slice}, {a_view, b_slice},
-                                                  {a_slice, b_view}, {a_bcast, b_view}};
+  std::vector<std::pair<Tensor, Tensor>> pairs = {
+      {a_view, b_view}, {a_slice, b_slice}, {a_view, b_slice}, {a_slice, b_view}, {a_bcast, b_view}};
   for (size_t i = 0; i < pairs.size(); ++i) {
     SCOPED_TRACE(i);
     auto [a, b] = pairs[i];
@@ -86,8 +81,8 @@ TEST(Matmul, TransposedAndSlicedOperands) {
     expect_close(y, ref_mm(a.to_double_vector(), b.to_double_vector(), m, k, n), tol(k), 1e-5, "y");
   }
   // Row and column vectors whose unit dims carry odd strides.
-  Tensor col = randn({k, 5}, 9).slice(1, 2, 3);       // (k, 1), stride 5
-  Tensor row = randn({5, m}, 10).slice(0, 1, 2);      // (1, m)
+  Tensor col = randn({k, 5}, 9).slice(1, 2, 3);   // (k, 1), stride 5
+  Tensor row = randn({5, m}, 10).slice(0, 1, 2);  // (1, m)
   expect_close(ops::matmul(row.transpose(0, 1), col.transpose(0, 1)),
                ref_mm(ref_t(row.to_double_vector(), 1, m), col.to_double_vector(), m, 1, k), 1e-5, 1e-5, "outer");
 }
@@ -141,10 +136,12 @@ TEST(Linear, Gradcheck) {
     std::vector<Tensor> in{randn({d.m, d.k}, 20).set_requires_grad(true), randn({d.n, d.k}, 21).set_requires_grad(true),
                            randn({d.n}, 22).set_requires_grad(true)};
     kiln::testing::gradcheck([](const std::vector<Tensor>& v) { return ops::linear(v[0], v[1], v[2]); }, in, "linear");
-    std::vector<Tensor> mm{randn({d.m, d.k}, 23).set_requires_grad(true), randn({d.k, d.n}, 24).set_requires_grad(true)};
+    std::vector<Tensor> mm{randn({d.m, d.k}, 23).set_requires_grad(true),
+                           randn({d.k, d.n}, 24).set_requires_grad(true)};
     kiln::testing::gradcheck([](const std::vector<Tensor>& v) { return ops::matmul(v[0], v[1]); }, mm, "matmul");
     // Through a transposed operand (a strided view in forward and backward).
-    std::vector<Tensor> tr{randn({d.k, d.m}, 25).set_requires_grad(true), randn({d.k, d.n}, 26).set_requires_grad(true)};
+    std::vector<Tensor> tr{randn({d.k, d.m}, 25).set_requires_grad(true),
+                           randn({d.k, d.n}, 26).set_requires_grad(true)};
     kiln::testing::gradcheck([](const std::vector<Tensor>& v) { return ops::matmul(v[0].transpose(0, 1), v[1]); }, tr,
                              "matmul(a^T, b)");
   }
@@ -158,7 +155,8 @@ TEST(Linear, LowPrecisionMatchesF32) {
     SCOPED_TRACE(dtype_name(t));
     Tensor x = randn({37, 50}, 30, t).set_requires_grad(true), w = randn({19, 50}, 31, t).set_requires_grad(true);
     Tensor b = randn({19}, 32, t).set_requires_grad(true);
-    Tensor xf = x.detach().to(DType::f32).set_requires_grad(true), wf = w.detach().to(DType::f32).set_requires_grad(true);
+    Tensor xf = x.detach().to(DType::f32).set_requires_grad(true),
+           wf = w.detach().to(DType::f32).set_requires_grad(true);
     Tensor bf = b.detach().to(DType::f32).set_requires_grad(true);
     Tensor y = ops::linear(x, w, b), yf = ops::linear(xf, wf, bf);
     EXPECT_EQ(y.dtype(), t);

@@ -245,6 +245,22 @@ TEST(Pool, MaxTiesGoToTheFirstAndNaNPropagates) {
   for (double o : out) EXPECT_TRUE(std::isnan(o));
 }
 
+TEST(Pool, NonContiguousInput) {
+  // An NCHW tensor viewed as NHWC: the op packs it; gradients reach the NCHW leaf.
+  Tensor base = randn({2, 3, 5, 7}, 50, DType::f64).set_requires_grad(true);
+  Tensor x = base.permute({0, 2, 3, 1});
+  ASSERT_FALSE(x.is_contiguous());
+  auto p = params(3, 3, 2, 2, 1, 1, true);
+  Tensor packed = x.detach().contiguous().set_requires_grad(true);
+  Tensor want = ops::max_pool2d(packed, p);
+  Tensor y = ops::max_pool2d(x, p);
+  expect_close(y, want.to_double_vector(), 0, 0, "y");
+  Tensor dy = randn(y.shape(), 51, DType::f64);
+  y.backward(dy);
+  want.backward(dy);
+  expect_close(base.grad().permute({0, 2, 3, 1}), packed.grad().to_double_vector(), 0, 0, "dx");
+}
+
 TEST(Pool, LowPrecisionComputesInF32) {
   Tensor x = randn({2, 7, 9, 3}, 49).to(DType::bf16).set_requires_grad(true);
   auto p = params(3, 3, 2, 2, 1, 1, false);

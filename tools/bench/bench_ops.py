@@ -9,12 +9,16 @@ same work in PyTorch with the same thread count, then prints one table:
 speed kiln/torch = torch time / kiln time: above 1 means kiln is faster (2.0 = twice as fast).
 
   matmul        C = A @ B, A and B (n, n), torch.mm on dense tensors.
-  matmul        (torch oneDNN) the same product through torch's oneDNN path (F.linear on
-                to_mkldnn() tensors), a like-for-like reference for kiln's oneDNN matmul: the
-                Debian torch build's torch.mm goes to whatever libblas.so.3 is installed (the
-                reference BLAS here), so its row says little about oneDNN.
+  matmul(onednn) the same product through torch's oneDNN path (F.linear on to_mkldnn() tensors),
+                against the same kiln row: a like-for-like reference for kiln's oneDNN matmul,
+                since the Debian torch build's torch.mm goes to whatever libblas.so.3 is
+                installed (the netlib reference BLAS here, ~1 GFLOPS).
   conv_fwd      3x3, 64->64, pad 1, bias, on (32, 64, 32, 32) channels_last (kiln: NHWC (32, 32, 32, 64)).
   conv_fwd_bwd  forward + backward (input, weight and bias gradients) through autograd.
+
+On a CPU without avx512 neither side has bf16 kernels: kiln computes bf16 in f32 (converting the
+operands and rounding the result), torch falls back to its generic non-oneDNN bf16 code, so the
+bf16 rows compare those fallbacks. A torch row stops timing after 20 s (at least one run).
 
 The machine is shared, so each side is run `--repeats` times, interleaved (kiln, torch, kiln, ...),
 and the best (lowest) time per row is kept.
@@ -69,13 +73,19 @@ def run_kiln(*args):
     return rows, notes
 
 
-def time_ms(step, warmup, iters):
+def time_ms(step, warmup, iters, budget_s=20.0):
+    """Mean ms per step over `iters` steps after `warmup`; a row that is very slow (torch's
+    non-oneDNN fallbacks) stops after `budget_s` seconds, with at least one timed step."""
     for _ in range(warmup):
         step()
     t0 = time.perf_counter()
-    for _ in range(iters):
+    done = 0
+    while done < iters:
         step()
-    return (time.perf_counter() - t0) * 1e3 / iters
+        done += 1
+        if time.perf_counter() - t0 > budget_s:
+            break
+    return (time.perf_counter() - t0) * 1e3 / done
 
 
 def torch_matmul():
@@ -100,14 +110,15 @@ def torch_conv():
         conv = torch.nn.Conv2d(64, 64, 3, padding=1).to(dtype=dt, memory_format=torch.channels_last)
         x = torch.randn(32, 64, 32, 32).to(dtype=dt, memory_format=torch.channels_last).requires_grad_()
         gy = torch.randn(32, 64, 32, 32).to(dtype=dt, memory_format=torch.channels_last)
+        warmup = 2 if dt == torch.float32 else 1  # torch's bf16 conv here is a slow non-oneDNN path
         with torch.no_grad():
-            rows[("conv_fwd", name)] = time_ms(lambda: conv(x), 2, ARGS.conv_iters)
+            rows[("conv_fwd", name)] = time_ms(lambda: conv(x), warmup, ARGS.conv_iters)
 
         def step():
             x.grad = conv.weight.grad = conv.bias.grad = None
             conv(x).backward(gy)
 
-        rows[("conv_fwd_bwd", name)] = time_ms(step, 2, ARGS.conv_iters)
+        rows[("conv_fwd_bwd", name)] = time_ms(step, warmup, ARGS.conv_iters)
     return rows
 
 

@@ -1,0 +1,184 @@
+// Softmax cross-entropy (with label smoothing) and row softmax on the GPU, one block per row,
+// f32 math whatever the logits' dtype. Per row i with lse = max + log(sum exp(x - max)):
+//   loss_i = lse - (1-e) * x[y_i] - (e/K) * sum_j x_j           (target (1-e)*onehot + e/K)
+//   dloss/dx_ij = g/N * (exp(x_ij - lse) - (1-e)*[j == y_i] - e/K)
+// The batch mean goes through the deterministic reduction (no atomics). A label outside [0, K)
+// gives a NaN loss for that row (the device cannot throw; the NaN reaches all_finite and the
+// loss scaler). Tests: tests/gpu/loss_test.cpp.
+#include "core/cuda/cuda_ops.h"
+#include "core/cuda/kernel_util.cuh"
+#include "core/cuda/reduce_util.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+// Row statistics: max, log-sum-exp, and the sum of the row (for smoothing). All threads get them.
+struct RowStats {
+  float lse, sum;
+};
+
+template <typename T>
+__device__ RowStats row_stats(const T* row, int64_t K, bool need_sum) {
+  float m = -INFINITY;
+  for (int64_t j = threadIdx.x; j < K; j += blockDim.x) m = MaxCombine::op(m, to_float(row[j]));
+  m = block_combine<MaxCombine>(m);
+  float se = 0.f, sx = 0.f;
+  for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+    float v = to_float(row[j]);
+    se += expf(v - m);
+    sx += v;
+  }
+  se = block_combine<SumCombine>(se);
+  if (need_sum) sx = block_combine<SumCombine>(sx);
+  // NOTE: a row of all -inf has m = -inf: lse is NaN, as in PyTorch.
+  return {m + logf(se), sx};
+}
+
+template <typename T, typename L>
+__global__ void ce_forward_kernel(const T* logits, const L* labels, int64_t N, int64_t K, float smoothing,
+                                  float* row_loss) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const T* row = logits + i * K;
+    RowStats st = row_stats(row, K, smoothing != 0.f);
+    if (threadIdx.x == 0) {
+      int64_t y = static_cast<int64_t>(labels[i]);
+      float loss = NAN;
+      if (y >= 0 && y < K) {
+        loss = st.lse - (1.f - smoothing) * to_float(row[y]);
+        if (smoothing != 0.f) loss -= smoothing / static_cast<float>(K) * st.sum;
+      }
+      row_loss[i] = loss;
+    }
+  }
+}
+
+template <typename T, typename L>
+__global__ void ce_backward_kernel(const float* grad_loss, const T* logits, const L* labels, int64_t N, int64_t K,
+                                   float smoothing, T* dlogits) {
+  float g = *grad_loss / static_cast<float>(N);
+  float off = smoothing / static_cast<float>(K);
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const T* row = logits + i * K;
+    RowStats st = row_stats(row, K, false);
+    int64_t y = static_cast<int64_t>(labels[i]);
+    bool valid = y >= 0 && y < K;
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+      float p = expf(to_float(row[j]) - st.lse);
+      float d = valid ? g * (p - off - (j == y ? 1.f - smoothing : 0.f)) : NAN;
+      dlogits[i * K + j] = from_float<T>(d);
+    }
+  }
+}
+
+template <typename T>
+__global__ void softmax_kernel(const T* logits, int64_t N, int64_t K, T* out) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    RowStats st = row_stats(logits + i * K, K, false);
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x)
+      out[i * K + j] = from_float<T>(expf(to_float(logits[i * K + j]) - st.lse));
+  }
+}
+
+int threads_for_row(int64_t K) { return K >= 1024 ? 512 : K >= 256 ? 256 : K >= 64 ? 64 : 32; }
+
+struct StoreMean {
+  float* out;
+  double scale;
+  __device__ void operator()(int64_t, int64_t, const double* v) const { *out = static_cast<float>(v[0] * scale); }
+};
+
+void check_ce_args(const char* op, const Tensor& logits, const Tensor& labels) {
+  KILN_CHECK(logits.dim() == 2, op, ": logits must be (N, K), got ", logits.str());
+  KILN_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0), op, ": labels must be (N) = (", logits.size(0),
+             "), got ", labels.str());
+  KILN_CHECK(labels.dtype() == DType::i64 || labels.dtype() == DType::i32, op, ": labels must be i64 or i32, got ",
+             labels.str());
+  KILN_CHECK(logits.size(0) > 0 && logits.size(1) > 0, op, ": empty logits ", logits.str());
+}
+
+template <typename F>
+void dispatch_labels(DType t, F&& f) {
+  if (t == DType::i64) f(TypeTag<int64_t>{});
+  else f(TypeTag<int32_t>{});
+}
+
+// launch(T tag, L tag, grid, threads, stream) for logits' and labels' element types, one block per row.
+template <typename F>
+void launch_rows(const char* op, int device, const Tensor& logits, const Tensor& labels, F launch) {
+  DeviceGuard g(device);
+  int threads = threads_for_row(logits.size(1));
+  int grid = static_cast<int>(std::min<int64_t>(logits.size(0), 65535));
+  cudaStream_t s = stream_of(device);
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    dispatch_labels(labels.dtype(), [&](auto ltag) { launch(tag, ltag, grid, threads, s); });
+  });
+  CUDA_CHECK_LAUNCH();
+}
+
+template <typename T> const T* cptr(const Tensor& t) { return static_cast<const T*>(t.raw_data()); }
+
+}  // namespace
+
+Tensor cross_entropy_forward(const Tensor& logits0, const Tensor& labels0, double label_smoothing) {
+  const char* op = "cross_entropy";
+  int device = same_device(op, {&logits0, &labels0});
+  check_ce_args(op, logits0, labels0);
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
+             label_smoothing);
+  Tensor logits = packed(logits0), labels = packed(labels0);
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor row_loss = Tensor::empty({N}, DType::f32, logits.device());
+  Tensor out = Tensor::empty({}, DType::f32, logits.device());
+  float e = static_cast<float>(label_smoothing);
+  float* rl = static_cast<float*>(row_loss.raw_data());
+  launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
+    using T = typename decltype(tag)::type;
+    using L = typename decltype(ltag)::type;
+    ce_forward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<T>(logits), cptr<L>(labels), N, K, e, rl);
+  });
+  DeviceGuard g(device);
+  reduce_arb<1, SumCombine>(device, 1, N, 1, LoadVector{rl},
+                            StoreMean{static_cast<float*>(out.raw_data()), 1.0 / static_cast<double>(N)});
+  return out;
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, const Tensor& labels0,
+                              double label_smoothing) {
+  const char* op = "cross_entropy_backward";
+  int device = same_device(op, {&grad_loss, &logits0, &labels0});
+  check_ce_args(op, logits0, labels0);
+  KILN_CHECK(grad_loss.numel() == 1, op, ": the loss gradient must be a scalar, got ", grad_loss.str());
+  Tensor g32 = packed_f32(grad_loss);
+  Tensor logits = packed(logits0), labels = packed(labels0);
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor out = empty_on(logits.shape(), logits.dtype(), logits);
+  float e = static_cast<float>(label_smoothing);
+  launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
+    using T = typename decltype(tag)::type;
+    using L = typename decltype(ltag)::type;
+    ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<float>(g32), cptr<T>(logits), cptr<L>(labels), N, K, e,
+                                                      static_cast<T*>(out.raw_data()));
+  });
+  return out;
+}
+
+Tensor softmax(const Tensor& logits0) {
+  int device = same_device("softmax", {&logits0});
+  KILN_CHECK(logits0.dim() == 2, "softmax: logits must be (N, K), got ", logits0.str());
+  Tensor logits = packed(logits0);
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor out = empty_on(logits.shape(), logits.dtype(), logits);
+  if (out.numel() == 0) return out;
+  DeviceGuard g(device);
+  cudaStream_t s = stream_of(device);
+  int grid = static_cast<int>(std::min<int64_t>(N, 65535));
+  dispatch_float(logits.dtype(), "softmax", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    softmax_kernel<T><<<grid, threads_for_row(K), 0, s>>>(static_cast<const T*>(logits.raw_data()), N, K,
+                                                          static_cast<T*>(out.raw_data()));
+  });
+  CUDA_CHECK_LAUNCH();
+  return out;
+}
+
+}  // namespace kiln::cuda

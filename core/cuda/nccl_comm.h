@@ -1,0 +1,56 @@
+// A thin NCCL communicator: one per (rank, GPU). Collectives run in place on the device's compute
+// stream, so they are ordered after the kernels that produced the gradients; synchronize() waits
+// for them with a timeout (polling ncclCommGetAsyncError) and aborts the communicator on error or
+// timeout, so a dead peer becomes a kiln::Error instead of a hang.
+//   - one process driving several GPUs: create_local({0, 1, ...}) (ncclCommInitAll), one thread per GPU;
+//   - several processes: rank 0 calls unique_id(), sends the bytes to every rank (MPI), each rank
+//     constructs NcclComm(id, nranks, rank, device, timeout).
+// Plain C++ header (no NCCL types): include under #ifdef KILN_WITH_CUDA. Tests: tests/gpu/nccl_test.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln::cuda {
+
+enum class ReduceOp { sum, avg };
+
+class NcclComm {
+ public:
+  // ncclGetUniqueId's 128 opaque bytes.
+  static std::string unique_id();
+  // One rank of a communicator across processes; gives up after timeout_s if the others do not join.
+  NcclComm(const std::string& unique_id, int nranks, int rank, int device, double timeout_s = 300.0);
+  // One communicator per device, all in this process (rank i drives devices[i]).
+  static std::vector<std::unique_ptr<NcclComm>> create_local(const std::vector<int>& devices);
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  int rank() const;
+  int size() const;
+  int device() const;
+
+  // In place; `t` packed, on this communicator's device, f32/f16/bf16/f64/i32/i64/u8 (avg: floating).
+  void all_reduce(const Tensor& t, ReduceOp op);
+  void broadcast(const Tensor& t, int root);
+  // Waits until everything queued on the device's stream is done. Throws (after aborting the
+  // communicator) when NCCL reports an error or timeout_s passes first.
+  void synchronize(double timeout_s);
+  // Aborts the communicator (unblocks peers' pending collectives with an error); later calls throw.
+  void abort();
+  bool aborted() const;
+
+ private:
+  struct Impl;
+  explicit NcclComm(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Brackets collectives that one thread issues on several communicators (create_local without threads).
+void nccl_group_start();
+void nccl_group_end();
+
+}  // namespace kiln::cuda

@@ -1,0 +1,275 @@
+// Optimizer updates and loss-scaler checks over every parameter in one kernel launch. The host
+// builds a table {pointers, size, per-tensor scalars, first chunk} for all tensors, uploads it once
+// (runtime.h's upload()), and each block walks 16K-element chunks, finding its tensor by binary
+// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path.
+// Tests: tests/gpu/optim_test.cpp.
+#include <cmath>
+#include <vector>
+
+#include "core/cuda/cuda_ops.h"
+#include "core/cuda/kernel_util.cuh"
+#include "core/cuda/reduce_util.cuh"
+
+namespace kiln::cuda {
+namespace {
+
+constexpr int64_t kChunk = 16384;
+constexpr int kThreads = 256;
+
+struct Entry {
+  void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};  // per kernel: {param, grad, buffer, buffer} or {tensor}
+  int64_t n = 0;
+  int64_t chunk_begin = 0;
+  float f[4] = {0, 0, 0, 0};  // per kernel: learning rate, weight decay, ...
+  int32_t flag = 0;           // SGD: momentum buffer not initialised yet
+  int32_t dtype = 0;          // dtype of ptr[1] (gradients may be f16/bf16) or of ptr[0] (unscale)
+};
+
+__device__ int find_entry(const Entry* table, int count, int64_t chunk) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {  // the last entry whose chunk_begin <= chunk
+    int mid = (lo + hi + 1) / 2;
+    if (table[mid].chunk_begin <= chunk) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+__device__ __forceinline__ float load_any(const void* p, int dtype, int64_t i) {
+  if (dtype == static_cast<int>(DType::f16)) return to_float(static_cast<const __half*>(p)[i]);
+  if (dtype == static_cast<int>(DType::bf16)) return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_any(void* p, int dtype, int64_t i, float v) {
+  if (dtype == static_cast<int>(DType::f16)) static_cast<__half*>(p)[i] = from_float<__half>(v);
+  else if (dtype == static_cast<int>(DType::bf16)) static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(v);
+  else static_cast<float*>(p)[i] = v;
+}
+
+// body(entry, i) for every element of every tensor.
+template <typename Body>
+__global__ void multi_tensor_kernel(const Entry* table, int count, int64_t total_chunks, Body body) {
+  for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+    const Entry e = table[find_entry(table, count, c)];  // a register copy: no reloads after stores
+    int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) body(e, i);
+  }
+}
+
+struct SgdBody {
+  float momentum, dampening;
+  bool nesterov;
+  __device__ void operator()(const Entry& e, int64_t i) const {
+    float* p = static_cast<float*>(e.ptr[0]);
+    float g = load_any(e.ptr[1], e.dtype, i);
+    float w = p[i];
+    if (e.f[1] != 0.f) g += e.f[1] * w;
+    if (momentum != 0.f) {
+      float* buf = static_cast<float*>(e.ptr[2]);
+      float b = e.flag ? g : momentum * buf[i] + (1.f - dampening) * g;
+      buf[i] = b;
+      g = nesterov ? g + momentum * b : b;
+    }
+    p[i] = w - e.f[0] * g;
+  }
+};
+
+// f = {decay factor 1 - lr*wd, step size lr/(1-b1^t), sqrt(1-b2^t), unused}
+struct AdamWBody {
+  float beta1, beta2, eps;
+  __device__ void operator()(const Entry& e, int64_t i) const {
+    float* p = static_cast<float*>(e.ptr[0]);
+    float* m = static_cast<float*>(e.ptr[2]);
+    float* v = static_cast<float*>(e.ptr[3]);
+    float g = load_any(e.ptr[1], e.dtype, i);
+    float w = p[i] * e.f[0];
+    float mi = beta1 * m[i] + (1.f - beta1) * g;
+    float vi = beta2 * v[i] + (1.f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = w - e.f[1] * mi / (sqrtf(vi) / e.f[2] + eps);
+  }
+};
+
+struct UnscaleBody {
+  float inv_scale;
+  int32_t* flag;
+  __device__ void operator()(const Entry& e, int64_t i) const {
+    float g = load_any(e.ptr[0], e.dtype, i);
+    float s = g * inv_scale;
+    if (!isfinite(g) || !isfinite(s)) *flag = 1;  // benign race: every writer stores 1
+    store_any(e.ptr[0], e.dtype, i, s);
+  }
+};
+
+__global__ void sumsq_kernel(const Entry* table, int count, int64_t total_chunks, float* partial) {
+  for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+    const Entry e = table[find_entry(table, count, c)];  // a register copy: no reloads after stores
+    int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
+    float acc = 0.f;
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+      float v = load_any(e.ptr[0], e.dtype, i);
+      acc += v * v;
+    }
+    acc = block_combine<SumCombine>(acc);
+    if (threadIdx.x == 0) partial[c] = acc;
+  }
+}
+
+// Host side: the table and its launch.
+struct Table {
+  std::vector<Entry> entries;
+  std::vector<Tensor> keep;  // packed copies that must live until the kernels are queued
+  int64_t chunks = 0;
+  int device = -1;
+
+  void add(Entry e) {
+    if (e.n == 0) return;
+    e.chunk_begin = chunks;
+    chunks += (e.n + kChunk - 1) / kChunk;
+    entries.push_back(e);
+  }
+  const Entry* upload_table() const {
+    return static_cast<const Entry*>(upload(device, entries.data(), entries.size() * sizeof(Entry)));
+  }
+  int grid() const { return static_cast<int>(std::min<int64_t>(chunks, int64_t(context(device).sm_count) * 8)); }
+  // One launch of body(entry, i) over every element of every tensor.
+  template <typename Body>
+  void launch(Body body) const {
+    DeviceGuard g(device);
+    const Entry* table = upload_table();
+    multi_tensor_kernel<<<grid(), kThreads, 0, stream_of(device)>>>(table, static_cast<int>(entries.size()), chunks,
+                                                                    body);
+    CUDA_CHECK_LAUNCH();
+  }
+  // Adds a plain tensor (unscale, sum of squares): ptr[0] = its data, dtype its own.
+  void add_tensor(const char* op, const Tensor& x);
+};
+
+void check_f32_buffer(const char* op, const char* what, const Tensor& t, const Tensor& param) {
+  KILN_CHECK(t.defined(), op, ": missing ", what, " for parameter ", param.str());
+  KILN_CHECK(t.dtype() == DType::f32 && t.is_contiguous() && t.shape() == param.shape(), op, ": ", what, " ", t.str(),
+             " must be a packed f32 tensor shaped like the parameter ", param.str());
+}
+
+int check_float_dtype(const char* op, const Tensor& t) {
+  KILN_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f16 || t.dtype() == DType::bf16, op,
+             ": gradients must be f32, f16 or bf16, got ", t.str());
+  return static_cast<int>(t.dtype());
+}
+
+void Table::add_tensor(const char* op, const Tensor& x) {
+  int d = same_device(op, {&x});
+  KILN_CHECK(device < 0 || device == d, op, ": all tensors must be on one device, got ", Device::cuda(device).str(),
+             " and ", x.str());
+  device = d;
+  Tensor p = packed(x);  // x itself when packed, so in-place kernels write into x
+  keep.push_back(p);
+  Entry e;
+  e.ptr[0] = p.raw_data();
+  e.n = p.numel();
+  e.dtype = check_float_dtype(op, p);
+  add(e);
+}
+
+// Common checks of a (param, grad) pair; returns the table entry with ptr[0..1] set.
+Entry param_entry(const char* op, Table& t, const Tensor& param, const Tensor& grad) {
+  KILN_CHECK(param.defined() && grad.defined(), op, ": every entry needs a parameter and its gradient");
+  int d = same_device(op, {&param, &grad});
+  KILN_CHECK(t.device < 0 || t.device == d, op, ": all parameters must be on one device, got ", Device::cuda(t.device).str(),
+             " and ", param.str());
+  t.device = d;
+  KILN_CHECK(param.dtype() == DType::f32 && param.is_contiguous(), op, ": parameter ", param.str(),
+             " must be a packed f32 tensor (the master weights)");
+  KILN_CHECK(grad.shape() == param.shape(), op, ": gradient ", grad.str(), " for parameter ", param.str());
+  Tensor g = packed(grad);
+  t.keep.push_back(g);
+  Entry e;
+  e.ptr[0] = param.raw_data();
+  e.ptr[1] = g.raw_data();
+  e.n = param.numel();
+  e.dtype = check_float_dtype(op, g);
+  return e;
+}
+
+}  // namespace
+
+void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
+  const char* op = "sgd_step";
+  KILN_CHECK(opt.momentum >= 0.0 && opt.dampening >= 0.0, op, ": momentum and dampening must be >= 0");
+  KILN_CHECK(!opt.nesterov || (opt.momentum > 0.0 && opt.dampening == 0.0), op,
+             ": nesterov needs momentum > 0 and no dampening");
+  Table t;
+  for (const SgdEntry& s : entries) {
+    Entry e = param_entry(op, t, s.param, s.grad);
+    if (opt.momentum != 0.0) {
+      check_f32_buffer(op, "momentum buffer", s.momentum_buffer, s.param);
+      same_device(op, {&s.param, &s.momentum_buffer});
+      e.ptr[2] = s.momentum_buffer.raw_data();
+    }
+    e.f[0] = static_cast<float>(s.lr);
+    e.f[1] = static_cast<float>(s.weight_decay);
+    e.flag = s.first_step ? 1 : 0;
+    t.add(e);
+  }
+  if (t.chunks == 0) return;
+  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov});
+}
+
+void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt) {
+  const char* op = "adamw_step";
+  KILN_CHECK(opt.beta1 >= 0.0 && opt.beta1 < 1.0 && opt.beta2 >= 0.0 && opt.beta2 < 1.0, op,
+             ": betas must be in [0, 1), got ", opt.beta1, ", ", opt.beta2);
+  Table t;
+  for (const AdamWEntry& a : entries) {
+    Entry e = param_entry(op, t, a.param, a.grad);
+    check_f32_buffer(op, "exp_avg", a.exp_avg, a.param);
+    check_f32_buffer(op, "exp_avg_sq", a.exp_avg_sq, a.param);
+    same_device(op, {&a.param, &a.exp_avg, &a.exp_avg_sq});
+    KILN_CHECK(a.step >= 1, op, ": step counts from 1, got ", a.step);
+    e.ptr[2] = a.exp_avg.raw_data();
+    e.ptr[3] = a.exp_avg_sq.raw_data();
+    double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(a.step));
+    double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(a.step));
+    e.f[0] = static_cast<float>(1.0 - a.lr * a.weight_decay);
+    e.f[1] = static_cast<float>(a.lr / bc1);
+    e.f[2] = static_cast<float>(std::sqrt(bc2));
+    t.add(e);
+  }
+  if (t.chunks == 0) return;
+  t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps)});
+}
+
+bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale) {
+  const char* op = "unscale_and_check_finite";
+  Table t;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    KILN_CHECK(g.is_contiguous(), op, ": gradient ", g.str(), " must be packed (it is scaled in place)");
+    t.add_tensor(op, g);
+  }
+  if (t.chunks == 0) return true;
+  Tensor flag = Tensor::zeros({}, DType::i32, Device::cuda(t.device));
+  t.launch(UnscaleBody{static_cast<float>(inv_scale), static_cast<int32_t*>(flag.raw_data())});
+  return read_i32(flag) == 0;
+}
+
+double sum_of_squares(const std::vector<Tensor>& xs) {
+  const char* op = "sum_of_squares";
+  Table t;
+  for (const Tensor& x : xs)
+    if (x.defined()) t.add_tensor(op, x);
+  if (t.chunks == 0) return 0.0;
+  DeviceGuard guard(t.device);
+  Tensor partial = Tensor::empty({t.chunks}, DType::f32, Device::cuda(t.device));
+  Tensor out = Tensor::empty({}, DType::f64, Device::cuda(t.device));
+  const Entry* table = t.upload_table();
+  sumsq_kernel<<<t.grid(), kThreads, 0, stream_of(t.device)>>>(table, static_cast<int>(t.entries.size()), t.chunks,
+                                                                 static_cast<float*>(partial.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  reduce_arb<1, SumCombine>(t.device, 1, t.chunks, 1, LoadVector{static_cast<const float*>(partial.raw_data())},
+                            StoreF64{static_cast<double*>(out.raw_data())});
+  return out.item();
+}
+
+}  // namespace kiln::cuda

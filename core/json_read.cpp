@@ -1,0 +1,192 @@
+// JSON reading helpers with path-naming errors and "did you mean" suggestions (see json_read.h).
+#include "core/json_read.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+
+namespace kiln {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  const size_t n = a.size(), m = b.size();
+  // Three rows suffice for the transposition rule: d[i-2], d[i-1], d[i].
+  std::vector<size_t> prev2(m + 1), prev(m + 1), cur(m + 1);
+  for (size_t j = 0; j <= m; ++j) prev[j] = j;
+  for (size_t i = 1; i <= n; ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= m; ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) cur[j] = std::min(cur[j], prev2[j - 2] + 1);
+    }
+    std::swap(prev2, prev);
+    std::swap(prev, cur);
+  }
+  return prev[m];
+}
+
+static std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string closest_match(const std::string& key, const std::vector<std::string>& candidates) {
+  const std::string k = lower(key);
+  std::string best;
+  size_t best_d = std::numeric_limits<size_t>::max();
+  for (const std::string& c : candidates) {
+    const std::string lc = lower(c);
+    size_t d = edit_distance(k, lc);
+    // A prefix ("batch" for "batch_size") is a likely abbreviation even when many edits away.
+    bool prefix = k.size() >= 3 && (lc.rfind(k, 0) == 0 || k.rfind(lc, 0) == 0);
+    size_t limit = std::max<size_t>(1, std::max(k.size(), lc.size()) / 3);
+    if (d > limit && !prefix) continue;
+    if (prefix) d = std::min(d, limit);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+std::string json_path(const std::string& parent, const std::string& key) {
+  return parent.empty() ? key : parent + "." + key;
+}
+std::string json_path(const std::string& parent, size_t index) {
+  return parent + "[" + std::to_string(index) + "]";
+}
+
+std::string json_type_name(const Json& j) {
+  switch (j.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::array: return "a list";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::number_integer:
+    case Json::value_t::number_unsigned: return "an integer";
+    case Json::value_t::number_float: return "a number";
+    default: return "a value of another kind";
+  }
+}
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+void fail_unknown_name(const std::string& what, const std::string& value, const std::string& path,
+                       const std::vector<std::string>& accepted) {
+  std::string hint = closest_match(value, accepted);
+  KILN_FAIL(what, " '", value, "' at ", path.empty() ? "top level" : path,
+            hint.empty() ? std::string() : " (did you mean '" + hint + "'?)", "; accepted: ", join(accepted));
+}
+
+void check_choice(const std::string& value, const std::vector<std::string>& accepted, const std::string& path) {
+  if (std::find(accepted.begin(), accepted.end(), value) == accepted.end())
+    fail_unknown_name("value", value, path, accepted);
+}
+
+[[noreturn]] static void fail_type(const Json& j, const std::string& path, const char* expected) {
+  KILN_FAIL(path, ": expected ", expected, ", got ", json_type_name(j), " ", j.dump());
+}
+
+void json_read(const Json& j, const std::string& path, bool& out) {
+  if (!j.is_boolean()) fail_type(j, path, "true or false");
+  out = j.get<bool>();
+}
+
+void json_read(const Json& j, const std::string& path, int64_t& out) {
+  if (j.is_number_unsigned()) {
+    uint64_t u = j.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail_type(j, path, "a 64-bit integer");
+    out = static_cast<int64_t>(u);
+  } else if (j.is_number_integer()) {
+    out = j.get<int64_t>();
+  } else if (j.is_number_float() && std::isfinite(j.get<double>()) && j.get<double>() == std::floor(j.get<double>()) &&
+             std::fabs(j.get<double>()) < 9.0e15) {
+    out = static_cast<int64_t>(j.get<double>());  // 2.0 is an integer written as a float
+  } else {
+    fail_type(j, path, "an integer");
+  }
+}
+
+void json_read(const Json& j, const std::string& path, int& out) {
+  int64_t v = 0;
+  json_read(j, path, v);
+  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) fail_type(j, path, "a 32-bit integer");
+  out = static_cast<int>(v);
+}
+
+void json_read(const Json& j, const std::string& path, uint64_t& out) {
+  if (j.is_number_unsigned()) {
+    out = j.get<uint64_t>();
+    return;
+  }
+  int64_t v = 0;
+  json_read(j, path, v);
+  if (v < 0) fail_type(j, path, "a non-negative integer");
+  out = static_cast<uint64_t>(v);
+}
+
+void json_read(const Json& j, const std::string& path, double& out) {
+  if (!j.is_number()) fail_type(j, path, "a number");
+  out = j.get<double>();
+}
+
+void json_read(const Json& j, const std::string& path, std::string& out) {
+  if (!j.is_string()) fail_type(j, path, "a string");
+  out = j.get<std::string>();
+}
+
+void json_read(const Json& j, const std::string& path, std::vector<double>& out) {
+  if (j.is_number()) {
+    out = {j.get<double>()};
+    return;
+  }
+  if (!j.is_array()) fail_type(j, path, "a number or a list of numbers");
+  std::vector<double> v(j.size());
+  for (size_t i = 0; i < j.size(); ++i) json_read(j[i], json_path(path, i), v[i]);
+  out = std::move(v);
+}
+
+void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out) {
+  if (!j.is_array()) fail_type(j, path, "a list of integers");
+  std::vector<int64_t> v(j.size());
+  for (size_t i = 0; i < j.size(); ++i) json_read(j[i], json_path(path, i), v[i]);
+  out = std::move(v);
+}
+
+JsonObjectReader::JsonObjectReader(const Json& j, std::string path) : j_(&j), path_(std::move(path)) {
+  if (!j.is_object() && !j.is_null()) fail_type(j, path_.empty() ? "config" : path_, "an object");
+}
+
+const Json* JsonObjectReader::get(const std::string& key) {
+  known_.push_back(key);
+  if (!j_->is_object()) return nullptr;
+  auto it = j_->find(key);
+  return it == j_->end() ? nullptr : &*it;
+}
+
+void JsonObjectReader::finish() const {
+  if (!j_->is_object()) return;
+  for (auto it = j_->begin(); it != j_->end(); ++it)
+    if (std::find(known_.begin(), known_.end(), it.key()) == known_.end())
+      fail_unknown_name("unknown key", it.key(), path_of(it.key()), known_);
+}
+
+void JsonObjectReader::fail_missing(const std::string& key) const {
+  // A misspelt key is the usual cause: point at it.
+  if (j_->is_object())
+    for (auto it = j_->begin(); it != j_->end(); ++it)
+      if (closest_match(it.key(), {key}) == key)
+        KILN_FAIL("missing required key ", path_of(key), " (found '", it.key(), "': did you mean '", key, "'?)");
+  KILN_FAIL("missing required key ", path_of(key));
+}
+
+}  // namespace kiln

@@ -1,0 +1,77 @@
+// Geometric augmentations on uint8 HWC images:
+//   RandomCrop     pad every side by `padding`, then cut a size x size window at a uniformly random
+//                  position (top first, then left, as torchvision does)
+//   HorizontalFlip mirror left-right with probability p
+// Each has an options struct whose JSON keys are its field names. Tests: tests/data/transforms_test.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "data/transform.h"
+
+namespace kiln {
+
+struct RandomCropOptions {
+  /// side of the square output in pixels (required, > 0)
+  int64_t size = 0;
+  /// pixels added on each of the four sides before cropping (default 0)
+  int64_t padding = 0;
+  /// how padding is filled: "constant" (the byte `fill`), "edge" (repeat the border pixel) or
+  /// "reflect" (mirror, not repeating the border pixel) (default "constant")
+  std::string padding_mode = "constant";
+  /// byte value of "constant" padding, 0..255 (default 0)
+  int64_t fill = 0;
+
+  // `path` names the options in errors ("data.train_transforms[0]"); "type" is accepted and ignored.
+  static RandomCropOptions from_json(const Json& j, const std::string& path = "random_crop");
+  Json to_json() const;  // without "type"
+};
+KILN_JSON_CONVERSIONS(RandomCropOptions)
+
+class RandomCrop : public Transform {
+ public:
+  explicit RandomCrop(RandomCropOptions o);
+  // Top-left corner of the window in padded coordinates: both in [0, side + 2 * padding - size].
+  struct Box {
+    int64_t top = 0, left = 0;
+  };
+  Box choose(ImageShape in, SampleRng& rng) const;
+  // Writes the size x size window at `box` of the padded `in` into `out`.
+  void crop(const Image& in, Box box, Image& out) const;
+
+  std::string type() const override { return "random_crop"; }
+  Json to_json() const override;
+  ImageShape output_shape(ImageShape in) const override;
+  void apply(Image& img, SampleRng& rng, Image& scratch) const override;
+  const RandomCropOptions& options() const { return o_; }
+
+ private:
+  RandomCropOptions o_;
+  int border_ = 0;  // OpenCV border type for padding_mode
+};
+
+struct HorizontalFlipOptions {
+  /// probability of mirroring an image, 0..1 (default 0.5)
+  double p = 0.5;
+
+  static HorizontalFlipOptions from_json(const Json& j, const std::string& path = "horizontal_flip");
+  Json to_json() const;
+};
+KILN_JSON_CONVERSIONS(HorizontalFlipOptions)
+
+class HorizontalFlip : public Transform {
+ public:
+  explicit HorizontalFlip(HorizontalFlipOptions o);
+  static void flip(Image& img);  // in place
+
+  std::string type() const override { return "horizontal_flip"; }
+  Json to_json() const override;
+  ImageShape output_shape(ImageShape in) const override { return in; }
+  void apply(Image& img, SampleRng& rng, Image& scratch) const override;
+  const HorizontalFlipOptions& options() const { return o_; }
+
+ private:
+  HorizontalFlipOptions o_;
+};
+
+}  // namespace kiln

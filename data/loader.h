@@ -1,0 +1,136 @@
+// DataLoader: turns a Dataset and a Pipeline into batches
+//   images (N, H, W, C) f32 or bf16, normalised;  labels (N) i64
+// Worker threads each fill WHOLE batches (decode, augment, normalise straight into the batch
+// buffer) and the consumer receives them strictly in order. Buffers come from a ring of
+// preallocated slots; at most `prefetch` batches are prepared ahead of the consumer, and a slot goes
+// back to the ring when the last tensor of the batch it holds is released.
+//
+// Determinism: the sample order of an epoch is a function of (seed, epoch) and each sample's
+// augmentation of (seed, epoch, dataset index), so the batches are identical for any number of
+// workers, and a sample is augmented the same way whatever rank or batch it lands in.
+//
+// Sharding (rank r of world_size W, as torch's DistributedSampler): every rank gets the same
+// number of samples, positions r, r + W, r + 2W, ... of the epoch's order. With drop_last the
+// order is cut to a multiple of W (and the last partial batch dropped); without, it is padded by
+// repeating its first samples, and Batch::padding counts the repeats (only ever at the end of a
+// rank's last batch) so an evaluation can skip them and count every sample exactly once.
+//
+// Errors raised while loading a sample (a damaged file, a crop that does not fit) are caught in the
+// worker and rethrown by next() for that batch, as kiln::Error naming the sample index, dataset and
+// original message. stop() (also called by the destructor) joins the workers at any point of an
+// epoch. Tests: tests/data/loader_test.cpp.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/tensor.h"
+#include "data/dataset.h"
+#include "core/json_read.h"
+#include "data/pipeline.h"
+
+namespace kiln {
+
+struct LoaderOptions {
+  /// samples per batch on each rank (default 64)
+  int64_t batch_size = 64;
+  /// visit the samples in a new random order every epoch (default true)
+  bool shuffle = true;
+  /// drop the samples that do not fill a last whole batch, and the remainder of the sharding
+  /// instead of padding it (default false)
+  bool drop_last = false;
+  /// threads that fill batches; 0 loads them in the caller's thread inside next() (default 2)
+  int64_t workers = 2;
+  /// batches prepared ahead of the consumer, at least 1; below `workers` some workers idle (default 4)
+  int64_t prefetch = 4;
+  /// seed of the sample order and of the augmentations (default 0)
+  uint64_t seed = 0;
+  /// element type of the image batches: "f32" or "bf16" (default "f32")
+  std::string dtype = "f32";
+
+  static LoaderOptions from_json(const Json& j, const std::string& path = "loader");
+  // Reads the fields above from an object that holds other keys too (the data config).
+  static void read_fields(JsonObjectReader& r, LoaderOptions& o);
+  Json to_json() const;
+};
+KILN_JSON_CONVERSIONS(LoaderOptions)
+
+// This process's part of a data-parallel run.
+struct Shard {
+  int64_t rank = 0;
+  int64_t world_size = 1;
+};
+
+struct Batch {
+  Tensor images;                 // (N, H, W, C), f32 or bf16
+  Tensor labels;                 // (N), i64
+  std::vector<int64_t> indices;  // dataset index of each sample
+  int64_t padding = 0;           // trailing samples that repeat others to even out the ranks
+  int64_t epoch = 0;
+  int64_t index = 0;  // batch number within the epoch
+  int64_t size() const { return static_cast<int64_t>(indices.size()); }
+};
+
+struct LoaderStats {
+  double wait_seconds = 0.0;  // time next() spent waiting for (or, with 0 workers, loading) batches
+  int64_t batches = 0;
+  int64_t samples = 0;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline, LoaderOptions options, Shard shard = {});
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  int64_t samples_per_epoch() const { return per_rank_; }  // this rank's, padding included
+  int64_t batches_per_epoch() const;
+  ImageShape image_shape() const { return out_shape_; }  // of one sample in a batch
+  DType dtype() const { return dtype_; }
+  const Dataset& dataset() const { return *dataset_; }
+  const LoaderOptions& options() const { return o_; }
+  const Shard& shard() const { return shard_; }
+
+  // This rank's dataset indices for `epoch`, in the order batches deliver them (padding included).
+  std::vector<int64_t> epoch_indices(int64_t epoch) const;
+
+  // Begins `epoch`: abandons what is left of the current one, then the workers start on it.
+  void start_epoch(int64_t epoch);
+  // The epoch's next batch, in order; false after the last. Its tensors stay valid while held.
+  // Rethrows an error raised while loading this batch (and again on later calls until the next
+  // start_epoch).
+  bool next(Batch& out);
+  // Joins the workers, mid-epoch too. The next start_epoch() starts them again.
+  void stop();
+
+  LoaderStats stats() const;
+  void reset_stats();
+
+  struct State;  // internal; shared with the delivered batches, which hold their buffer slots
+
+ private:
+  bool fill(int64_t b, int slot, uint64_t generation, Pipeline::Workspace& ws, Sample& sample);
+  void worker_main();
+  void make_batch(int64_t b, int slot, Batch& out);
+  void cancel_locked(std::unique_lock<std::mutex>& lk);
+
+  std::shared_ptr<const Dataset> dataset_;
+  Pipeline pipeline_;
+  LoaderOptions o_;
+  Shard shard_;
+  DType dtype_ = DType::f32;
+  ImageShape out_shape_;
+  int64_t per_rank_ = 0;
+  std::shared_ptr<State> st_;
+  std::vector<std::thread> threads_;
+  // The caller's workspace when workers == 0.
+  Pipeline::Workspace sync_ws_;
+  Sample sync_sample_;
+};
+
+}  // namespace kiln

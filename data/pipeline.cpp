@@ -1,0 +1,95 @@
+// Pipeline and the transform registry (see pipeline.h).
+#include "data/pipeline.h"
+
+#include "core/check.h"
+#include "data/augment.h"
+
+namespace kiln {
+
+namespace {
+// The registry: one line per type. "normalize" is listed for suggestions; Pipeline handles it.
+const std::vector<std::string> kTransformTypes = {"random_crop", "horizontal_flip", "normalize"};
+
+std::string read_type(const Json& j, const std::string& path) {
+  KILN_CHECK(j.is_object(), path, ": expected a transform object like {\"type\": \"random_crop\", ...}, got ",
+             json_type_name(j), " ", j.dump());
+  auto it = j.find("type");
+  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: random_crop, horizontal_flip, normalize");
+  std::string type;
+  json_read(*it, json_path(path, "type"), type);
+  check_choice(type, kTransformTypes, json_path(path, "type"));
+  return type;
+}
+}  // namespace
+
+std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path) {
+  std::string type = read_type(j, path);
+  if (type == "random_crop") return std::make_shared<RandomCrop>(RandomCropOptions::from_json(j, path));
+  if (type == "horizontal_flip") return std::make_shared<HorizontalFlip>(HorizontalFlipOptions::from_json(j, path));
+  KILN_FAIL(path, ": \"", type, "\" is not an image-to-image transform (normalize ends a pipeline)");
+}
+
+Pipeline Pipeline::from_json(const Json& list, const std::string& path) {
+  Pipeline p;
+  if (list.is_null()) return p;
+  KILN_CHECK(list.is_array(), path, ": expected a list of transforms, got ", json_type_name(list), " ", list.dump());
+  for (size_t i = 0; i < list.size(); ++i) {
+    std::string at = json_path(path, i);
+    if (read_type(list[i], at) == "normalize") {
+      KILN_CHECK(i + 1 == list.size(), at, ": normalize must be the last transform (it turns bytes into floats); ",
+                 list.size() - i - 1, " more follow it");
+      p.set_normalize(NormalizeOptions::from_json(list[i], at), at);
+    } else {
+      p.add(make_transform(list[i], at), at);
+    }
+  }
+  return p;
+}
+
+Json Pipeline::to_json() const {
+  Json list = Json::array();
+  for (const auto& t : steps_) list.push_back(t->to_json());
+  if (has_normalize_) {
+    Json n = normalize_.options().to_json();
+    n["type"] = "normalize";
+    list.push_back(n);
+  }
+  return list;
+}
+
+Pipeline& Pipeline::add(std::shared_ptr<const Transform> t, std::string path) {
+  KILN_CHECK(t, "Pipeline::add: null transform");
+  steps_.push_back(std::move(t));
+  paths_.push_back(path.empty() ? steps_.back()->type() : std::move(path));
+  return *this;
+}
+
+Pipeline& Pipeline::set_normalize(NormalizeOptions o, std::string path) {
+  normalize_ = Normalize(std::move(o));
+  normalize_path_ = std::move(path);
+  has_normalize_ = true;
+  return *this;
+}
+
+ImageShape Pipeline::output_shape(ImageShape in) const {
+  ImageShape s = in;
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    try {
+      s = steps_[i]->output_shape(s);
+    } catch (const Error& e) {
+      throw Error(paths_[i] + ": " + e.what());  // keeps the one source location already in e
+    }
+  }
+  normalize_.check_channels(s.c, normalize_path_);
+  return s;
+}
+
+void Pipeline::augment(Image& img, uint64_t sample_key, Workspace& ws) const {
+  const SampleRng base(sample_key);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    SampleRng rng = base.fork(i);
+    steps_[i]->apply(img, rng, ws.scratch);
+  }
+}
+
+}  // namespace kiln

@@ -1,0 +1,61 @@
+// Pipeline: the transforms of one split, in order, ending in Normalize. Built from the config's
+// list, e.g.
+//   [{"type": "random_crop", "size": 28, "padding": 4},
+//    {"type": "horizontal_flip"},
+//    {"type": "normalize", "mean": [0.286], "std": [0.353]}]
+// Accepted types (the explicit registry is make_transform() in pipeline.cpp):
+//   random_crop      RandomCropOptions     (data/augment.h)
+//   horizontal_flip  HorizontalFlipOptions (data/augment.h)
+//   normalize        NormalizeOptions      (data/normalize.h), at most once and last
+// Step k of a sample draws from SampleRng(sample_key).fork(k), so adding a step leaves the others'
+// draws unchanged. Tests: tests/data/transforms_test.cpp.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/normalize.h"
+#include "data/transform.h"
+
+namespace kiln {
+
+// One transform from its JSON object ({"type": ..., options}); `path` names it in errors.
+// "normalize" is not a Transform (it ends the pipeline) and is rejected here.
+std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path);
+
+class Pipeline {
+ public:
+  Pipeline() = default;  // no augmentation; pixels / 255
+  // `list` must be a JSON list (null reads as empty); `path` names it in errors.
+  static Pipeline from_json(const Json& list, const std::string& path = "transforms");
+  Json to_json() const;
+
+  Pipeline& add(std::shared_ptr<const Transform> t, std::string path = "");
+  Pipeline& set_normalize(NormalizeOptions o, std::string path = "normalize");
+
+  // The shape of the pipeline's output for inputs of shape `in`; throws naming the failing step.
+  ImageShape output_shape(ImageShape in) const;
+
+  // Per-thread buffers so that repeated calls do not allocate.
+  struct Workspace {
+    Image scratch;
+  };
+  // Runs every transform on `img` in place with the randomness of `sample_key`
+  // (SampleRng::sample_key(seed, epoch, index)).
+  void augment(Image& img, uint64_t sample_key, Workspace& ws) const;
+  // Writes the normalised pixels of `img` to `dst` (img.numel() values of f32 or bf16).
+  void write(const Image& img, void* dst, DType dtype) const { normalize_.write(img, dst, dtype); }
+
+  size_t num_transforms() const { return steps_.size(); }
+  const Transform& transform(size_t i) const { return *steps_[i]; }
+  const Normalize& normalize() const { return normalize_; }
+
+ private:
+  std::vector<std::shared_ptr<const Transform>> steps_;
+  std::vector<std::string> paths_;  // where each step came from, for messages
+  Normalize normalize_;
+  std::string normalize_path_ = "normalize";
+  bool has_normalize_ = false;
+};
+
+}  // namespace kiln

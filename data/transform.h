@@ -1,0 +1,57 @@
+// The Transform interface (one step of an augmentation pipeline on a uint8 HWC image) and the
+// per-sample random stream it draws from. A sample's randomness is a pure function of
+// (seed, epoch, dataset index, step), never of the thread or the order samples are processed in,
+// so a run gives the same batches with 1 worker or 16.
+// Implementations: data/augment.h (RandomCrop, HorizontalFlip); data/normalize.h is the final
+// uint8 -> float step; data/pipeline.h chains them and maps config names to them.
+// Tests: tests/data/transforms_test.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/rng.h"
+#include "data/dataset.h"
+#include "core/json_read.h"
+
+namespace kiln {
+
+// A counter-based random stream: draw i is mix64 of (key, i). Cheap to create per sample.
+class SampleRng {
+ public:
+  explicit SampleRng(uint64_t key) : key_(key) {}
+
+  // The key of one sample's randomness in one epoch.
+  static uint64_t sample_key(uint64_t seed, uint64_t epoch, uint64_t index) {
+    return mix64(mix64(mix64(seed) ^ epoch) ^ index);
+  }
+  // An independent stream for sub-task `stream` (pipeline step k uses stream k).
+  SampleRng fork(uint64_t stream) const { return SampleRng(mix64(key_ ^ (0x632be59bd9b4e019ull * (stream + 1)))); }
+
+  uint64_t next_u64() { return mix64(key_ + 0x9e3779b97f4a7c15ull * ++counter_); }
+  // Uniform in [0, 1) with 53 random bits.
+  double uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+  // Uniform integer in [0, n), n > 0 (multiply-shift; the bias is below 2^-40 for any image size).
+  int64_t uniform_int(int64_t n) {
+    return static_cast<int64_t>((static_cast<unsigned __int128>(next_u64()) * static_cast<uint64_t>(n)) >> 64);
+  }
+
+ private:
+  uint64_t key_;
+  uint64_t counter_ = 0;
+};
+
+class Transform {
+ public:
+  virtual ~Transform() = default;
+  // The config name ("random_crop"); to_json() gives {"type": type(), <options>}.
+  virtual std::string type() const = 0;
+  virtual Json to_json() const = 0;
+  // The shape this step produces from `in`. h = w = 0 (size varies) passes through unless the step
+  // makes the size fixed. Throws kiln::Error, naming the step, for an input it cannot handle.
+  virtual ImageShape output_shape(ImageShape in) const = 0;
+  // Transforms `img` in place, drawing from `rng`. `scratch` is a per-thread image a step may
+  // write into and swap with `img`, so steady-state runs allocate nothing.
+  virtual void apply(Image& img, SampleRng& rng, Image& scratch) const = 0;
+};
+
+}  // namespace kiln

@@ -1,0 +1,153 @@
+// AdamW update: one pass over each parameter's contiguous f32 data. Scalars (bias corrections,
+// step size) are computed in double as PyTorch does in Python, then used as f32; the per-element
+// arithmetic follows PyTorch's operation order (addcmul: v + (c * g) * g; addcdiv: p + (s * m) / d).
+#include "optim/adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiln {
+
+namespace {
+
+struct AdamWScalars {
+  float b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt;
+};
+
+// One parameter's update; amsgrad is a template argument so each loop is branch-free and vectorizes.
+template <bool kAmsgrad>
+void adamw_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamWScalars& c) {
+#pragma omp parallel for simd if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    float pi = p[i] * c.decay;
+    float mi = c.b1 * m[i] + c.c1 * g[i];
+    float vi = c.b2 * v[i] + c.c2 * g[i] * g[i];
+    m[i] = mi;
+    v[i] = vi;
+    if constexpr (kAmsgrad) {
+      vi = std::max(vmax[i], vi);
+      vmax[i] = vi;
+    }
+    float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
+    p[i] = pi + c.neg_step_size * mi / denom;
+  }
+}
+
+}  // namespace
+
+AdamWOptions AdamWOptions::from_json(const json& j, const std::string& path) {
+  JsonReader r(j, path);
+  r.allow("name");
+  AdamWOptions o;
+  o.lr = r.get("lr", o.lr, 0.0, 1e6);
+  std::vector<double> betas = r.get_numbers("betas", {o.betas[0], o.betas[1]});
+  KILN_CHECK(betas.size() == 2, "config: ", r.path_of("betas"), " must be [beta1, beta2], got ", betas.size(), " numbers");
+  o.betas = {betas[0], betas[1]};
+  o.eps = r.get("eps", o.eps, 0.0, 1.0);
+  o.weight_decay = r.get("weight_decay", o.weight_decay, 0.0, 1e6);
+  o.amsgrad = r.get("amsgrad", o.amsgrad);
+  o.no_decay_bn_bias = r.get("no_decay_bn_bias", o.no_decay_bn_bias);
+  r.finish();
+  o.validate(path);
+  return o;
+}
+
+json AdamWOptions::to_json() const {
+  return {{"name", "adamw"},
+          {"lr", lr},
+          {"betas", {betas[0], betas[1]}},
+          {"eps", eps},
+          {"weight_decay", weight_decay},
+          {"amsgrad", amsgrad},
+          {"no_decay_bn_bias", no_decay_bn_bias}};
+}
+
+void AdamWOptions::validate(const std::string& path) const {
+  auto in = [&](const char* key) { return path.empty() ? std::string(key) : path + "." + key; };
+  KILN_CHECK(lr >= 0, in("lr"), " = ", lr, " must be >= 0");
+  for (int i = 0; i < 2; ++i)
+    KILN_CHECK(betas[i] >= 0 && betas[i] < 1, in("betas"), "[", i, "] = ", betas[i], " must be in [0, 1)");
+  KILN_CHECK(eps >= 0, in("eps"), " = ", eps, " must be >= 0");
+  KILN_CHECK(weight_decay >= 0, in("weight_decay"), " = ", weight_decay, " must be >= 0");
+}
+
+AdamW::AdamW(std::vector<ParamRef> params, AdamWOptions options)
+    : Optimizer("adamw", std::move(params), options.lr), options_(options) {
+  options_.validate("adamw");
+  state_.resize(params_.size());
+}
+
+void AdamW::step() {
+  const double lr = this->lr();
+  const double beta1 = options_.betas[0], beta2 = options_.betas[1];
+  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
+  const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
+  const float eps = static_cast<float>(options_.eps);
+  const bool amsgrad = options_.amsgrad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor grad = dense_grad(params_[k], "AdamW");
+    if (!grad.defined()) continue;
+    Slot& s = state_[k];
+    if (!s.exp_avg.defined()) {
+      const Shape& shape = params_[k].param.shape();
+      s.exp_avg = Tensor::zeros(shape);
+      s.exp_avg_sq = Tensor::zeros(shape);
+      if (amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape);
+    }
+    s.step += 1;
+    const double t = static_cast<double>(s.step);
+    const float decay = static_cast<float>(1 - lr * decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
+    const float neg_step_size = static_cast<float>(-(lr / (1 - std::pow(beta1, t))));
+    const float bc2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2, t)));
+    AdamWScalars c{b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt};
+    float* p = params_[k].param.data<float>();
+    const float* g = grad.data<float>();
+    float* m = s.exp_avg.data<float>();
+    float* v = s.exp_avg_sq.data<float>();
+    if (amsgrad) adamw_update<true>(p, g, m, v, s.max_exp_avg_sq.data<float>(), grad.numel(), c);
+    else adamw_update<false>(p, g, m, v, nullptr, grad.numel(), c);
+  }
+}
+
+OptimizerState AdamW::state_dict() const {
+  OptimizerState out;
+  out.type = type();
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Slot& s = state_[k];
+    if (!s.exp_avg.defined()) continue;
+    const std::string& name = params_[k].name;
+    out.tensors[name + ".exp_avg"] = s.exp_avg.clone();
+    out.tensors[name + ".exp_avg_sq"] = s.exp_avg_sq.clone();
+    if (s.max_exp_avg_sq.defined()) out.tensors[name + ".max_exp_avg_sq"] = s.max_exp_avg_sq.clone();
+    out.scalars[name + ".step"] = static_cast<double>(s.step);
+  }
+  return out;
+}
+
+void AdamW::load_state_dict(const OptimizerState& state) {
+  auto tensors = split_tensors(state, {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"});
+  auto scalars = split_scalars(state, {"step"});
+  std::vector<Slot> next(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const std::string& name = params_[k].name;
+    auto& ts = tensors[k];
+    bool any = !ts.empty() || scalars[k].count("step");
+    if (!any) continue;
+    for (const char* slot : {"exp_avg", "exp_avg_sq"})
+      KILN_CHECK(ts.count(slot), "adamw load_state_dict: parameter '", name, "' has state but no '", name, ".", slot, "'");
+    KILN_CHECK(scalars[k].count("step"), "adamw load_state_dict: parameter '", name, "' has moments but no '", name,
+               ".step'");
+    KILN_CHECK(!options_.amsgrad || ts.count("max_exp_avg_sq"), "adamw load_state_dict: amsgrad is on but '", name,
+               ".max_exp_avg_sq' is missing (state saved without amsgrad?)");
+    double step = scalars[k].at("step");
+    KILN_CHECK(step >= 1 && step == std::floor(step) && step < 9.0e15, "adamw load_state_dict: '", name, ".step' = ", step,
+               " is not a positive integer");
+    next[k].step = static_cast<int64_t>(step);
+    next[k].exp_avg = ts.at("exp_avg").detach().to(Device::cpu()).clone();
+    next[k].exp_avg_sq = ts.at("exp_avg_sq").detach().to(Device::cpu()).clone();
+    if (options_.amsgrad) next[k].max_exp_avg_sq = ts.at("max_exp_avg_sq").detach().to(Device::cpu()).clone();
+  }
+  state_ = std::move(next);
+}
+
+}  // namespace kiln

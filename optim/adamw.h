@@ -1,0 +1,58 @@
+// AdamW (Loshchilov & Hutter), exactly torch.optim.AdamW's rule with decoupled weight decay:
+//
+//   t = t + 1                                        (per parameter)
+//   p = p * (1 - lr * weight_decay)
+//   m = beta1 * m + (1 - beta1) * g
+//   v = beta2 * v + (1 - beta2) * g * g
+//   vmax = max(vmax, v)                               (amsgrad only; then vmax replaces v below)
+//   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+//
+// State per parameter once it has had a gradient: "<param>.exp_avg", "<param>.exp_avg_sq",
+// ("<param>.max_exp_avg_sq" with amsgrad) and the scalar "<param>.step".
+// Tests: tests/optim/adamw_test.cpp.
+#pragma once
+#include <array>
+
+#include "optim/optimizer.h"
+
+namespace kiln {
+
+struct AdamWOptions {
+  /// learning rate before any schedule (default 0.001)
+  double lr = 1e-3;
+  /// decay rates of the first and second moment averages, [beta1, beta2] (default [0.9, 0.999])
+  std::array<double, 2> betas = {0.9, 0.999};
+  /// added to the denominator for numerical stability (default 1e-8)
+  double eps = 1e-8;
+  /// decoupled weight decay: p *= 1 - lr * weight_decay each step (default 0.01)
+  double weight_decay = 1e-2;
+  /// use the maximum of past second moments (AMSGrad) (default false)
+  bool amsgrad = false;
+  /// no weight decay for parameters marked no_decay: biases and batch-norm weights (default false)
+  bool no_decay_bn_bias = false;
+
+  // Reads the fields present in `j` (a "name" key is allowed); `path` names `j` in errors.
+  static AdamWOptions from_json(const json& j, const std::string& path = "optim");
+  json to_json() const;  // every field, plus "name": "adamw"
+  void validate(const std::string& path) const;
+};
+
+class AdamW : public Optimizer {
+ public:
+  AdamW(std::vector<ParamRef> params, AdamWOptions options = {});
+  void step() override;
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
+  json to_json() const override { return options_.to_json(); }
+  const AdamWOptions& options() const { return options_; }
+
+ private:
+  struct Slot {
+    int64_t step = 0;
+    Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;  // undefined until the first step
+  };
+  AdamWOptions options_;
+  std::vector<Slot> state_;
+};
+
+}  // namespace kiln

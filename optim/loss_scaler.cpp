@@ -1,0 +1,130 @@
+// Dynamic loss scaling. The scale stays a power of two with the default factors, so scaling and
+// unscaling the gradients are exact and a run with skipped steps equals one that never took them.
+#include "optim/loss_scaler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/ops/elementwise.h"
+
+namespace kiln {
+
+LossScalerOptions LossScalerOptions::from_json(const json& j, const std::string& path) {
+  JsonReader r(j, path);
+  LossScalerOptions o;
+  o.init_scale = r.get("init_scale", o.init_scale, 1e-30, 1e30);
+  o.growth_factor = r.get("growth_factor", o.growth_factor, 1.0, 1e6);
+  o.backoff_factor = r.get("backoff_factor", o.backoff_factor, 1e-6, 1.0);
+  o.growth_interval = r.get("growth_interval", o.growth_interval, int64_t(1), int64_t(1) << 40);
+  o.min_scale = r.get("min_scale", o.min_scale, 1e-30, 1e30);
+  o.max_nonfinite_steps = r.get("max_nonfinite_steps", o.max_nonfinite_steps, int64_t(1), int64_t(1) << 40);
+  r.finish();
+  o.validate(path);
+  return o;
+}
+
+json LossScalerOptions::to_json() const {
+  return {{"init_scale", init_scale},       {"growth_factor", growth_factor}, {"backoff_factor", backoff_factor},
+          {"growth_interval", growth_interval}, {"min_scale", min_scale},     {"max_nonfinite_steps", max_nonfinite_steps}};
+}
+
+void LossScalerOptions::validate(const std::string& path) const {
+  auto in = [&](const char* key) { return path.empty() ? std::string(key) : path + "." + key; };
+  KILN_CHECK(std::isfinite(init_scale) && init_scale > 0, in("init_scale"), " = ", init_scale, " must be > 0");
+  KILN_CHECK(growth_factor >= 1, in("growth_factor"), " = ", growth_factor, " must be >= 1");
+  KILN_CHECK(backoff_factor > 0 && backoff_factor <= 1, in("backoff_factor"), " = ", backoff_factor, " must be in (0, 1]");
+  KILN_CHECK(growth_interval >= 1, in("growth_interval"), " = ", growth_interval, " must be >= 1");
+  KILN_CHECK(min_scale > 0 && min_scale <= init_scale, in("min_scale"), " = ", min_scale, " must be in (0, init_scale = ",
+             init_scale, "]");
+  KILN_CHECK(max_nonfinite_steps >= 1, in("max_nonfinite_steps"), " = ", max_nonfinite_steps, " must be >= 1");
+}
+
+LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(options.init_scale) {
+  options_.validate("loss_scaler");
+}
+
+Tensor LossScaler::scale_loss(const Tensor& loss) const { return ops::mul_scalar(loss, scale_); }
+
+bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
+  KILN_CHECK(!unscaled_finite_.has_value(),
+             "LossScaler: unscale_and_check was already called this iteration (call update() after each step)");
+  const float inv = static_cast<float>(1.0 / scale_);
+  bool finite = true;
+  for (const auto& p : params) {
+    Tensor grad = dense_grad(p, "LossScaler");
+    if (!grad.defined()) continue;
+    float* g = grad.data<float>();
+    const int64_t n = grad.numel();
+    int64_t bad = 0;  // a count, not a flag: a branch-free reduction that vectorizes
+#pragma omp parallel for simd reduction(+ : bad) if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) {
+      float x = g[i] * inv;
+      g[i] = x;
+      bad += std::isfinite(x) ? 0 : 1;
+    }
+    finite = finite && bad == 0;
+  }
+  unscaled_finite_ = finite;
+  return finite;
+}
+
+void LossScaler::update(bool found_inf) {
+  // A failed unscale_and_check this iteration counts even if the caller passes false.
+  if (unscaled_finite_.has_value() && !*unscaled_finite_) found_inf = true;
+  unscaled_finite_.reset();
+  if (found_inf) {
+    ++skipped_;
+    ++consecutive_nonfinite_;
+    growth_tracker_ = 0;
+    scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
+    KILN_CHECK(consecutive_nonfinite_ < options_.max_nonfinite_steps, "fp16 loss scaling: the loss or its gradients were ",
+               "non-finite (inf/NaN) for ", consecutive_nonfinite_, " iterations in a row (loss scale now ", scale_,
+               ", floor ", options_.min_scale, "): the values overflow fp16 or training diverges. ",
+               "Try precision=bf16 (no overflow, no scaling), a lower learning rate, or gradient clipping.");
+    return;
+  }
+  consecutive_nonfinite_ = 0;
+  if (++growth_tracker_ >= options_.growth_interval) {
+    double grown = scale_ * options_.growth_factor;
+    if (std::isfinite(grown)) scale_ = grown;
+    growth_tracker_ = 0;
+  }
+}
+
+bool LossScaler::step(Optimizer& opt) {
+  bool finite = unscaled_finite_.has_value() ? *unscaled_finite_ : unscale_and_check(opt.params());
+  if (finite) opt.step();
+  update(!finite);
+  return finite;
+}
+
+std::map<std::string, double> LossScaler::state_dict() const {
+  return {{"scale", scale_},
+          {"growth_tracker", static_cast<double>(growth_tracker_)},
+          {"consecutive_nonfinite", static_cast<double>(consecutive_nonfinite_)},
+          {"skipped_steps", static_cast<double>(skipped_)}};
+}
+
+void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
+  const std::vector<std::string> keys = {"scale", "growth_tracker", "consecutive_nonfinite", "skipped_steps"};
+  for (const auto& [key, value] : state)
+    KILN_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(), "LossScaler load_state_dict: unknown key '", key,
+               "'; accepted: ", join(keys));
+  for (const auto& key : keys) KILN_CHECK(state.count(key), "LossScaler load_state_dict: missing key '", key, "'");
+  double scale = state.at("scale");
+  KILN_CHECK(std::isfinite(scale) && scale > 0, "LossScaler load_state_dict: scale = ", scale, " must be finite and > 0");
+  auto count = [&](const std::string& key) {
+    double v = state.at(key);
+    KILN_CHECK(v >= 0 && v == std::floor(v) && v < 9.0e15, "LossScaler load_state_dict: ", key, " = ", v,
+               " is not a count");
+    return static_cast<int64_t>(v);
+  };
+  int64_t growth = count("growth_tracker"), consecutive = count("consecutive_nonfinite"), skipped = count("skipped_steps");
+  scale_ = scale;
+  growth_tracker_ = growth;
+  consecutive_nonfinite_ = consecutive;
+  skipped_ = skipped;
+  unscaled_finite_.reset();
+}
+
+}  // namespace kiln

@@ -1,0 +1,79 @@
+// Dynamic loss scaling for fp16 training (torch.cuda.amp.GradScaler's rule, plus a floor and an
+// abort). Per iteration:
+//
+//   scaler.scale_loss(loss).backward();            // gradients are scaled by `scale`
+//   bool ok = scaler.unscale_and_check(params);    // grads /= scale; false if any is inf/NaN
+//   if (ok) { clip_grad_norm(...); opt.step(); }   // a non-finite step is skipped
+//   scaler.update(!ok);
+//
+// (or `scaler.step(opt)` for the three lines without clipping). update(): a non-finite step
+// multiplies the scale by backoff_factor (never below min_scale) and counts a skip; after
+// growth_interval finite steps in a row the scale grows by growth_factor. After
+// max_nonfinite_steps non-finite steps in a row, update() throws: fp16 cannot train this run.
+// bf16 and f32 need no scaling. Tests: tests/optim/loss_scaler_test.cpp.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+
+#include "core/json_util.h"
+#include "optim/optimizer.h"
+
+namespace kiln {
+
+struct LossScalerOptions {
+  /// scale at the start of training (default 65536 = 2^16)
+  double init_scale = 65536.0;
+  /// factor applied after growth_interval finite steps in a row (default 2)
+  double growth_factor = 2.0;
+  /// factor applied after a non-finite step (default 0.5)
+  double backoff_factor = 0.5;
+  /// finite steps in a row before the scale grows (default 2000)
+  int64_t growth_interval = 2000;
+  /// the scale never backs off below this (default 1)
+  double min_scale = 1.0;
+  /// non-finite steps in a row after which training stops with an error (default 50)
+  int64_t max_nonfinite_steps = 50;
+
+  static LossScalerOptions from_json(const json& j, const std::string& path = "train.loss_scaler");
+  json to_json() const;
+  void validate(const std::string& path) const;
+};
+
+class LossScaler {
+ public:
+  explicit LossScaler(LossScalerOptions options = {});
+
+  double scale() const { return scale_; }
+  // loss * scale, recorded by autograd.
+  Tensor scale_loss(const Tensor& loss) const;
+  // Multiplies every gradient by 1/scale in place (one fused pass per parameter that also checks
+  // for inf/NaN) and returns whether all were finite. Once per iteration, before update().
+  bool unscale_and_check(const std::vector<ParamRef>& params);
+  // Adjusts the scale after an iteration (found_inf: the gradients, or the loss, were not finite;
+  // a failed unscale_and_check of this iteration counts as found_inf too).
+  // Throws kiln::Error after max_nonfinite_steps non-finite iterations in a row.
+  void update(bool found_inf);
+  // unscale_and_check(opt.params()) unless already done this iteration, opt.step() when finite,
+  // update(). Returns whether the optimizer stepped.
+  bool step(Optimizer& opt);
+
+  int64_t skipped_steps() const { return skipped_; }             // non-finite iterations in total
+  int64_t consecutive_nonfinite() const { return consecutive_nonfinite_; }
+  int64_t growth_tracker() const { return growth_tracker_; }     // finite iterations since the last change
+  const LossScalerOptions& options() const { return options_; }
+
+  // {"scale", "growth_tracker", "consecutive_nonfinite", "skipped_steps"}; load checks every key.
+  std::map<std::string, double> state_dict() const;
+  void load_state_dict(const std::map<std::string, double>& state);
+
+ private:
+  LossScalerOptions options_;
+  double scale_;
+  int64_t growth_tracker_ = 0;
+  int64_t consecutive_nonfinite_ = 0;
+  int64_t skipped_ = 0;
+  std::optional<bool> unscaled_finite_;  // result of this iteration's unscale_and_check
+};
+
+}  // namespace kiln

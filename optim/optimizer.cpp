@@ -1,0 +1,82 @@
+// Optimizer base: learning rate and the checks shared by every optimizer's load_state_dict.
+#include "optim/optimizer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace kiln {
+
+Optimizer::Optimizer(std::string type, std::vector<ParamRef> params, double lr)
+    : params_(std::move(params)), type_(std::move(type)), lr_(0) {
+  check_params(params_, type_.c_str());
+  set_lr(lr);
+}
+
+void Optimizer::set_lr(double lr) {
+  KILN_CHECK(std::isfinite(lr) && lr >= 0, type_, ": learning rate must be finite and >= 0, got ", lr);
+  lr_ = lr;
+}
+
+namespace {
+
+// "conv.weight.exp_avg" -> ("conv.weight", "exp_avg"), the slot being the part after the last dot.
+template <typename V>
+std::vector<std::map<std::string, V>> split_by_param(const std::string& type, const std::vector<ParamRef>& params,
+                                                      const std::map<std::string, V>& entries,
+                                                      const std::vector<std::string>& slots, const char* kind) {
+  std::unordered_map<std::string, size_t> index;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) {
+    index[params[i].name] = i;
+    names.push_back(params[i].name);
+  }
+  std::vector<std::map<std::string, V>> out(params.size());
+  for (const auto& [key, value] : entries) {
+    size_t dot = key.rfind('.');
+    std::string pname = dot == std::string::npos ? "" : key.substr(0, dot);
+    std::string slot = dot == std::string::npos ? key : key.substr(dot + 1);
+    KILN_CHECK(std::find(slots.begin(), slots.end(), slot) != slots.end(), type, " load_state_dict: ", kind, " '", key,
+               "' has no slot this optimizer keeps; accepted: <parameter>.{", join(slots, ","), "}");
+    auto it = index.find(pname);
+    if (it == index.end()) {
+      std::string near = closest_match(pname, names);
+      KILN_FAIL(type, " load_state_dict: ", kind, " '", key, "' names no parameter of this optimizer (",
+                params.size(), " parameters", near.empty() ? "" : ", closest '" + near + "'",
+                "); was the state saved for another model?");
+    }
+    out[it->second][slot] = value;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Optimizer::check_type(const OptimizerState& state) const {
+  KILN_CHECK(state.type == type_, "load_state_dict: the state is for optimizer '", state.type, "', this optimizer is '",
+             type_, "'");
+}
+
+std::vector<std::map<std::string, Tensor>> Optimizer::split_tensors(const OptimizerState& state,
+                                                                    const std::vector<std::string>& slots) const {
+  check_type(state);
+  auto out = split_by_param(type_, params_, state.tensors, slots, "tensor");
+  for (size_t i = 0; i < out.size(); ++i) {
+    for (const auto& [slot, t] : out[i]) {
+      std::string key = params_[i].name + "." + slot;
+      KILN_CHECK(t.defined(), type_, " load_state_dict: tensor '", key, "' is undefined");
+      KILN_CHECK(t.shape() == params_[i].param.shape(), type_, " load_state_dict: tensor '", key, "' is ", t.str(),
+                 " but parameter '", params_[i].name, "' is ", params_[i].param.str());
+      KILN_CHECK(t.dtype() == DType::f32, type_, " load_state_dict: tensor '", key, "' is ", t.str(), "; expected f32");
+    }
+  }
+  return out;
+}
+
+std::vector<std::map<std::string, double>> Optimizer::split_scalars(const OptimizerState& state,
+                                                                    const std::vector<std::string>& slots) const {
+  check_type(state);
+  return split_by_param(type_, params_, state.scalars, slots, "scalar");
+}
+
+}  // namespace kiln

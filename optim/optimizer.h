@@ -1,0 +1,80 @@
+// The optimizer interface, its checkpointable state, and the factory that builds one from the
+// config's "optim" section:
+//
+//   "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 5e-5}
+//
+// Optimizers update f32 parameters in place (never recorded by autograd), one fused loop per
+// parameter; a parameter without .grad is left alone (its state does not advance), as in PyTorch.
+// The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
+// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "core/tensor.h"
+#include "optim/param.h"
+
+namespace kiln {
+
+// What a checkpoint keeps of an optimizer. Tensor keys are "<parameter name>.<slot>"
+// ("layer1.0.conv1.weight.momentum_buffer"), f32 CPU tensors shaped like the parameter; scalar
+// keys likewise ("fc.weight.step"). Tensors go to safetensors, scalars to the training-state JSON.
+struct OptimizerState {
+  std::string type;                        // "sgd", "adamw": must match on load
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, double> scalars;
+};
+
+class Optimizer {
+ public:
+  Optimizer(std::string type, std::vector<ParamRef> params, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient.
+  virtual void step() = 0;
+  void zero_grad() { kiln::zero_grad(params_); }
+
+  const std::string& type() const { return type_; }
+  const std::vector<ParamRef>& params() const { return params_; }
+  double lr() const { return lr_; }
+  void set_lr(double lr);
+
+  // Copies of the state (safe to keep while training continues).
+  virtual OptimizerState state_dict() const = 0;
+  // Replaces the state. Checks everything before changing anything: the type, every key against the
+  // parameter names and the slots this optimizer has, shapes and dtypes; errors name the key.
+  virtual void load_state_dict(const OptimizerState& state) = 0;
+  // The options as JSON, with "name": make_optimizer(opt.to_json(), params) builds an equal one.
+  virtual json to_json() const = 0;
+
+ protected:
+  void check_type(const OptimizerState& state) const;
+  // Groups state.tensors / state.scalars by parameter index, checking type, names, slots, shapes.
+  // result[i] maps slot -> tensor for params_[i].
+  std::vector<std::map<std::string, Tensor>> split_tensors(const OptimizerState& state,
+                                                           const std::vector<std::string>& slots) const;
+  std::vector<std::map<std::string, double>> split_scalars(const OptimizerState& state,
+                                                           const std::vector<std::string>& slots) const;
+  // Weight decay for parameter i: 0 when it is no_decay and `no_decay_bn_bias` is on.
+  double decay_for(size_t i, double weight_decay, bool no_decay_bn_bias) const {
+    return no_decay_bn_bias && params_[i].no_decay ? 0.0 : weight_decay;
+  }
+
+  std::vector<ParamRef> params_;
+
+ private:
+  std::string type_;
+  double lr_;
+};
+
+// Builds the optimizer named by j["name"] ("sgd", "adamw"); `path` is the JSON path of `j` for
+// messages. Unknown names and keys are errors naming the path and what is accepted.
+std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> params, const std::string& path = "optim");
+std::vector<std::string> optimizer_names();
+
+}  // namespace kiln

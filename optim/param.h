@@ -1,0 +1,48 @@
+// Named parameters as the optimizers see them, and the gradient utilities that work on a list of
+// them: zero_grad, the global gradient norm and clipping by it (torch.nn.utils.clip_grad_norm_).
+// Parameters are f32 leaf tensors with .grad; everything here updates in place, never recorded.
+// Tests: tests/optim/clip_test.cpp.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace kiln {
+
+struct ParamRef {
+  std::string name;  // as in the model's state dict: "layer1.0.conv1.weight"
+  Tensor param;
+  // Excluded from weight decay when the optimizer's `no_decay_bn_bias` is on (biases, batch-norm
+  // weights and biases). Set by the caller, or by mark_no_decay_1d().
+  bool no_decay = false;
+};
+
+// The usual rule: every 1-D parameter (biases, batch-norm weight and bias) is no_decay.
+// Returns how many were marked.
+int mark_no_decay_1d(std::vector<ParamRef>& params);
+
+// Sets every parameter's .grad to none (the next backward writes fresh memory).
+void zero_grad(const std::vector<ParamRef>& params);
+
+// The norm of all gradients taken together, as one vector (parameters without .grad are skipped).
+// norm_type: 2 (Euclidean) or infinity (largest absolute value).
+double grad_norm(const std::vector<ParamRef>& params, double norm_type = 2.0);
+
+// Scales the gradients so that their global norm is at most `max_norm`, as
+// torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), applied when coef < 1.
+// Returns the norm before clipping.
+// NOTE: a non-finite norm leaves the gradients untouched (PyTorch would turn every gradient into
+// NaN): the step is skipped by the loss scaler or the run is diverging anyway, and the caller sees
+// the non-finite return value.
+double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, double norm_type = 2.0);
+
+// The contiguous f32 CPU data of p's gradient (undefined when p has none). A gradient that is not
+// contiguous f32 is converted once and stored back as .grad, so in-place updates reach it.
+// `who` names the caller in errors ("SGD", "LossScaler").
+Tensor dense_grad(const ParamRef& p, const char* who);
+
+// Checks what every optimizer needs: unique non-empty names, defined f32 CPU leaf tensors, contiguous.
+void check_params(const std::vector<ParamRef>& params, const char* who);
+
+}  // namespace kiln

@@ -1,0 +1,73 @@
+// The explicit registries that map config names to optimizers and learning-rate schedules: one
+// line per type. (No static self-registration: it silently disappears from static libraries.)
+#include <functional>
+#include <utility>
+
+#include "optim/adamw.h"
+#include "optim/lr_schedule.h"
+#include "optim/sgd.h"
+
+namespace kiln {
+
+namespace {
+
+using OptimizerMaker = std::function<std::unique_ptr<Optimizer>(const json&, std::vector<ParamRef>, const std::string&)>;
+
+const std::vector<std::pair<std::string, OptimizerMaker>>& optimizer_registry() {
+  static const std::vector<std::pair<std::string, OptimizerMaker>> r = {
+      {"sgd", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+         return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }},
+      {"adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+         return std::make_unique<AdamW>(std::move(p), AdamWOptions::from_json(j, path)); }},
+  };
+  return r;
+}
+
+using ScheduleMaker = std::function<std::unique_ptr<LrSchedule>(const json&, const ScheduleContext&, const std::string&)>;
+
+const std::vector<std::pair<std::string, ScheduleMaker>>& schedule_registry() {
+  static const std::vector<std::pair<std::string, ScheduleMaker>> r = {
+      {"constant", [](const json& j, const ScheduleContext& c, const std::string& path) {
+         return std::make_unique<ConstantLR>(c, ConstantLROptions::from_json(j, path)); }},
+      {"step", [](const json& j, const ScheduleContext& c, const std::string& path) {
+         return std::make_unique<StepLR>(c, StepLROptions::from_json(j, path)); }},
+      {"multistep", [](const json& j, const ScheduleContext& c, const std::string& path) {
+         return std::make_unique<MultiStepLR>(c, MultiStepLROptions::from_json(j, path)); }},
+      {"cosine", [](const json& j, const ScheduleContext& c, const std::string& path) {
+         return std::make_unique<CosineLR>(c, CosineLROptions::from_json(j, path)); }},
+  };
+  return r;
+}
+
+template <typename Maker>
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Maker>>& registry) {
+  std::vector<std::string> names;
+  for (const auto& [name, maker] : registry) names.push_back(name);
+  return names;
+}
+
+// The registry entry named by j["name"] (required), or an Error naming the path and the choices.
+template <typename Maker>
+const Maker& lookup(const std::vector<std::pair<std::string, Maker>>& registry, const json& j, const std::string& path) {
+  JsonReader r(j, path);
+  std::vector<std::string> names = names_of(registry);
+  KILN_CHECK(r.has("name"), "config: ", r.path_of("name"), " is required; accepted: ", join(names));
+  std::string name = r.get_choice("name", "", names);
+  for (const auto& [n, maker] : registry)
+    if (n == name) return maker;
+  KILN_FAIL("config: ", r.path_of("name"), " = \"", name, "\" has no maker");
+}
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> params, const std::string& path) {
+  return lookup(optimizer_registry(), j, path)(j, std::move(params), path);
+}
+std::vector<std::string> optimizer_names() { return names_of(optimizer_registry()); }
+
+std::unique_ptr<LrSchedule> make_schedule(const json& j, const ScheduleContext& context, const std::string& path) {
+  return lookup(schedule_registry(), j, path)(j, context, path);
+}
+std::vector<std::string> schedule_names() { return names_of(schedule_registry()); }
+
+}  // namespace kiln

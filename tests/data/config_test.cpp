@@ -1,0 +1,136 @@
+// The data config: accepted keys, defaults, errors naming the JSON path with suggestions, the
+// factory for every source, and the benchmark helper (run, not timed).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "core/check.h"
+#include "data/bench.h"
+#include "data/config.h"
+#include "data_test_util.h"
+
+using namespace kiln;
+namespace kt = kiln::testing;
+
+namespace {
+std::string error_of(const Json& j) {
+  return kt::error_of([&] { DataConfig::from_json(j); });
+}
+}  // namespace
+
+TEST(DataConfig, ParsesAndRoundTrips) {
+  Json j = Json::parse(R"({
+    "source": "fashion_mnist", "root": "/some/where",
+    "train_transforms": [{"type": "random_crop", "size": 28, "padding": 2}, {"type": "horizontal_flip"},
+                         {"type": "normalize", "mean": 0.286, "std": 0.353}],
+    "val_transforms": [{"type": "normalize", "mean": [0.286], "std": [0.353]}],
+    "batch_size": 32, "workers": 3, "val_batch_size": 100, "dtype": "bf16"})");
+  DataConfig c = DataConfig::from_json(j);
+  EXPECT_EQ(c.source, "fashion_mnist");
+  EXPECT_EQ(c.root, "/some/where");
+  EXPECT_EQ(c.train_transforms.num_transforms(), 2u);
+  EXPECT_EQ(c.val_transforms.num_transforms(), 0u);
+  EXPECT_EQ(c.loader.batch_size, 32);
+  EXPECT_EQ(c.loader.workers, 3);
+  EXPECT_TRUE(c.loader.shuffle);  // default
+  EXPECT_EQ(c.loader.prefetch, 4);
+  auto val = c.loader_options(Split::val);
+  EXPECT_FALSE(val.shuffle);
+  EXPECT_FALSE(val.drop_last);
+  EXPECT_EQ(val.batch_size, 100);
+  EXPECT_EQ(val.dtype, "bf16");
+  EXPECT_EQ(c.source_image_shape(), (ImageShape{28, 28, 1}));
+  Json out = c.to_json();
+  EXPECT_EQ(out["train_transforms"][0]["padding_mode"], "constant");  // defaults written out
+  EXPECT_EQ(DataConfig::from_json(out).to_json(), out);
+}
+
+TEST(DataConfig, ErrorsNameThePathAndSuggest) {
+  std::string m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
+  EXPECT_HAS(m, "unknown key 'workres' at data.workres (did you mean 'workers'?)");
+  EXPECT_HAS(m, "accepted: source, root, synthetic, train_transforms, val_transforms, batch_size");
+  m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
+  EXPECT_HAS(m, "did you mean 'batch_size'?");
+  m = error_of(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
+  EXPECT_HAS(m, "value 'fashion-mnist' at data.source (did you mean 'fashion_mnist'?)");
+  m = error_of(Json{{"sorce", "mnist"}, {"root", "/r"}});
+  EXPECT_HAS(m, "missing required key data.source (found 'sorce': did you mean 'source'?)");
+  m = error_of(Json{{"source", "mnist"}});
+  EXPECT_HAS(m, "missing required key data.root");
+  m = error_of(Json{{"source", "synthetic"}, {"root", "/r"}});
+  EXPECT_HAS(m, "data.root: the synthetic source reads no files");
+  m = error_of(Json{{"source", "cifar10"}, {"root", "/r"}, {"synthetic", {{"size", 3}}}});
+  EXPECT_HAS(m, "data.synthetic: only used with source \"synthetic\"");
+  m = error_of(Json{{"source", "synthetic"}, {"synthetic", {{"sise", 3}}}});
+  EXPECT_HAS(m, "unknown key 'sise' at data.synthetic.sise (did you mean 'size'?)");
+  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"workers", "two"}});
+  EXPECT_HAS(m, "data.workers: expected an integer, got a string \"two\"");
+  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"batch_size", -1}});
+  EXPECT_HAS(m, "data.batch_size: must be positive");
+  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"dtype", "fp16"}});
+  EXPECT_HAS(m, "data.dtype");
+  m = error_of(Json::parse(R"({"source": "mnist", "root": "/r",
+                               "train_transforms": [{"type": "horizontal_flip", "p": 0.5}, {"type": "random_crop", "sz": 3}]})"));
+  EXPECT_HAS(m, "missing required key data.train_transforms[1].size");
+  // Checked against the source's image shape without opening a file.
+  m = error_of(Json::parse(R"({"source": "cifar10", "root": "/r",
+                               "val_transforms": [{"type": "normalize", "mean": [0.5, 0.5], "std": [0.2, 0.2]}]})"));
+  EXPECT_HAS(m, "data.val_transforms[0]: mean/std have 2 values but the images have 3 channels");
+  m = error_of(Json::parse(R"({"source": "mnist", "root": "/r", "train_transforms": [{"type": "random_crop", "size": 32}]})"));
+  EXPECT_HAS(m, "data.train_transforms[0]: random_crop: a 32x32 crop does not fit in a 28x28x1 image");
+  m = error_of(Json::array());
+  EXPECT_HAS(m, "data: expected an object");
+}
+
+TEST(DataConfig, FactoryOpensEverySource) {
+  kt::TempDir dir;
+  // IDX files named as MNIST ships them.
+  kt::write_bytes(dir.file("mnist/train-images-idx3-ubyte"), kt::idx_images(50, 28, 28));
+  kt::write_bytes(dir.file("mnist/train-labels-idx1-ubyte"), kt::idx_labels(50));
+  kt::write_bytes(dir.file("mnist/t10k-images-idx3-ubyte"), kt::idx_images(20, 28, 28));
+  kt::write_bytes(dir.file("mnist/t10k-labels-idx1-ubyte"), kt::idx_labels(20));
+  DataConfig c = DataConfig::from_json(Json{{"source", "mnist"}, {"root", dir.file("mnist")}, {"batch_size", 8},
+                                            {"val_batch_size", 16}, {"workers", 1}});
+  auto train = make_loader(c, Split::train);
+  auto val = make_loader(c, Split::val);
+  EXPECT_EQ(train->dataset().size(), 50);
+  EXPECT_EQ(train->batches_per_epoch(), 7);
+  EXPECT_EQ(val->dataset().size(), 20);
+  EXPECT_EQ(val->batches_per_epoch(), 2);
+  EXPECT_FALSE(val->options().shuffle);
+  val->start_epoch(0);
+  Batch b;
+  ASSERT_TRUE(val->next(b));
+  EXPECT_EQ(b.images.shape(), (Shape{16, 28, 28, 1}));
+  EXPECT_EQ(b.indices[3], 3);
+  // Sharded: this rank's half.
+  auto half = make_loader(c, Split::train, Shard{1, 2});
+  EXPECT_EQ(half->samples_per_epoch(), 25);
+
+  // Missing files: the error names them.
+  DataConfig missing = DataConfig::from_json(Json{{"source", "cifar100"}, {"root", dir.file("mnist")}});
+  EXPECT_HAS(kt::error_of([&] { make_dataset(missing, Split::train); }), dir.file("mnist") + "/train.bin");
+
+  DataConfig syn = DataConfig::from_json(Json::parse(R"({"source": "synthetic",
+      "synthetic": {"size": 40, "height": 8, "width": 8, "channels": 3, "num_classes": 5},
+      "train_transforms": [{"type": "random_crop", "size": 8, "padding": 1}], "batch_size": 10})"));
+  auto st = make_dataset(syn, Split::train), sv = make_dataset(syn, Split::val);
+  EXPECT_EQ(st->size(), 40);
+  EXPECT_EQ(st->num_classes(), 5);
+  EXPECT_NE(st->get(0).image.bytes, sv->get(0).image.bytes);  // the val split is another draw
+}
+
+TEST(DataConfig, BenchRunsOnSynthetic) {
+  DataConfig c = DataConfig::from_json(Json::parse(R"({"source": "synthetic",
+      "synthetic": {"size": 100, "height": 28, "width": 28, "channels": 1},
+      "train_transforms": [{"type": "random_crop", "size": 28, "padding": 2}, {"type": "horizontal_flip"},
+                           {"type": "normalize", "mean": 0.5, "std": 0.5}],
+      "batch_size": 16, "workers": 2})"));
+  DataBenchResult r = bench_data(c, 20, 2);  // crosses epochs: 7 batches each
+  EXPECT_EQ(r.batches, 20);
+  EXPECT_GT(r.images, 16 * 15);
+  EXPECT_GT(r.seconds, 0.0);
+  EXPECT_GT(r.images_per_second, 0.0);
+  EXPECT_GE(r.wait_seconds, 0.0);
+  EXPECT_LE(r.wait_seconds, r.seconds * 1.01 + 1e-3);
+}

@@ -1,0 +1,104 @@
+// JSON helpers: edit distance, suggestions, typed reads with path-naming errors, unknown keys.
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "core/json_read.h"
+#include "data/augment.h"
+#include "data/loader.h"
+#include "data_test_util.h"
+
+using namespace kiln;
+
+using kiln::testing::error_of;
+
+TEST(JsonUtil, EditDistance) {
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+  EXPECT_EQ(edit_distance("", "ab"), 2u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("padding", "paddnig"), 1u);  // a swap of neighbours is one edit
+  EXPECT_EQ(edit_distance("workers", "workres"), 1u);
+  EXPECT_EQ(edit_distance("abc", "ca"), 3u);             // optimal string alignment, not full Damerau
+  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+}
+
+TEST(JsonUtil, ClosestMatch) {
+  std::vector<std::string> keys = {"batch_size", "shuffle", "workers", "prefetch", "seed", "p", "size"};
+  EXPECT_EQ(closest_match("workres", keys), "workers");
+  EXPECT_EQ(closest_match("Workers", keys), "workers");
+  EXPECT_EQ(closest_match("batch", keys), "batch_size");      // a prefix
+  EXPECT_EQ(closest_match("batchsize", keys), "batch_size");
+  EXPECT_EQ(closest_match("sed", keys), "seed");
+  EXPECT_EQ(closest_match("learning_rate", keys), "");        // nothing close
+  EXPECT_EQ(closest_match("q", keys), "p");
+  EXPECT_EQ(closest_match("xyz", keys), "");
+}
+
+TEST(JsonUtil, TypedReadsNameThePath) {
+  int64_t i = 0;
+  json_read(Json(5), "a", i);
+  EXPECT_EQ(i, 5);
+  json_read(Json(6.0), "a", i);  // an integer written as a float
+  EXPECT_EQ(i, 6);
+  EXPECT_HAS(error_of([&] { json_read(Json(2.5), "x.y", i); }), "x.y: expected an integer, got a number 2.5");
+  EXPECT_HAS(error_of([&] { json_read(Json(true), "x", i); }), "x: expected an integer, got a boolean true");
+  int small = 0;
+  EXPECT_HAS(error_of([&] { json_read(Json(int64_t{1} << 40), "x", small); }), "a 32-bit integer");
+  uint64_t u = 0;
+  json_read(Json(uint64_t{18446744073709551615ull}), "s", u);
+  EXPECT_EQ(u, 18446744073709551615ull);
+  EXPECT_HAS(error_of([&] { json_read(Json(-1), "s", u); }), "s: expected a non-negative integer");
+  double d = 0;
+  json_read(Json(3), "d", d);
+  EXPECT_EQ(d, 3.0);
+  EXPECT_HAS(error_of([&] { json_read(Json("3"), "d", d); }), "d: expected a number, got a string \"3\"");
+  std::vector<double> v;
+  json_read(Json(0.5), "v", v);
+  EXPECT_EQ(v, std::vector<double>{0.5});
+  json_read(Json{1, 2.5}, "v", v);
+  EXPECT_EQ(v, (std::vector<double>{1.0, 2.5}));
+  EXPECT_HAS(error_of([&] { json_read(Json{1, "a"}, "m.mean", v); }), "m.mean[1]: expected a number");
+  bool b = false;
+  EXPECT_HAS(error_of([&] { json_read(Json(1), "flag", b); }), "flag: expected true or false");
+  std::string s;
+  EXPECT_HAS(error_of([&] { json_read(Json(1), "name", s); }), "name: expected a string");
+  EXPECT_EQ(json_path("", "a"), "a");
+  EXPECT_EQ(json_path("a.b", 3), "a.b[3]");
+}
+
+TEST(JsonUtil, ObjectReader) {
+  Json j = {{"size", 3}, {"padding", 1}, {"type", "x"}};
+  JsonObjectReader r(j, "t[0]");
+  int64_t size = 0, padding = 0, fill = 9;
+  r.require("size", size);
+  EXPECT_TRUE(r.read("padding", padding));
+  EXPECT_FALSE(r.read("fill", fill));
+  EXPECT_EQ(fill, 9);  // absent: default kept
+  EXPECT_HAS(error_of([&] { r.finish(); }), "unknown key 'type' at t[0].type");
+  r.accept("type");
+  r.finish();
+  EXPECT_HAS(error_of([&] { r.require("mode", size); }), "missing required key t[0].mode");
+
+  Json null;
+  JsonObjectReader empty(null, "opt");  // null reads as {}
+  EXPECT_FALSE(empty.read("a", size));
+  empty.finish();
+  Json list = {1, 2};
+  EXPECT_HAS(error_of([&] { JsonObjectReader(list, "opt"); }), "opt: expected an object, got a list [1,2]");
+  EXPECT_HAS(error_of([] { check_choice("edg", {"constant", "edge"}, "m"); }),
+             "value 'edg' at m (did you mean 'edge'?); accepted: constant, edge");
+  EXPECT_HAS(error_of([] { check_choice("zzz", {"constant", "edge"}, "m"); }), "value 'zzz' at m; accepted: constant, edge");
+}
+
+TEST(JsonUtil, NlohmannConversionsOfOptions) {
+  Json j = Json::parse(R"({"size": 24, "padding": 3})");
+  auto crop = j.get<RandomCropOptions>();
+  EXPECT_EQ(crop.size, 24);
+  EXPECT_EQ(crop.padding, 3);
+  Json back = crop;
+  EXPECT_EQ(back, crop.to_json());
+  EXPECT_THROW(Json::parse(R"({"size": 24, "pad": 3})").get<RandomCropOptions>(), Error);
+  LoaderOptions lo = Json{{"workers", 5}}.get<LoaderOptions>();
+  EXPECT_EQ(lo.workers, 5);
+  EXPECT_EQ(Json(lo)["batch_size"], 64);
+}

@@ -1,0 +1,143 @@
+// GPU batch norm against PyTorch's formulas written out in double: training forward (batch mean,
+// biased variance, running update with the unbiased variance), eval forward, both backwards;
+// NHWC and (N, C) inputs, odd channel counts, a large mean (the shifted moments must not cancel),
+// f32/f16/bf16 activations with f32 parameters, optional gamma/beta.
+#include <gtest/gtest.h>
+
+#include "tests/gpu/gpu_test_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+
+using namespace kiln;
+using kiln::gputest::gpu;
+using kiln::gputest::rand_cpu;
+
+namespace {
+
+struct BnRef {
+  std::vector<double> y, mean, var_biased, invstd, rm, rv, dx, dgamma, dbeta;
+};
+
+BnRef ref_bn(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& rm0, const Tensor& rv0,
+             const Tensor& gy, bool training, double momentum, double eps) {
+  int64_t C = x.size(-1), R = x.numel() / C;
+  std::vector<double> xv = x.to_double_vector(), gv = gy.to_double_vector();
+  std::vector<double> g = gamma.defined() ? gamma.to_double_vector() : std::vector<double>(C, 1.0);
+  std::vector<double> b = beta.defined() ? beta.to_double_vector() : std::vector<double>(C, 0.0);
+  BnRef r;
+  r.rm = rm0.to_double_vector();
+  r.rv = rv0.to_double_vector();
+  r.mean.assign(C, 0.0);
+  r.var_biased.assign(C, 0.0);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t c = 0; c < C; ++c) r.mean[c] += xv[i * C + c] / static_cast<double>(R);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      double d = xv[i * C + c] - r.mean[c];
+      r.var_biased[c] += d * d / static_cast<double>(R);
+    }
+  std::vector<double> m = training ? r.mean : r.rm, v = training ? r.var_biased : r.rv;
+  r.invstd.assign(C, 0.0);
+  for (int64_t c = 0; c < C; ++c) r.invstd[c] = 1.0 / std::sqrt(v[c] + eps);
+  if (training)
+    for (int64_t c = 0; c < C; ++c) {
+      r.rm[c] = (1 - momentum) * r.rm[c] + momentum * r.mean[c];
+      r.rv[c] = (1 - momentum) * r.rv[c] + momentum * r.var_biased[c] * R / (R - 1);
+    }
+  r.y.resize(xv.size());
+  r.dx.resize(xv.size());
+  r.dgamma.assign(C, 0.0);
+  r.dbeta.assign(C, 0.0);
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      double xh = (xv[i * C + c] - m[c]) * r.invstd[c];
+      r.y[i * C + c] = xh * g[c] + b[c];
+      r.dgamma[c] += gv[i * C + c] * xh;
+      r.dbeta[c] += gv[i * C + c];
+    }
+  for (int64_t i = 0; i < R; ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      double xh = (xv[i * C + c] - m[c]) * r.invstd[c];
+      double d = gv[i * C + c];
+      r.dx[i * C + c] = training ? g[c] * r.invstd[c] / R * (R * d - r.dbeta[c] - xh * r.dgamma[c])
+                                 : g[c] * r.invstd[c] * d;
+    }
+  return r;
+}
+
+void check(const Shape& s, DType t, bool affine, double mean, uint64_t seed) {
+  int64_t C = s.back();
+  Tensor x = rand_cpu(s, seed, t, 2.0, mean);
+  Tensor gamma = affine ? rand_cpu({C}, seed + 1, DType::f32, 0.5, 1.0) : Tensor();
+  Tensor beta = affine ? rand_cpu({C}, seed + 2) : Tensor();
+  Tensor rm = rand_cpu({C}, seed + 3, DType::f32, 0.1), rv = rand_cpu({C}, seed + 4, DType::f32, 0.1, 1.0);
+  Tensor gy = rand_cpu(s, seed + 5, t);
+  double momentum = 0.1, eps = 1e-5;
+  std::string what = shape_str(s) + " " + dtype_name(t) + (affine ? " affine" : "") + " mean " + std::to_string(mean);
+  double tol = 2 * gputest::rounding(t) + 2e-5;
+  auto opt = [](const Tensor& v) { return v.defined() ? v.to(gpu()) : Tensor(); };
+  {  // training
+    BnRef r = ref_bn(x, gamma, beta, rm, rv, gy, true, momentum, eps);
+    Tensor grm = rm.to(gpu()), grv = rv.to(gpu()), sm, si;
+    Tensor y = cuda::batch_norm_forward_train(x.to(gpu()), opt(gamma), opt(beta), grm, grv, momentum, eps, &sm, &si);
+    gputest::expect_near_all(y, r.y, tol, tol, "train y " + what);
+    gputest::expect_near_all(sm, r.mean, 1e-5 * (1 + std::fabs(mean)), 1e-5, "save_mean " + what);
+    gputest::expect_near_all(si, r.invstd, 1e-5, 1e-4, "save_invstd " + what);
+    gputest::expect_near_all(grm, r.rm, 1e-5 * (1 + std::fabs(mean)), 1e-5, "running_mean " + what);
+    gputest::expect_near_all(grv, r.rv, 1e-5, 1e-4, "running_var " + what);
+    cuda::BatchNormGrads gr = cuda::batch_norm_backward_train(gy.to(gpu()), x.to(gpu()), opt(gamma), sm, si);
+    gputest::expect_near_all(gr.dx, r.dx, tol, 10 * tol, "train dx " + what);
+    EXPECT_EQ(gr.dgamma.defined(), affine);
+    if (affine) {
+      double n = std::sqrt(static_cast<double>(x.numel() / C));
+      gputest::expect_near_all(gr.dgamma, r.dgamma, 1e-4 * n, 1e-4, "train dgamma " + what);
+      gputest::expect_near_all(gr.dbeta, r.dbeta, 1e-4 * n, 1e-4, "train dbeta " + what);
+    }
+  }
+  {  // eval
+    BnRef r = ref_bn(x, gamma, beta, rm, rv, gy, false, momentum, eps);
+    Tensor y = cuda::batch_norm_forward_eval(x.to(gpu()), opt(gamma), opt(beta), rm.to(gpu()), rv.to(gpu()), eps);
+    gputest::expect_near_all(y, r.y, tol * (1 + std::fabs(mean)), tol, "eval y " + what);
+    cuda::BatchNormGrads gr =
+        cuda::batch_norm_backward_eval(gy.to(gpu()), x.to(gpu()), opt(gamma), rm.to(gpu()), rv.to(gpu()), eps);
+    gputest::expect_near_all(gr.dx, r.dx, tol, tol, "eval dx " + what);
+    if (affine) {
+      double n = std::sqrt(static_cast<double>(x.numel() / C)) * (1 + std::fabs(mean));
+      gputest::expect_near_all(gr.dgamma, r.dgamma, 1e-4 * n, 1e-4, "eval dgamma " + what);
+    }
+  }
+}
+
+}  // namespace
+
+TEST(CudaBatchNorm, ShapesAndDtypes) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    check({4, 7, 5, 3}, t, true, 0.0, 1);
+    check({2, 9, 9, 64}, t, true, 0.5, 2);
+    check({16, 37}, t, false, 0.0, 3);  // BatchNorm1d on (N, C)
+    check({1, 1, 33, 1}, t, true, 0.0, 4);   // one channel: the row-reduction path
+  }
+  check({8, 14, 14, 130}, DType::f32, true, 0.0, 5);
+}
+
+TEST(CudaBatchNorm, LargeMeanDoesNotCancel) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  check({8, 16, 16, 5}, DType::f32, true, 1000.0, 6);
+}
+
+TEST(CudaBatchNorm, BadArguments) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  Tensor x = Tensor::zeros({2, 3, 3, 4}, DType::f32, gpu()), sm, si;
+  Tensor c4 = Tensor::zeros({4}, DType::f32, gpu()), c5 = Tensor::zeros({5}, DType::f32, gpu());
+  EXPECT_THROW(cuda::batch_norm_forward_train(x, c5, c4, c4, c4, 0.1, 1e-5, &sm, &si), Error);
+  EXPECT_THROW(cuda::batch_norm_forward_train(Tensor::zeros({1, 4}, DType::f32, gpu()), c4, c4, c4, c4, 0.1, 1e-5, &sm,
+                                              &si),
+               Error);  // one value per channel
+  EXPECT_THROW(cuda::batch_norm_forward_train(x, c4, c4, Tensor::zeros({4}, DType::bf16, gpu()), c4, 0.1, 1e-5, &sm,
+                                              &si),
+               Error);  // running stats must be f32
+}
+
+#endif  // KILN_WITH_CUDA

@@ -1,0 +1,40 @@
+// Helpers for the GPU tests (label `gpu`): random inputs rounded to the tested dtype (so the CPU
+// reference sees exactly the values the GPU sees), uploads, and close-to comparisons. Every test
+// skips when no GPU is visible; the whole folder compiles to nothing but that skip in a CPU build.
+#pragma once
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/device.h"
+#include "core/tensor.h"
+#include "tests/gradcheck.h"
+
+namespace kiln::gputest {
+
+inline Device gpu() { return Device::cuda(0); }
+
+// Normal(0, std) values rounded to `dtype`, on the CPU.
+inline Tensor rand_cpu(const Shape& s, uint64_t seed, DType dtype = DType::f32, double std = 1.0, double mean = 0.0) {
+  Tensor t = testing::randn(s, seed, DType::f64, std);
+  if (mean != 0.0) {
+    std::vector<double> v = t.to_double_vector();
+    for (double& x : v) x += mean;
+    t = Tensor::from_vector(v, s, DType::f64);
+  }
+  return t.to(dtype);
+}
+
+inline std::vector<double> host(const Tensor& t) { return t.to_double_vector(); }
+
+// Relative tolerance of one rounding to `dtype` (values of order 1, f32 math).
+inline double rounding(DType t) { return t == DType::bf16 ? 8e-3 : t == DType::f16 ? 1e-3 : 1e-6; }
+
+inline void expect_near_all(const Tensor& got, const std::vector<double>& want, double atol, double rtol,
+                            const std::string& what) {
+  ASSERT_TRUE(got.device().is_cuda()) << what << ": result is on " << got.device().str();
+  testing::expect_close(got.to_double_vector(), want, atol, rtol, what);
+}
+
+}  // namespace kiln::gputest

@@ -1,0 +1,135 @@
+// The trainer on a tiny synthetic problem: exact resume, run folder contents, config errors,
+// damaged checkpoints.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/io/safetensors.h"
+#include "tools/config.h"
+#include "tools/trainer.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+namespace {
+
+json tiny_config(const std::string& runs) {
+  json c = json::parse(R"({
+    "name": "tiny",
+    "model": {"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
+      {"type": "batch_norm2d", "num_features": 8},
+      {"type": "relu"},
+      {"type": "max_pool2d", "kernel_size": 2},
+      {"type": "flatten"},
+      {"type": "dropout", "p": 0.2},
+      {"type": "linear", "in_features": 128, "out_features": 4}]},
+    "data": {"source": "synthetic", "synthetic": {"size": 192, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
+             "train_transforms": [{"type": "horizontal_flip"}], "batch_size": 32, "workers": 2},
+    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4},
+    "schedule": {"name": "cosine", "warmup_epochs": 0.5},
+    "train": {"epochs": 2, "seed": 3, "plots": false}
+  })");
+  c["train"]["runs_dir"] = runs;
+  return c;
+}
+
+std::string fresh_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "kiln_trainer_" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(Trainer, ResumeContinuesExactly) {
+  std::string runs = fresh_dir("resume");
+  json straight = tiny_config(runs);
+  straight["name"] = "straight";
+  TrainResult a = train(straight, /*quiet=*/true);
+
+  json first = tiny_config(runs);
+  first["name"] = "split";
+  apply_overrides(first, {"train.stop_after=1"});  // interrupted after epoch 1 of 2
+  TrainResult b1 = train(first, true);
+  json second = tiny_config(runs);
+  apply_overrides(second, {"resume=" + b1.run_dir});
+  TrainResult b2 = train(second, true);
+  EXPECT_EQ(b2.run_dir, b1.run_dir);
+  EXPECT_EQ(b2.steps, a.steps);
+
+  auto wa = load_safetensors(a.run_dir + "/last.safetensors").tensors;
+  auto wb = load_safetensors(b2.run_dir + "/last.safetensors").tensors;
+  ASSERT_EQ(wa.size(), wb.size());
+  for (auto& [name, t] : wa) EXPECT_EQ(t.to_double_vector(), wb.at(name).to_double_vector()) << name;
+  auto sa = load_safetensors(a.run_dir + "/last.state.safetensors").tensors;
+  auto sb = load_safetensors(b2.run_dir + "/last.state.safetensors").tensors;
+  for (auto& [name, t] : sa) EXPECT_EQ(t.to_double_vector(), sb.at(name).to_double_vector()) << name;
+
+  // The run folder: config as run, metrics (two epochs, also for the resumed run), checkpoints.
+  for (const char* f : {"config.json", "metrics.csv", "metrics.jsonl", "last.safetensors", "best.safetensors"})
+    EXPECT_TRUE(fs::exists(b2.run_dir + "/" + f)) << f;
+  std::ifstream csv(b2.run_dir + "/metrics.csv");
+  int lines = 0;
+  for (std::string l; std::getline(csv, l);) ++lines;
+  EXPECT_EQ(lines, 3);  // header + 2 epochs
+}
+
+TEST(Trainer, BadConfigsNameThePathAndWhatIsAccepted) {
+  std::string runs = fresh_dir("bad");
+  struct Case {
+    std::vector<std::string> overrides;
+    std::string expect;
+  };
+  std::vector<Case> cases = {
+      {{"train.epochz=3"}, "unknown key train.epochz (did you mean train.epochs?)"},
+      {{"epochs=0"}, "train.epochs = 0 is out of range; accepted: 1..100000"},
+      {{"precision=fp8"}, "train.precision = \"fp8\" is not accepted"},
+      {{"optim.name=sgdd"}, "sgdd"},
+      {{"model.layers.0.type=conv3d"}, "conv3d"},
+      {{"data.source=imagenet"}, "imagenet"},
+      {{"batch=0"}, "data.batch_size = 0 is not accepted"},
+      {{"device=tpu"}, "device 'tpu' is not understood"},
+      {{"lr=\"fast\""}, "optim.lr"},
+      {{"resume=/nonexistent/run"}, "checkpoint '/nonexistent/run'"},
+      {{"colour=red"}, "unknown key colour"},
+  };
+  for (const Case& c : cases) {
+    json cfg = tiny_config(runs);
+    apply_overrides(cfg, c.overrides);
+    std::string m = error_of([&] { train(cfg, true); });
+    EXPECT_NE(m.find(c.expect), std::string::npos) << c.overrides[0] << " gave: " << (m.empty() ? "no error" : m);
+  }
+}
+
+TEST(Trainer, DamagedCheckpointIsAClearError) {
+  std::string runs = fresh_dir("damaged");
+  json cfg = tiny_config(runs);
+  apply_overrides(cfg, {"epochs=1"});
+  TrainResult r = train(cfg, true);
+  std::string w = r.run_dir + "/last.safetensors";
+  auto size = fs::file_size(w);
+  fs::resize_file(w, size / 2);
+  json again = tiny_config(runs);
+  apply_overrides(again, {"resume=" + r.run_dir});
+  std::string m = error_of([&] { train(again, true); });
+  EXPECT_NE(m.find("last.safetensors"), std::string::npos) << m;
+  // A state file from another step is refused.
+  json third = tiny_config(runs);
+  apply_overrides(third, {"epochs=1", "name=other"});
+  TrainResult o = train(third, true);
+  fs::copy_file(o.run_dir + "/last.state.safetensors", r.run_dir + "/last.state.safetensors",
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(o.run_dir + "/last.safetensors", r.run_dir + "/last.safetensors", fs::copy_options::overwrite_existing);
+  EXPECT_EQ(error_of([&] { train(again, true); }), "");  // same step count: a consistent pair loads
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/python3
+"""Training throughput, kiln vs PyTorch on the CPU, side by side in one run.
+
+For each network, trains the same model on the same synthetic images with SGD (momentum 0.9,
+nesterov, weight decay) and cross-entropy, the same batch size and thread count, and prints
+images/s of the training steps (warm-up steps excluded on both sides):
+
+    model                 batch   kiln img/s   torch img/s   kiln/torch
+
+  lenet        the default model of configs/fashion_mnist_cnn.json (28x28x1, 10 classes), batch 64
+  resnet18     CIFAR-style ResNet-18 is not in torchvision; this row is torchvision's resnet18
+               (ImageNet stem) on 32x32x3 input, 10 classes, batch 128, channels_last in torch
+
+kiln runs `kiln train` on a generated config with the synthetic source and reads the steady
+images/s it prints for the second epoch (the first warms up). torch: Debian's python3-torch,
+torch.set_num_threads(--threads), the same steps after `--warmup` steps.
+
+Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30]
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def kiln_rate(kiln, model, shape, classes, batch, steps, threads):
+    h, w, c = shape
+    cfg = {
+        "name": "bench",
+        "model": dict(model, in_channels=c, num_classes=classes),
+        "data": {"source": "synthetic",
+                 "synthetic": {"size": batch * steps, "height": h, "width": w, "channels": c, "num_classes": classes},
+                 "batch_size": batch, "workers": 1},
+        "optim": {"name": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4},
+        "train": {"epochs": 2, "plots": False, "eval_every": 100},
+    }
+    with tempfile.TemporaryDirectory() as d:
+        cfg["train"]["runs_dir"] = d
+        path = os.path.join(d, "bench.json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+        out = subprocess.run([kiln, "train", path], env=env, capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit("kiln failed:\n" + out.stdout + out.stderr)
+        with open(os.path.join(d, "bench", "metrics.csv")) as f:
+            rows = [l.strip().split(",") for l in f]
+        col = rows[0].index("images_per_s")
+        return float(rows[-1][col])  # epoch 2: warm
+
+
+def torch_rate(name, shape, classes, batch, steps, warmup, threads):
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    h, w, c = shape
+    if name == "lenet":
+        s = h // 4
+        model = nn.Sequential(
+            nn.Conv2d(c, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * s * s, 128), nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, classes))
+        fmt = torch.contiguous_format
+    else:
+        import torchvision
+        model = torchvision.models.resnet18(num_classes=classes)
+        fmt = torch.channels_last
+    model = model.to(memory_format=fmt)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    x = torch.randn(batch, c, h, w).to(memory_format=fmt)
+    y = torch.randint(0, classes, (batch,))
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return batch * steps / (time.perf_counter() - t)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kiln", nargs="?", default="build/tools/kiln")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    cases = [
+        ("lenet", {"name": "lenet", "dropout": 0.5}, (28, 28, 1), 10, 64, a.steps),
+        ("resnet18", {"name": "resnet18"}, (32, 32, 3), 10, 128, max(4, a.steps // 4)),
+    ]
+    print(f"threads {a.threads}")
+    print(f"{'model':10s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}")
+    for name, model, shape, classes, batch, steps in cases:
+        k = kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads)
+        t = torch_rate(name, shape, classes, batch, steps, a.warmup, a.threads)
+        print(f"{name:10s} {batch:6d} {k:12.1f} {t:12.1f} {k / t:11.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,445 @@
+// The training loop, top to bottom: set up (ranks, device, model, data, optimizer, schedule,
+// resume), then epochs of train steps and evaluation, with metrics, checkpoints and plots.
+#include "tools/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/io/safetensors.h"
+#include "core/ops/loss.h"
+#include "core/ops/reduce.h"
+#include "core/rng.h"
+#include "data/config.h"
+#include "layers/interop.h"
+#include "models/registry.h"
+#include "optim/grad_sync.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "tools/autobatch.h"
+#include "tools/checkpoint.h"
+#include "tools/metrics.h"
+#include "tools/mpi_comm.h"
+#include "tools/progress.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
+  TrainOptions o;
+  JsonReader r(j, path);
+  o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
+  o.device = r.get("device", o.device);
+  o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
+  o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
+  o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
+  o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
+  o.checkpoint = r.get("checkpoint", o.checkpoint);
+  o.resume = r.get("resume", o.resume);
+  o.runs_dir = r.get("runs_dir", o.runs_dir);
+  o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
+  o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
+  o.stop_after = r.get("stop_after", o.stop_after, int64_t{0}, int64_t{100000});
+  o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
+  o.plots = r.get("plots", o.plots);
+  o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
+  o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
+  if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
+  else r.allow("loss_scaler");
+  r.finish();
+  return o;
+}
+
+json TrainOptions::to_json() const {
+  return json{{"epochs", epochs},
+              {"device", device},
+              {"precision", precision},
+              {"seed", seed},
+              {"label_smoothing", label_smoothing},
+              {"clip_grad_norm", clip_grad_norm},
+              {"checkpoint", checkpoint},
+              {"resume", resume},
+              {"runs_dir", runs_dir},
+              {"log_every", log_every},
+              {"max_steps_per_epoch", max_steps_per_epoch},
+              {"stop_after", stop_after},
+              {"eval_every", eval_every},
+              {"plots", plots},
+              {"comm_timeout_s", comm_timeout_s},
+              {"autobatch_fraction", autobatch_fraction},
+              {"loss_scaler", loss_scaler.to_json()}};
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The sections of a config, validated; the top level accepts nothing else.
+struct Sections {
+  std::string name;
+  json model, data, optim, schedule;
+  TrainOptions train;
+};
+
+Sections read_sections(const json& config) {
+  JsonReader r(config, "");
+  Sections s;
+  s.name = r.get("name", "run");
+  KILN_CHECK(!s.name.empty() && s.name.find('/') == std::string::npos, "config: name \"", s.name,
+             "\" must be a non-empty file name (no '/')");
+  s.model = r.require("model");
+  s.data = r.require("data");
+  s.optim = r.has("optim") ? r.raw("optim") : json{{"name", "sgd"}, {"lr", 0.1}};
+  s.schedule = r.has("schedule") ? r.raw("schedule") : json{{"name", "constant"}};
+  s.train = TrainOptions::from_json(r.raw("train"), "train");
+  r.finish();
+  if (!s.train.checkpoint.empty()) s.model["checkpoint"] = s.train.checkpoint;
+  return s;
+}
+
+// data.batch_size is the global batch; -1 (or a fraction in (0, 1)) asks AutoBatch.
+struct BatchRequest {
+  int64_t global = 64;
+  double auto_fraction = 0;  // > 0: AutoBatch with this fraction
+};
+
+BatchRequest read_batch(json& data, double default_fraction) {
+  BatchRequest b;
+  if (!data.is_object() || !data.contains("batch_size")) return b;
+  const json& v = data["batch_size"];
+  KILN_CHECK(v.is_number(), "config: data.batch_size must be a number (a batch size, -1 for AutoBatch, or a memory "
+             "fraction in (0, 1)), not ", v.dump());
+  double x = v.get<double>();
+  if (x == -1) b.auto_fraction = default_fraction;
+  else if (x > 0 && x < 1) b.auto_fraction = x;
+  else {
+    KILN_CHECK(x >= 1 && std::floor(x) == x, "config: data.batch_size = ", v.dump(),
+               " is not accepted; accepted: a positive integer, -1 (AutoBatch at 60% of free memory) or a fraction in (0, 1)");
+    b.global = static_cast<int64_t>(x);
+  }
+  return b;
+}
+
+double top_k_correct(const Tensor& logits, const Tensor& labels, int64_t k, int64_t count) {
+  Tensor idx = ops::topk_indices(logits, k);
+  std::vector<int64_t> top = idx.to_int_vector(), y = labels.to_int_vector();
+  int64_t kk = idx.size(1), correct = 0;
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < kk; ++j)
+      if (top[i * kk + j] == y[i]) {
+        ++correct;
+        break;
+      }
+  return static_cast<double>(correct);
+}
+
+struct EvalCounts {
+  double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
+};
+
+EvalCounts run_eval(Module& model, DataLoader& loader, Device device, int64_t epoch, int64_t num_classes,
+                    std::vector<std::vector<int64_t>>* confusion) {
+  NoGradGuard ng;
+  model.eval();
+  loader.start_epoch(epoch);
+  EvalCounts c;
+  Batch b;
+  while (loader.next(b)) {
+    int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
+    Tensor logits = model.forward(b.images.to(device)).to(Device::cpu());
+    if (logits.dtype() != DType::f32) logits = logits.to(DType::f32);
+    if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
+    Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
+    c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
+    c.top1 += top_k_correct(logits, labels, 1, n);
+    c.top5 += top_k_correct(logits, labels, std::min<int64_t>(5, num_classes), n);
+    c.samples += n;
+    if (confusion) {
+      std::vector<int64_t> pred = ops::argmax(logits, 1).to_int_vector(), y = labels.to_int_vector();
+      for (int64_t i = 0; i < n; ++i) (*confusion)[y[i]][pred[i]] += 1;
+    }
+  }
+  model.train();
+  return c;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+TrainResult train(const json& config_in, bool quiet) {
+  json config = config_in;
+  BatchRequest breq = read_batch(config["data"], 0.6);
+  Sections s = read_sections(config);
+  if (breq.auto_fraction > 0 && s.train.autobatch_fraction != 0.6 && config["data"]["batch_size"] == -1)
+    breq.auto_fraction = s.train.autobatch_fraction;
+  const TrainOptions& opt = s.train;
+  KILN_CHECK(opt.precision == "fp32", "train.precision = \"", opt.precision,
+             "\": mixed precision is not available in this build yet; accepted: fp32");
+
+  // --- ranks and device -------------------------------------------------------------------------
+  std::unique_ptr<Communicator> comm = make_process_communicator();
+  comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000)));
+  const int rank = comm->rank(), world = comm->size();
+  const bool lead = rank == 0;
+  std::vector<Device> devices = parse_device_list(opt.device);
+  KILN_CHECK(devices.size() == 1, "train.device = \"", opt.device, "\": several devices in one process need the CUDA "
+             "data-parallel trainer; use one device per process (mpirun -np N)");
+  Device device = devices[0];
+  const bool show = lead && !quiet;
+
+  // --- model, data ------------------------------------------------------------------------------
+  manual_seed(static_cast<uint64_t>(opt.seed));
+  std::shared_ptr<Module> model = models::build_model(s.model, "model");
+  model->to(device);
+  if (breq.auto_fraction > 0) config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
+  else config["data"]["batch_size"] = breq.global;
+  DataConfig dcfg = DataConfig::from_json(config["data"], "data");
+  dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ dcfg.loader.seed;
+  auto train_set = make_dataset(dcfg, Split::train);
+  auto val_set = make_dataset(dcfg, Split::val);
+
+  // --- optimizer --------------------------------------------------------------------------------
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : model->named_parameters()) params.push_back({name, p, false});
+  mark_no_decay_1d(params);
+  std::unique_ptr<Optimizer> optimizer = make_optimizer(s.optim, params, "optim");
+
+  // Rank 0's initial weights everywhere (also the buffers: BN running stats).
+  if (world > 1) {
+    for (auto& [n, t] : model->named_parameters()) comm->broadcast(t, 0);
+    for (auto& [n, t] : model->named_buffers()) comm->broadcast(t, 0);
+  }
+
+  // --- AutoBatch --------------------------------------------------------------------------------
+  if (breq.auto_fraction > 0) {
+    ImageShape shape = dcfg.transforms(Split::train).output_shape(train_set->image_shape());
+    std::map<std::string, Tensor> saved;
+    for (auto& [n, t] : model->named_buffers()) saved[n] = t.detach().clone();
+    RngState rng = default_generator().state();
+    CachingAllocator& alloc = allocator_for(device);
+    double state_bytes = 0;  // optimizer state is allocated at the first step: add it to the fit
+    for (auto& p : params) state_bytes += static_cast<double>(p.param.nbytes()) * (optimizer->type() == "adamw" ? 2 : 1);
+    auto probe = [&](int64_t b) -> double {
+      optimizer->zero_grad();
+      alloc.reset_peak();
+      size_t base = alloc.stats().allocated;
+      try {
+        Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device);
+        Tensor y = Tensor::zeros({b}, DType::i64, device);
+        ops::cross_entropy(model->forward(x), y).backward();
+      } catch (const OutOfMemoryError&) {
+        optimizer->zero_grad();
+        return -1;
+      }
+      double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
+      optimizer->zero_grad();
+      return peak;
+    };
+    double free_bytes = device.is_cpu() ? cpu_available_bytes() : cpu_available_bytes();
+    AutoBatchOptions ao;
+    ao.fraction = breq.auto_fraction;
+    ao.multiple_of = world;
+    ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size());
+    AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
+    int64_t per_rank = comm->all_reduce_min(ab.batch / world);
+    breq.global = per_rank * world;
+    for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
+    default_generator().set_state(rng);
+    if (show) std::cout << ab.report() << (world > 1 ? " (global " + std::to_string(breq.global) + ")" : "") << "\n";
+  }
+  KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
+             world, " ranks");
+  dcfg.loader.batch_size = breq.global / world;
+  Shard shard{rank, world};
+  DataLoader train_loader(train_set, dcfg.train_transforms, dcfg.loader_options(Split::train), shard);
+  LoaderOptions vopt = dcfg.loader_options(Split::val);
+  if (dcfg.val_batch_size == 0) vopt.batch_size = dcfg.loader.batch_size;
+  DataLoader val_loader(val_set, dcfg.val_transforms, vopt, shard);
+  int64_t steps_per_epoch = train_loader.batches_per_epoch();
+  if (opt.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, opt.max_steps_per_epoch);
+  KILN_CHECK(steps_per_epoch > 0, "data: the training split has ", train_set->size(), " samples, fewer than one batch of ",
+             dcfg.loader.batch_size, " per rank");
+  ScheduleContext sctx{optimizer->lr(), steps_per_epoch, opt.epochs};
+  std::unique_ptr<LrSchedule> schedule = make_schedule(s.schedule, sctx, "schedule");
+
+  // --- run folder, resume -----------------------------------------------------------------------
+  TrainingState state;
+  json as_run = config;
+  as_run["train"] = opt.to_json();
+  as_run["data"] = dcfg.to_json();
+  as_run["data"]["batch_size"] = breq.global;
+  as_run["model"] = model->to_json();
+  as_run["optim"] = optimizer->to_json();
+  as_run["schedule"] = schedule->to_json();
+  state.config = as_run;
+  std::string run_dir;
+  if (!opt.resume.empty()) {
+    std::string base = resolve_checkpoint(opt.resume);
+    state = load_checkpoint(base, *model);
+    optimizer->load_state_dict(state.optimizer);
+    default_generator().set_state(state.rng);
+    run_dir = fs::path(base).parent_path().string();
+    state.config = as_run;
+    if (show) std::cout << "resumed " << base << " at epoch " << state.epoch << ", step " << state.step << "\n";
+    KILN_CHECK(state.epoch < opt.epochs, "resume: the checkpoint has finished ", state.epoch, " epochs and train.epochs is ",
+               opt.epochs, "; ask for more epochs (epochs=N) to continue");
+  } else if (lead) {
+    run_dir = make_run_dir(opt.runs_dir, s.name);
+  }
+  std::unique_ptr<MetricsLog> log;
+  if (lead) {
+    std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";
+    log = std::make_unique<MetricsLog>(run_dir);
+    if (show) {
+      std::cout << "kiln: " << s.name << " on " << device.str() << (world > 1 ? " x" + std::to_string(world) + " ranks" : "")
+                << ", " << model->num_parameters() << " parameters, batch " << breq.global << ", "
+                << steps_per_epoch << " steps/epoch -> " << run_dir << "\n";
+    }
+  }
+
+  std::unique_ptr<GradSync> sync;
+  if (world > 1) {
+    std::vector<Tensor> ps;
+    for (auto& p : params) ps.push_back(p.param);
+    sync = std::make_unique<GradSync>(ps, *comm);
+  }
+
+  // --- epochs -----------------------------------------------------------------------------------
+  TrainResult result;
+  result.run_dir = run_dir;
+  const bool tty = Progress::stdout_is_tty();
+  int64_t num_classes = train_set->num_classes();
+  int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
+  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
+    model->train();
+    train_loader.start_epoch(epoch);
+    train_loader.reset_stats();
+    Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
+    double loss_sum = 0, correct = 0, seen = 0;
+    auto t0 = Clock::now();
+    Batch b;
+    int64_t i = 0;
+    std::string fields;
+    for (; i < steps_per_epoch && train_loader.next(b); ++i) {
+      double lr = schedule->lr_at(state.step);
+      optimizer->set_lr(lr);
+      Tensor x = b.images.to(device), y = b.labels.to(device);
+      Tensor logits = model->forward(x);
+      Tensor loss = ops::cross_entropy(logits, y, opt.label_smoothing);
+      optimizer->zero_grad();
+      loss.backward();
+      if (sync) sync->finish();
+      if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
+      optimizer->step();
+      ++state.step;
+      double l = loss.item();
+      KILN_CHECK(std::isfinite(l), "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
+                 "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+      loss_sum += l * b.size();
+      correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
+      seen += b.size();
+      if (show) {
+        double el = seconds_since(t0);
+        fields = "loss " + fmt("%.4f", loss_sum / seen) + "  acc " + fmt("%.1f%%", 100 * correct / seen) + "  lr " +
+                 fmt("%.4g", lr) + "  " + fmt("%.0f", seen * world / el) + " img/s  data " +
+                 fmt("%.0f%%", 100 * train_loader.stats().wait_seconds / std::max(el, 1e-9));
+        bar.update(i + 1, fields);
+      }
+    }
+    double train_time = seconds_since(t0);
+    std::vector<double> tr{loss_sum, correct, seen, train_loader.stats().wait_seconds};
+    comm->all_reduce_doubles(tr);
+    result.train_loss = tr[0] / tr[2];
+    result.train_acc = tr[1] / tr[2];
+    result.images_per_s = tr[2] / train_time;
+    result.data_wait_share = tr[3] / world / train_time;
+    result.steps = state.step;
+    if (show) bar.finish(fields);
+
+    bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
+    if (do_eval) {
+      EvalCounts ec = run_eval(*model, val_loader, device, epoch, num_classes, nullptr);
+      std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
+      comm->all_reduce_doubles(v);
+      result.val_loss = v[0] / v[3];
+      result.val_top1 = v[1] / v[3];
+      result.val_top5 = v[2] / v[3];
+      if (show)
+        std::cout << "val   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
+                  << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
+                  << static_cast<int64_t>(v[3]) << " images)\n";
+    }
+    state.epoch = epoch + 1;
+    state.rng = default_generator().state();
+    if (lead) {
+      log->write({{"epoch", static_cast<double>(epoch + 1)},
+                  {"step", static_cast<double>(state.step)},
+                  {"lr", optimizer->lr()},
+                  {"train_loss", result.train_loss},
+                  {"train_acc", result.train_acc},
+                  {"val_loss", do_eval ? result.val_loss : NAN},
+                  {"val_top1", do_eval ? result.val_top1 : NAN},
+                  {"val_top5", do_eval ? result.val_top5 : NAN},
+                  {"images_per_s", result.images_per_s},
+                  {"data_wait_share", result.data_wait_share},
+                  {"epoch_seconds", train_time}});
+      state.optimizer = optimizer->state_dict();
+      bool best = do_eval && result.val_top1 > state.best_top1;
+      if (best) state.best_top1 = result.val_top1;
+      save_checkpoint(run_dir + "/last", *model, state);
+      if (best) save_checkpoint(run_dir + "/best", *model, state);
+    }
+  }
+
+  if (lead && opt.plots && log) {
+    const auto& c = log->columns();
+    auto col = [&](const char* k) { return c.count(k) ? c.at(k) : std::vector<double>{}; };
+    save_plot_png(run_dir + "/loss.png", "loss", {{"train", col("train_loss")}, {"val", col("val_loss")}}, "epoch");
+    std::vector<double> ta = col("train_acc"), va = col("val_top1");
+    for (double& x : ta) x *= 100;
+    for (double& x : va) x *= 100;
+    save_plot_png(run_dir + "/accuracy.png", "accuracy (%)", {{"train", ta}, {"val top-1", va}}, "epoch");
+    save_plot_png(run_dir + "/lr.png", "learning rate (end of epoch)", {{"lr", col("lr")}}, "epoch");
+    if (show) std::cout << "results in " << run_dir << "\n";
+  }
+  comm->barrier();
+  return result;
+}
+
+EvalResult evaluate(const json& config_in, const std::string& weights) {
+  json config = config_in;
+  BatchRequest breq = read_batch(config["data"], 0.6);
+  config["data"]["batch_size"] = breq.auto_fraction > 0 ? 256 : breq.global;
+  Sections s = read_sections(config);
+  Device device = parse_device_list(s.train.device)[0];
+  std::shared_ptr<Module> model = models::build_model(s.model, "model");
+  load_weights(weights, *model);
+  model->to(device);
+  DataConfig dcfg = DataConfig::from_json(config["data"], "data");
+  auto val_set = make_dataset(dcfg, Split::val);
+  LoaderOptions vopt = dcfg.loader_options(Split::val);
+  DataLoader loader(val_set, dcfg.val_transforms, vopt, Shard{});
+  EvalResult r;
+  int64_t k = val_set->num_classes();
+  r.confusion.assign(k, std::vector<int64_t>(k, 0));
+  EvalCounts c = run_eval(*model, loader, device, 0, k, &r.confusion);
+  r.samples = static_cast<int64_t>(c.samples);
+  r.top1 = c.top1 / c.samples;
+  r.top5 = c.top5 / c.samples;
+  r.loss = c.loss_sum / c.samples;
+  return r;
+}
+
+}  // namespace kiln

@@ -1,0 +1,83 @@
+// The trainer: `kiln train CONFIG [key=value ...]` and `kiln eval`. A config has the sections
+//
+//   "name":     run name (runs/<name>/)                       "model":    models/registry.h
+//   "data":     data/config.h (batch_size is the GLOBAL batch) "optim":    optim/optimizer.h
+//   "schedule": optim/lr_schedule.h                           "train":    TrainOptions below
+//
+// One process trains on one device, or is one rank of `mpirun -np N` (CPU ranks, or one GPU per
+// rank). Rank 0 broadcasts the initial weights, every rank reads its own shard of the data, the
+// gradients are averaged in buckets during backward (optim/grad_sync.h), and only rank 0 writes
+// logs and checkpoints; evaluation counts are summed over ranks.
+// Tests: tests/tools/trainer_test.cpp, tests/slow/, tests/mpi/.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json_util.h"
+#include "optim/loss_scaler.h"
+
+namespace kiln {
+
+struct TrainOptions {
+  /// epochs to train (default 1)
+  int64_t epochs = 1;
+  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
+  std::string device;
+  /// "fp32", "bf16" or "fp16" (default "fp32")
+  std::string precision = "fp32";
+  /// seed of the initial weights, the data order, augmentation and dropout (default 0)
+  int64_t seed = 0;
+  /// label smoothing of the cross-entropy loss, in [0, 1) (default 0)
+  double label_smoothing = 0.0;
+  /// clip the global gradient norm to this value; 0 = no clipping (default 0)
+  double clip_grad_norm = 0.0;
+  /// gradient checkpointing, passed to the model: "none", "blocks", "every:K" (default: the model's)
+  std::string checkpoint;
+  /// checkpoint to resume from: a run folder, or runs/x/last (default "": a fresh run)
+  std::string resume;
+  /// folder that holds the run folders (default "runs")
+  std::string runs_dir = "runs";
+  /// progress: print a plain line every N steps when not on a terminal; 0 = ten per epoch (default 0)
+  int64_t log_every = 0;
+  /// stop each epoch after this many steps; 0 = the whole epoch (default 0; for benchmarks and tests)
+  int64_t max_steps_per_epoch = 0;
+  /// end this invocation after N epochs in total, keeping the schedule of `epochs`; `resume=` continues
+  /// (for time-limited jobs); 0 = run to `epochs` (default 0)
+  int64_t stop_after = 0;
+  /// evaluate on the validation split every N epochs and after the last (default 1)
+  int64_t eval_every = 1;
+  /// write PNG plots of loss, accuracy and lr at the end (default true)
+  bool plots = true;
+  /// seconds a collective may wait for the other ranks before the job is aborted (default 600)
+  double comm_timeout_s = 600;
+  /// AutoBatch's share of free memory when data.batch_size is -1 (default 0.6)
+  double autobatch_fraction = 0.6;
+  /// fp16 dynamic loss scaling (optim/loss_scaler.h)
+  LossScalerOptions loss_scaler;
+
+  static TrainOptions from_json(const json& j, const std::string& path = "train");
+  json to_json() const;
+};
+
+struct TrainResult {
+  double val_top1 = 0, val_top5 = 0, val_loss = 0;
+  double train_loss = 0, train_acc = 0;
+  double images_per_s = 0;
+  double data_wait_share = 0;
+  int64_t steps = 0;
+  std::string run_dir;
+};
+
+// Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
+TrainResult train(const json& config, bool quiet = false);
+
+struct EvalResult {
+  double top1 = 0, top5 = 0, loss = 0;
+  int64_t samples = 0;
+  std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
+};
+// Evaluates the weights file (safetensors, PyTorch layout) on the validation split.
+EvalResult evaluate(const json& config, const std::string& weights);
+
+}  // namespace kiln
