@@ -26,12 +26,12 @@ LeNet::LeNet(const LeNetOptions& o) : FeatureClassifier("lenet", o.common), opts
   features_ = register_module("features", std::make_shared<Sequential>());
   features_->push_back(conv(o.common.in_channels, 32, 3, 1, 1, false));
   features_->push_back(batch_norm(32));
-  features_->push_back(relu());
   features_->push_back(max_pool(2, 2));
+  features_->push_back(relu());
   features_->push_back(conv(32, 64, 3, 1, 1, false));
   features_->push_back(batch_norm(64));
-  features_->push_back(relu());
   features_->push_back(max_pool(2, 2));
+  features_->push_back(relu());
   int64_t s = o.input_size / 2 / 2;
   classifier_ = register_module("classifier", std::make_shared<Sequential>());
   classifier_->push_back(linear(64 * s * s, 128));

@@ -47,6 +47,14 @@ Conv2dOptions conv_opts(int64_t in, int64_t out, int64_t k, int64_t stride = 1, 
   o.padding = pad;
   return o;
 }
+BlockOptions block_opts(int64_t in, int64_t planes, int64_t stride, const std::string& shortcut = "B") {
+  BlockOptions o;
+  o.in_channels = in;
+  o.planes = planes;
+  o.stride = stride;
+  o.shortcut = shortcut;
+  return o;
+}
 }  // namespace
 
 TEST(Layers, Conv2dShapesAndDefaultInit) {
@@ -199,10 +207,7 @@ TEST(Layers, ReluLrnFlatten) {
 }
 
 TEST(Layers, BasicBlockNamesAndShortcuts) {
-  BlockOptions o;
-  o.in_channels = 4;
-  o.planes = 8;
-  o.stride = 2;
+  BlockOptions o = block_opts(4, 8, 2);
   BasicBlock b(o);
   std::vector<std::string> names;
   for (auto& kv : b.named_parameters()) names.push_back(kv.first + shape_str(kv.second.shape()));
@@ -218,11 +223,7 @@ TEST(Layers, BasicBlockNamesAndShortcuts) {
 
 TEST(Layers, ShortcutAMatchesHandComputation) {
   manual_seed(12);
-  BlockOptions o;
-  o.in_channels = 2;
-  o.planes = 6;
-  o.stride = 2;
-  o.shortcut = "A";
+  BlockOptions o = block_opts(2, 6, 2, "A");
   BasicBlock b(o);
   EXPECT_EQ(b.named_parameters().size(), 6u);  // no downsample parameters
   Tensor x = randn({1, 4, 4, 2}, 13);
@@ -252,10 +253,7 @@ TEST(Layers, ShortcutAMatchesHandComputation) {
 }
 
 TEST(Layers, BottleneckIsV15) {
-  BlockOptions o;
-  o.in_channels = 16;
-  o.planes = 4;
-  o.stride = 2;
+  BlockOptions o = block_opts(16, 4, 2);
   Bottleneck b(o);
   EXPECT_EQ(b.out_channels(), 16);
   EXPECT_EQ(b.conv1->options().stride, 1);
@@ -271,10 +269,7 @@ TEST(Layers, BottleneckIsV15) {
 }
 
 TEST(Layers, BlockGradientsFlowToEveryParameter) {
-  BlockOptions o;
-  o.in_channels = 3;
-  o.planes = 2;
-  o.stride = 2;
+  BlockOptions o = block_opts(3, 2, 2);
   Bottleneck b(o);
   Tensor x = randn({2, 5, 5, 3}, 15).set_requires_grad(true);
   ops::sum(ops::square(b.forward(x))).backward();

@@ -6,24 +6,11 @@
 
 #include "layers/linear.h"
 #include "layers/registry.h"
+#include "tests/layers/error_util.h"
 
 using namespace kiln;
-
-namespace {
-// The message of the Error that f throws ("" when it does not throw).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-void expect_has(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nexpected to contain: " << part;
-}
-}  // namespace
+using kiln::testing::error_of;
+using kiln::testing::expect_has;
 
 TEST(Registry, EveryTypeBuildsAndRoundTrips) {
   json layers = json::parse(R"([

@@ -11,8 +11,11 @@
 #include "layers/interop.h"
 #include "models/registry.h"
 #include "tests/gradcheck.h"
+#include "tests/layers/error_util.h"
 
 using namespace kiln;
+using kiln::testing::error_of;
+using kiln::testing::expect_has;
 using kiln::testing::randn;
 
 namespace {
@@ -21,19 +24,6 @@ std::shared_ptr<Module> build(const std::string& config) { return models::build_
 std::shared_ptr<Module> build_zero(const std::string& config) {
   init::SkipInitGuard skip;
   return build(config);
-}
-
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
-void expect_has(const std::string& msg, const std::string& part) {
-  EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nexpected to contain: " << part;
 }
 
 json load_fixture(const std::string& name) {

@@ -164,9 +164,9 @@ class VGG(nn.Module):
 class LeNet(nn.Module):
     def __init__(self):
         super().__init__()
-        self.features = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
-                                      nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1, bias=False),
-                                      nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2))
+        self.features = nn.Sequential(nn.Conv2d(1, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32),
+                                      nn.MaxPool2d(2), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1, bias=False),
+                                      nn.BatchNorm2d(64), nn.MaxPool2d(2), nn.ReLU())
         self.classifier = nn.Sequential(nn.Linear(64 * 49, 128), nn.ReLU(), nn.Dropout(), nn.Linear(128, 10))
 
 
