@@ -164,6 +164,12 @@ PrimitiveCache& cache() {
 
 // ---------------------------------------------------------------------------------------------
 // Memory, execution, reorders
+CacheKey::CacheKey(const char* op) : s_(std::to_string(omp_get_max_threads())) {
+  s_ += '|';
+  s_ += op;
+  s_ += '|';
+}
+
 SerialScope::SerialScope(bool serial) {
   if (serial && omp_get_max_threads() > 1) {
     prev_ = omp_get_max_threads();
@@ -212,8 +218,8 @@ std::shared_ptr<const CachedPrimitive<dnnl::reorder>> reorder_prim(const dnnl::m
 constexpr size_t kSerialReorderBytes = size_t{1} << 20;
 
 void run_reorder(const dnnl::memory& from, const dnnl::memory& to) {
-  auto r = reorder_prim(from.get_desc(), to.get_desc());
   SerialScope serial(std::max(from.get_desc().get_size(), to.get_desc().get_size()) < kSerialReorderBytes);
+  auto r = reorder_prim(from.get_desc(), to.get_desc());  // created for the threads it runs with
   execute(r->prim, r->pd, {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}});
 }
 

@@ -42,7 +42,10 @@ const dnnl::primitive_attr& attr();
 // Builds cache keys: CacheKey("conv_fwd").add(x.shape()).add(p.stride_h)... -> "conv_fwd|2,3,5,7|1|".
 class CacheKey {
  public:
-  explicit CacheKey(const char* op) : s_(op) { s_ += '|'; }
+  // NOTE: the key starts with the OpenMP thread count: oneDNN sizes a primitive's scratchpad and
+  // splits its work for the threads it sees at creation, so a primitive made inside a SerialScope
+  // must not be run with more threads (that overflowed the scratchpad).
+  explicit CacheKey(const char* op);
   CacheKey& add(int64_t v);
   CacheKey& add(const Shape& v);
   CacheKey& add(DType t);

@@ -260,6 +260,18 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
 
 Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2dParams& p) {
   check_args(x0, w0, b0, p);
+  // NOTE: oneDNN 2.6's jit_1x1 kernel writes past its reduce-to-unit-stride workspace in the
+  // weight-gradient pass of a strided 1x1 convolution with fewer than 8 input channels (oneDNN
+  // issue 6035; wrong gradients and heap corruption). Such a convolution is the stride-1 one on
+  // the subsampled input, which takes another kernel: slice (recorded, so gradients flow) and go.
+  if (w0.size(1) == 1 && w0.size(2) == 1 && p.pad_h == 0 && p.pad_w == 0 && (p.stride_h > 1 || p.stride_w > 1) &&
+      x0.size(3) < 8) {
+    Tensor xs = x0.slice(1, 0, x0.size(1), p.stride_h).slice(2, 0, x0.size(2), p.stride_w).contiguous();
+    Conv2dParams unit = p;
+    unit.stride_h = unit.stride_w = 1;
+    unit.dilation_h = unit.dilation_w = 1;
+    return conv2d(xs, w0, b0, unit);
+  }
   Shape ys = conv2d_output_shape(x0.shape(), w0.shape(), p);
   KILN_CHECK(!b0.defined() || b0.shape() == Shape{w0.size(0)}, "conv2d: bias ", b0.str(), " must have shape [",
              w0.size(0), "] for weight ", w0.str());
