@@ -87,7 +87,7 @@ TEST(Registry, BadOptionsNameTheirPath) {
     build_layer(json::parse(R"({"type": "conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3,
                                 "stride": "2"})"), "model.layers[2]");
   });
-  expect_has(m, "model.layers[2].stride must be an integer, not string");
+  expect_has(m, "model.layers[2].stride must be an integer");
   m = error_of([] {
     build_layer(json::parse(R"({"type": "sequential", "layers": [{"type": "relu"}, {"type": "dropout", "p": 2}]})"),
                 "model.layers[5]");
