@@ -27,6 +27,10 @@
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
 
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
 namespace fs = std::filesystem;
 
 namespace kiln {
@@ -247,7 +251,10 @@ TrainResult train(const json& config_in, bool quiet) {
       optimizer->zero_grad();
       return peak;
     };
-    double free_bytes = device.is_cpu() ? cpu_available_bytes() : cpu_available_bytes();
+    double free_bytes = cpu_available_bytes();
+#ifdef KILN_WITH_CUDA
+    if (device.is_cuda()) free_bytes = static_cast<double>(cuda_mem_get_info(device.index).first);
+#endif
     AutoBatchOptions ao;
     ao.fraction = breq.auto_fraction;
     ao.multiple_of = world;
