@@ -184,10 +184,8 @@ std::string fmt(const char* f, double v) {
 
 TrainResult train(const json& config_in, bool quiet) {
   json config = config_in;
-  BatchRequest breq = read_batch(config["data"], 0.6);
   Sections s = read_sections(config);
-  if (breq.auto_fraction > 0 && s.train.autobatch_fraction != 0.6 && config["data"]["batch_size"] == -1)
-    breq.auto_fraction = s.train.autobatch_fraction;
+  BatchRequest breq = read_batch(config["data"], s.train.autobatch_fraction);
   const TrainOptions& opt = s.train;
   KILN_CHECK(opt.precision == "fp32", "train.precision = \"", opt.precision,
              "\": mixed precision is not available in this build yet; accepted: fp32");
