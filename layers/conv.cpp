@@ -56,7 +56,7 @@ Tensor Conv2d::forward(const Tensor& x) {
   p.pad_h = p.pad_w = opts_.padding;
   p.dilation_h = p.dilation_w = opts_.dilation;
   p.groups = opts_.groups;
-  return ops::conv2d(x, weight, bias, p);
+  return ops::conv2d(x, param_for_input(weight, x), param_for_input(bias, x), p);
 }
 
 }  // namespace kiln

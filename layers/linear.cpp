@@ -37,7 +37,7 @@ Linear::Linear(const LinearOptions& o) : Module("linear"), opts_(o) {
 Tensor Linear::forward(const Tensor& x) {
   KILN_CHECK(x.dim() == 2 && x.size(1) == opts_.in_features, "linear(", opts_.in_features, " -> ", opts_.out_features,
              "): input ", x.str(), " must be (N, ", opts_.in_features, ")");
-  return ops::linear(x, weight, bias);
+  return ops::linear(x, param_for_input(weight, x), param_for_input(bias, x));
 }
 
 Tensor Flatten::forward(const Tensor& x) {

@@ -190,6 +190,12 @@ void Module::zero_grad() {
 
 // ---------------------------------------------------------------------------------------------
 // Recomputation flag
+Tensor param_for_input(const Tensor& param, const Tensor& x) {
+  if (!param.defined() || param.dtype() == x.dtype()) return param;
+  bool low = x.dtype() == DType::bf16 || x.dtype() == DType::f16;
+  return low && param.dtype() == DType::f32 ? param.to(x.dtype()) : param;
+}
+
 bool is_recomputing() { return t_recomputing; }
 RecomputeScope::RecomputeScope(bool on) : prev_(t_recomputing) { t_recomputing = on; }
 RecomputeScope::~RecomputeScope() { t_recomputing = prev_; }

@@ -91,6 +91,13 @@ class Module {
 void check_state_dict(const std::vector<std::pair<std::string, Shape>>& expected, const StateDict& given, bool strict,
                       const std::string& what);
 
+// Mixed precision: the parameter as the layer computes with it for input `x`. When `x` is f16 or
+// bf16 and the parameter is f32 (the master copy), a recorded cast to x's dtype (its gradient flows
+// back to the f32 parameter in f32); otherwise the parameter itself. Conv2d and Linear call it once
+// per forward, so each weight is cast once per step (twice for a checkpointed segment, which
+// recomputes). An undefined tensor (no bias) stays undefined.
+Tensor param_for_input(const Tensor& param, const Tensor& x);
+
 // Gradient checkpointing re-runs a segment's forward in backward. Layers with side effects in
 // forward (batch-norm running statistics) ask is_recomputing() so a recomputation does not apply
 // them a second time. RecomputeScope marks the current thread while a segment is re-run.

@@ -39,6 +39,8 @@ ResNetOptions ResNetOptions::from_json(const json& j, const std::string& path, c
     o.width = r.get("width", o.width, int64_t{1}, int64_t{4096});
     o.shortcut = r.get_choice("shortcut", o.shortcut, {"A", "B"});
   }
+  else
+    o.stem = r.get_choice("stem", o.stem, {"imagenet", "cifar"});
   o.depth = d;
   o.common.read(r);
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
@@ -52,6 +54,8 @@ json ResNetOptions::to_json() const {
     if (name == "resnet_cifar") j["depth"] = depth;
     j["width"] = width;
     j["shortcut"] = shortcut;
+  } else {
+    j["stem"] = stem;
   }
   common.write(j);
   return j;
@@ -74,11 +78,16 @@ ResNet::ResNet(const ResNetOptions& o) : Module(o.name), opts_(o), policy_(o.com
     widths = {64, 128, 256, 512};
     bottleneck = o.depth >= 50;
     stem = 64;
-    conv1_ = register_module("conv1", conv(o.common.in_channels, stem, 7, 2, 3, false, "kaiming_normal"));
+    KILN_CHECK(o.stem == "imagenet" || o.stem == "cifar", o.name, ": stem \"", o.stem,
+               "\" is not accepted; accepted: \"imagenet\", \"cifar\"");
+    if (o.stem == "cifar")
+      conv1_ = register_module("conv1", conv(o.common.in_channels, stem, 3, 1, 1, false, "kaiming_normal"));
+    else
+      conv1_ = register_module("conv1", conv(o.common.in_channels, stem, 7, 2, 3, false, "kaiming_normal"));
   }
   bn1_ = register_module("bn1", batch_norm(stem));
   register_module("relu", relu());
-  if (!o.cifar) maxpool_ = register_module("maxpool", max_pool(3, 2, 1));
+  if (!o.cifar && o.stem == "imagenet") maxpool_ = register_module("maxpool", max_pool(3, 2, 1));
   int64_t in = stem;
   for (size_t s = 0; s < layers.size(); ++s) {
     auto stage = register_module("layer" + std::to_string(s + 1), std::make_shared<Sequential>());

@@ -2,7 +2,8 @@
 //   ImageNet ("resnet18", "resnet34" basic blocks; "resnet50", "resnet101", "resnet152" bottlenecks):
 //     stem conv 7x7/2 in->64, BN, ReLU, maxpool 3/2 (pad 1); four stages of widths 64-128-256-512
 //     (stride 2 from the second; ResNet v1.5: the stride sits on the bottleneck's 3x3); global average
-//     pool; fc. Shortcut B (projection) where the shape changes. resnet18 has 11,689,512 parameters,
+//     pool; fc. `"stem": "cifar"` replaces the stem by a 3x3/1 conv without maxpool (the ResNet-18 that
+//     CIFAR benchmarks use on 32x32 input; same names, conv1.weight is 64x3x3x3). Shortcut B (projection) where the shape changes. resnet18 has 11,689,512 parameters,
 //     resnet50 25,557,032 (1000 classes, as torchvision).
 //   CIFAR (He et al. 2015, sec. 4.2; "resnet20", "resnet32", "resnet44", "resnet56", "resnet110", or
 //     "resnet_cifar" with any depth = 6n+2): stem conv 3x3 in->16, BN, ReLU; three stages of n basic
@@ -22,6 +23,8 @@ struct ResNetOptions {
   std::string name = "resnet50";    /// model name; sets depth and the ImageNet/CIFAR layout
   int64_t depth = 50;               /// ImageNet 18/34/50/101/152; CIFAR 6n+2 ("resnet_cifar" only, default 20)
   bool cifar = false;               /// the CIFAR layout (set by the name)
+  std::string stem = "imagenet";    /// ImageNet depths only: "imagenet" (7x7/2 conv + maxpool, default) or
+                                    /// "cifar" (3x3/1 conv, no maxpool: the usual CIFAR ResNet-18 for 32x32 input)
   int64_t width = 64;               /// CIFAR only: channels of the first stage (default 16)
   std::string shortcut = "B";       /// CIFAR only: "A" (default) or "B"; ImageNet always "B"
   bool zero_init_residual = false;  /// start each block's last BN weight at 0 (default false)

@@ -148,8 +148,21 @@ struct EvalCounts {
   double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
 };
 
-EvalCounts run_eval(Module& model, DataLoader& loader, Device device, int64_t epoch, int64_t num_classes,
-                    std::vector<std::vector<int64_t>>* confusion) {
+// The dtype the model computes in for train.precision (master weights stay f32).
+DType compute_dtype_of(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") return DType::f16;
+  return DType::f32;
+}
+
+// A batch's images on `device` in the compute dtype.
+Tensor model_input(const Tensor& images, Device device, DType compute) {
+  Tensor x = images.to(device);
+  return x.dtype() == compute ? x : x.to(compute);
+}
+
+EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion) {
   NoGradGuard ng;
   model.eval();
   loader.start_epoch(epoch);
@@ -157,7 +170,7 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, int64_t ep
   Batch b;
   while (loader.next(b)) {
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = model.forward(b.images.to(device)).to(Device::cpu());
+    Tensor logits = model.forward(model_input(b.images, device, compute)).to(Device::cpu());
     if (logits.dtype() != DType::f32) logits = logits.to(DType::f32);
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
@@ -187,8 +200,7 @@ TrainResult train(const json& config_in, bool quiet) {
   Sections s = read_sections(config);
   BatchRequest breq = read_batch(config["data"], s.train.autobatch_fraction);
   const TrainOptions& opt = s.train;
-  KILN_CHECK(opt.precision == "fp32", "train.precision = \"", opt.precision,
-             "\": mixed precision is not available in this build yet; accepted: fp32");
+  const DType compute = compute_dtype_of(opt.precision);
 
   // --- ranks and device -------------------------------------------------------------------------
   std::unique_ptr<Communicator> comm = make_process_communicator();
@@ -209,6 +221,8 @@ TrainResult train(const json& config_in, bool quiet) {
   else config["data"]["batch_size"] = breq.global;
   DataConfig dcfg = DataConfig::from_json(config["data"], "data");
   dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ dcfg.loader.seed;
+  // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
+  if (compute == DType::bf16) dcfg.loader.dtype = "bf16";
   auto train_set = make_dataset(dcfg, Split::train);
   auto val_set = make_dataset(dcfg, Split::val);
 
@@ -238,9 +252,9 @@ TrainResult train(const json& config_in, bool quiet) {
       alloc.reset_peak();
       size_t base = alloc.stats().allocated;
       try {
-        Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device);
+        Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device).to(compute);
         Tensor y = Tensor::zeros({b}, DType::i64, device);
-        ops::cross_entropy(model->forward(x), y).backward();
+        ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
       } catch (const OutOfMemoryError&) {
         optimizer->zero_grad();
         return -1;
@@ -314,6 +328,13 @@ TrainResult train(const json& config_in, bool quiet) {
     }
   }
 
+  // fp16: dynamic loss scaling; its state continues from the checkpoint on resume.
+  std::unique_ptr<LossScaler> scaler;
+  if (compute == DType::f16) {
+    scaler = std::make_unique<LossScaler>(opt.loss_scaler);
+    if (!state.scaler.empty()) scaler->load_state_dict(state.scaler);
+  }
+
   std::unique_ptr<GradSync> sync;
   if (world > 1) {
     std::vector<Tensor> ps;
@@ -340,18 +361,32 @@ TrainResult train(const json& config_in, bool quiet) {
     for (; i < steps_per_epoch && train_loader.next(b); ++i) {
       double lr = schedule->lr_at(state.step);
       optimizer->set_lr(lr);
-      Tensor x = b.images.to(device), y = b.labels.to(device);
+      Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
       Tensor logits = model->forward(x);
-      Tensor loss = ops::cross_entropy(logits, y, opt.label_smoothing);
+      // Softmax and the loss in f32 whatever the compute dtype.
+      Tensor loss = ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y,
+                                       opt.label_smoothing);
       optimizer->zero_grad();
-      loss.backward();
+      (scaler ? scaler->scale_loss(loss) : loss).backward();
       if (sync) sync->finish();
-      if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
-      optimizer->step();
-      ++state.step;
       double l = loss.item();
-      KILN_CHECK(std::isfinite(l), "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
-                 "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+      if (scaler) {
+        // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts
+        // after loss_scaler.max_nonfinite_steps such steps in a row.
+        bool ok = scaler->unscale_and_check(params) && std::isfinite(l);
+        if (ok) {
+          if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
+          optimizer->step();
+        }
+        scaler->update(!ok);
+      } else {
+        KILN_CHECK(std::isfinite(l), "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
+                   "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+        if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
+        optimizer->step();
+      }
+      ++state.step;
+      if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
       loss_sum += l * b.size();
       correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
       seen += b.size();
@@ -360,6 +395,8 @@ TrainResult train(const json& config_in, bool quiet) {
         fields = "loss " + fmt("%.4f", loss_sum / seen) + "  acc " + fmt("%.1f%%", 100 * correct / seen) + "  lr " +
                  fmt("%.4g", lr) + "  " + fmt("%.0f", seen * world / el) + " img/s  data " +
                  fmt("%.0f%%", 100 * train_loader.stats().wait_seconds / std::max(el, 1e-9));
+        if (scaler)
+          fields += "  scale " + fmt("%g", scaler->scale()) + "  skipped " + std::to_string(scaler->skipped_steps());
         bar.update(i + 1, fields);
       }
     }
@@ -371,11 +408,15 @@ TrainResult train(const json& config_in, bool quiet) {
     result.images_per_s = tr[2] / train_time;
     result.data_wait_share = tr[3] / world / train_time;
     result.steps = state.step;
+    if (scaler) {
+      result.skipped_steps = scaler->skipped_steps();
+      result.loss_scale = scaler->scale();
+    }
     if (show) bar.finish(fields);
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
     if (do_eval) {
-      EvalCounts ec = run_eval(*model, val_loader, device, epoch, num_classes, nullptr);
+      EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes, nullptr);
       std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
       comm->all_reduce_doubles(v);
       result.val_loss = v[0] / v[3];
@@ -388,6 +429,7 @@ TrainResult train(const json& config_in, bool quiet) {
     }
     state.epoch = epoch + 1;
     state.rng = default_generator().state();
+    if (scaler) state.scaler = scaler->state_dict();
     if (lead) {
       log->write({{"epoch", static_cast<double>(epoch + 1)},
                   {"step", static_cast<double>(state.step)},
@@ -399,7 +441,9 @@ TrainResult train(const json& config_in, bool quiet) {
                   {"val_top5", do_eval ? result.val_top5 : NAN},
                   {"images_per_s", result.images_per_s},
                   {"data_wait_share", result.data_wait_share},
-                  {"epoch_seconds", train_time}});
+                  {"epoch_seconds", train_time},
+                  {"skipped_steps", static_cast<double>(result.skipped_steps)},
+                  {"loss_scale", result.loss_scale}});
       state.optimizer = optimizer->state_dict();
       bool best = do_eval && result.val_top1 > state.best_top1;
       if (best) state.best_top1 = result.val_top1;
@@ -439,7 +483,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   EvalResult r;
   int64_t k = val_set->num_classes();
   r.confusion.assign(k, std::vector<int64_t>(k, 0));
-  EvalCounts c = run_eval(*model, loader, device, 0, k, &r.confusion);
+  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion);
   r.samples = static_cast<int64_t>(c.samples);
   r.top1 = c.top1 / c.samples;
   r.top5 = c.top5 / c.samples;

@@ -24,7 +24,9 @@ struct TrainOptions {
   int64_t epochs = 1;
   /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
   std::string device;
-  /// "fp32", "bf16" or "fp16" (default "fp32")
+  /// "fp32", "bf16" or "fp16" (default "fp32"): the dtype of activations, conv and matmul; master
+  /// weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic loss
+  /// scaling (docs/precision.md)
   std::string precision = "fp32";
   /// seed of the initial weights, the data order, augmentation and dropout (default 0)
   int64_t seed = 0;
@@ -66,6 +68,8 @@ struct TrainResult {
   double images_per_s = 0;
   double data_wait_share = 0;
   int64_t steps = 0;
+  int64_t skipped_steps = 0;  // fp16: steps skipped for a non-finite gradient (0 otherwise)
+  double loss_scale = 0;      // fp16: the loss scale at the end (0 otherwise)
   std::string run_dir;
 };
 

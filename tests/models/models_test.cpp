@@ -87,6 +87,7 @@ TEST(Models, ForwardShapesAtSmallInputs) {
       {R"({"name": "resnet18", "in_channels": 1})", {1, 32, 32, 1}, {1, 1000}},
       {R"({"name": "resnet50", "num_classes": 5})", {2, 32, 32, 3}, {2, 5}},
       {R"({"name": "resnet20"})", {2, 32, 32, 3}, {2, 10}},
+      {R"({"name": "resnet18", "stem": "cifar", "num_classes": 10})", {2, 32, 32, 3}, {2, 10}},
       {R"({"name": "resnet_cifar", "depth": 8, "shortcut": "B", "width": 8})", {2, 16, 16, 3}, {2, 10}},
   };
   NoGradGuard ng;
@@ -95,6 +96,16 @@ TEST(Models, ForwardShapesAtSmallInputs) {
     m->eval();  // batch 1 at 1x1 spatial cannot train BN (as in PyTorch)
     EXPECT_EQ(m->forward(randn(in, 2)).shape(), out) << config;
   }
+}
+
+TEST(Models, CifarStemResnet18) {
+  // The ResNet-18 of CIFAR benchmarks: 3x3/1 stem, no maxpool; 11,173,962 parameters at 10 classes.
+  auto m = build_zero(R"({"name": "resnet18", "stem": "cifar", "num_classes": 10})");
+  EXPECT_EQ(m->num_parameters(), 11173962);
+  EXPECT_EQ(m->state_dict().at("conv1.weight").shape(), (Shape{64, 3, 3, 3}));
+  EXPECT_EQ(m->to_json().at("stem"), "cifar");
+  expect_has(error_of([] { build(R"({"name": "resnet18", "stem": "tiny"})"); }), "model.stem");
+  expect_has(error_of([] { build(R"({"name": "resnet20", "stem": "cifar"})"); }), "unknown key model.stem");
 }
 
 TEST(Models, Resnet18At224) {

@@ -133,3 +133,66 @@ TEST(Trainer, DamagedCheckpointIsAClearError) {
   fs::copy_file(o.run_dir + "/last.safetensors", r.run_dir + "/last.safetensors", fs::copy_options::overwrite_existing);
   EXPECT_EQ(error_of([&] { train(again, true); }), "");  // same step count: a consistent pair loads
 }
+
+// bf16: activations, conv and matmul in bf16, master weights f32. Random labels are memorised, so
+// the training loss falls; it follows the fp32 run closely (same data, same initial weights).
+TEST(Trainer, Bf16TrainsLikeFp32) {
+  std::string runs = fresh_dir("bf16");
+  json a = tiny_config(runs);
+  // 64 random images with random labels: memorised within a few epochs.
+  std::vector<std::string> small = {"epochs=20", "data.synthetic.size=64", "batch=16", "model.layers.5.p=0",
+                                    "data.train_transforms=[]"};
+  apply_overrides(a, small);
+  apply_overrides(a, {"name=fp32"});
+  TrainResult fp32 = train(a, true);
+  json b = tiny_config(runs);
+  apply_overrides(b, small);
+  apply_overrides(b, {"name=bf16", "precision=bf16"});
+  TrainResult bf16 = train(b, true);
+  EXPECT_LT(fp32.train_loss, std::log(4.0) - 0.4);  // memorised most of it
+  EXPECT_NEAR(bf16.train_loss, fp32.train_loss, 0.05);
+  EXPECT_EQ(bf16.skipped_steps, 0);
+  EXPECT_EQ(bf16.loss_scale, 0);  // no scaling in bf16
+  // The checkpoint holds f32 master weights.
+  auto w = load_safetensors(bf16.run_dir + "/last.safetensors").tensors;
+  EXPECT_EQ(w.at("0.weight").dtype(), DType::f32);
+}
+
+// fp16 with dynamic loss scaling: the scale grows after growth_interval clean steps, its state is
+// saved in the checkpoint, and a resumed run ends exactly where the straight run does.
+TEST(Trainer, Fp16LossScaleGrowsAndResumesExactly) {
+  std::string runs = fresh_dir("fp16");
+  std::vector<std::string> fp16 = {"precision=fp16", "train.loss_scaler.init_scale=256",
+                                   "train.loss_scaler.growth_interval=4"};
+  json straight = tiny_config(runs);
+  apply_overrides(straight, fp16);
+  apply_overrides(straight, {"name=straight"});
+  TrainResult a = train(straight, true);
+  EXPECT_EQ(a.steps, 12);
+  EXPECT_EQ(a.skipped_steps, 0);
+  EXPECT_EQ(a.loss_scale, 256.0 * 8);  // grew after steps 4, 8 and 12
+
+  json first = tiny_config(runs);
+  apply_overrides(first, fp16);
+  apply_overrides(first, {"name=split", "train.stop_after=1"});
+  TrainResult b1 = train(first, true);
+  EXPECT_EQ(b1.loss_scale, 512.0);  // 6 steps: grew at step 4, then 2 clean steps tracked
+  json second = tiny_config(runs);
+  apply_overrides(second, fp16);
+  apply_overrides(second, {"resume=" + b1.run_dir});
+  TrainResult b2 = train(second, true);
+  EXPECT_EQ(b2.loss_scale, a.loss_scale);
+  auto wa = load_safetensors(a.run_dir + "/last.safetensors").tensors;
+  auto wb = load_safetensors(b2.run_dir + "/last.safetensors").tensors;
+  for (auto& [name, t] : wa) EXPECT_EQ(t.to_double_vector(), wb.at(name).to_double_vector()) << name;
+}
+
+// A run whose fp16 loss stays non-finite stops with advice instead of training on nothing.
+TEST(Trainer, Fp16DivergenceAbortsWithAdvice) {
+  std::string runs = fresh_dir("fp16_nan");
+  json cfg = tiny_config(runs);
+  apply_overrides(cfg, {"precision=fp16", "lr=1e6", "train.loss_scaler.max_nonfinite_steps=3"});
+  std::string m = error_of([&] { train(cfg, true); });
+  EXPECT_NE(m.find("non-finite"), std::string::npos) << m;
+  EXPECT_NE(m.find("precision=bf16"), std::string::npos) << m;
+}
