@@ -5,17 +5,20 @@ For each network, trains the same model on the same synthetic images with SGD (m
 nesterov, weight decay) and cross-entropy, the same batch size and thread count, and prints
 images/s of the training steps (warm-up steps excluded on both sides):
 
-    model                 batch   kiln img/s   torch img/s   kiln/torch
+    model      precision  batch   kiln img/s   torch img/s   kiln/torch
 
-  lenet        the default model of configs/fashion_mnist_cnn.json (28x28x1, 10 classes), batch 64
-  resnet18     CIFAR-style ResNet-18 is not in torchvision; this row is torchvision's resnet18
-               (ImageNet stem) on 32x32x3 input, 10 classes, batch 128, channels_last in torch
+  lenet        the default model of configs/fashion_mnist_cnn.json (28x28x1, 10 classes), batch 64, fp32
+  resnet18     the CIFAR-style ResNet-18 (torchvision's resnet18 with a 3x3/1 stem and no maxpool;
+               kiln: {"name": "resnet18", "stem": "cifar"}), 32x32x3, 10 classes, batch 128, fp32;
+               channels_last in torch
+  resnet18 bf16  the same network in bf16: kiln precision=bf16 against torch.autocast("cpu",
+               torch.bfloat16) with channels_last (--bf16; slow where the CPU has no bf16 units)
 
 kiln runs `kiln train` on a generated config with the synthetic source and reads the steady
 images/s it prints for the second epoch (the first warms up). torch: Debian's python3-torch,
 torch.set_num_threads(--threads), the same steps after `--warmup` steps.
 
-Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30]
+Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30] [--bf16]
 """
 import argparse
 import json
@@ -27,7 +30,7 @@ import tempfile
 import time
 
 
-def kiln_rate(kiln, model, shape, classes, batch, steps, threads):
+def kiln_rate(kiln, model, shape, classes, batch, steps, threads, precision="fp32"):
     h, w, c = shape
     cfg = {
         "name": "bench",
@@ -36,7 +39,7 @@ def kiln_rate(kiln, model, shape, classes, batch, steps, threads):
                  "synthetic": {"size": batch * steps, "height": h, "width": w, "channels": c, "num_classes": classes},
                  "batch_size": batch, "workers": 1},
         "optim": {"name": "sgd", "lr": 0.01, "momentum": 0.9, "nesterov": True, "weight_decay": 5e-4},
-        "train": {"epochs": 2, "plots": False, "eval_every": 100},
+        "train": {"epochs": 2, "plots": False, "eval_every": 100, "precision": precision},
     }
     with tempfile.TemporaryDirectory() as d:
         cfg["train"]["runs_dir"] = d
@@ -53,7 +56,7 @@ def kiln_rate(kiln, model, shape, classes, batch, steps, threads):
         return float(rows[-1][col])  # epoch 2: warm
 
 
-def torch_rate(name, shape, classes, batch, steps, warmup, threads):
+def torch_rate(name, shape, classes, batch, steps, warmup, threads, precision="fp32"):
     import torch
     import torch.nn as nn
     torch.set_num_threads(threads)
@@ -69,6 +72,8 @@ def torch_rate(name, shape, classes, batch, steps, warmup, threads):
     else:
         import torchvision
         model = torchvision.models.resnet18(num_classes=classes)
+        model.conv1 = nn.Conv2d(c, 64, 3, 1, 1, bias=False)  # the CIFAR stem
+        model.maxpool = nn.Identity()
         fmt = torch.channels_last
     model = model.to(memory_format=fmt)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-4)
@@ -78,7 +83,9 @@ def torch_rate(name, shape, classes, batch, steps, warmup, threads):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = loss_fn(model(x), y)
+        loss.backward()
         opt.step()
 
     for _ in range(warmup):
@@ -95,17 +102,25 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--bf16", action="store_true", help="add the bf16 ResNet-18 row (torch autocast)")
+    p.add_argument("--only", choices=["lenet", "resnet18"], help="run one network")
     a = p.parse_args()
+    r18 = {"name": "resnet18", "stem": "cifar"}
+    # (name, kiln model, input HWC, classes, batch, timed steps, torch warm-up steps, precision)
     cases = [
-        ("lenet", {"name": "lenet", "dropout": 0.5}, (28, 28, 1), 10, 64, a.steps),
-        ("resnet18", {"name": "resnet18"}, (32, 32, 3), 10, 128, max(4, a.steps // 4)),
+        ("lenet", {"name": "lenet", "dropout": 0.5}, (28, 28, 1), 10, 64, a.steps, a.warmup, "fp32"),
+        ("resnet18", r18, (32, 32, 3), 10, 128, max(3, a.steps // 10), 1, "fp32"),
     ]
+    if a.bf16:
+        cases.append(("resnet18", r18, (32, 32, 3), 10, 128, 2, 1, "bf16"))
+    if a.only:
+        cases = [c for c in cases if c[0] == a.only]
     print(f"threads {a.threads}")
-    print(f"{'model':10s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}")
-    for name, model, shape, classes, batch, steps in cases:
-        k = kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads)
-        t = torch_rate(name, shape, classes, batch, steps, a.warmup, a.threads)
-        print(f"{name:10s} {batch:6d} {k:12.1f} {t:12.1f} {k / t:11.2f}", flush=True)
+    print(f"{'model':10s} {'precision':>9s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}")
+    for name, model, shape, classes, batch, steps, warmup, prec in cases:
+        k = kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads, prec)
+        t = torch_rate(name, shape, classes, batch, steps, warmup, a.threads, prec)
+        print(f"{name:10s} {prec:>9s} {batch:6d} {k:12.1f} {t:12.1f} {k / t:11.2f}", flush=True)
 
 
 if __name__ == "__main__":
