@@ -171,7 +171,9 @@ int bench_conv(const Args& args) {
 int cmd_bench(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
-      "       kiln bench conv [iters=10] [warmup=2]\n";
+      "       kiln bench conv [iters=10] [warmup=2]\n"
+      "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
+      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
     return args.empty() ? 1 : 0;
@@ -179,7 +181,8 @@ int cmd_bench(const Args& args) {
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "matmul") return bench_matmul(rest);
   if (args[0] == "conv") return bench_conv(rest);
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv (see kiln bench --help)");
+  if (args[0] == "checkpoint") return bench_checkpoint(rest);
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, checkpoint (see kiln bench --help)");
 }
 
 }  // namespace kiln::cli

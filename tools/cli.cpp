@@ -13,7 +13,8 @@ static const char* kUsage =
     "  eval CONFIG weights=FILE       top-1/top-5 and a confusion matrix on the validation split\n"
     "  info                      devices and library versions\n"
     "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
-    "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n";
+    "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n"
+    "  bench checkpoint          time and peak memory per step for each checkpoint policy (ResNet-50)\n";
 
 int run(const Args& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {

@@ -10,6 +10,7 @@ using Args = std::vector<std::string>;
 
 int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
+int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp
 int cmd_train(const Args& args);  // tools/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/train_cmd.cpp
 

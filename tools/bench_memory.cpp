@@ -1,0 +1,175 @@
+// `kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [device=cpu]
+//                        [precision=fp32] [policies=none,blocks]`
+// Gradient checkpointing's trade, measured: for each policy the same model (same seed, same input)
+// trains `steps` SGD steps on one synthetic batch, and the table gives milliseconds per step and the
+// allocator's peak during a step, above what lives between steps (weights, optimizer state):
+//   step peak     = peak allocated during forward + backward + optimizer step - allocated before it
+//   activations   = step peak - the gradients' bytes (gradients are set to none between steps, so
+//                   the step allocates them; they are the same for every policy)
+// and each policy's ratios against the first one. Peaks come from the device's caching allocator
+// (core/allocator.h), which counts every tensor kiln allocates; oneDNN's own scratch memory is
+// allocated through it too (user scratchpad).
+#include <chrono>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/device.h"
+#include "core/ops/loss.h"
+#include "core/rng.h"
+#include "models/registry.h"
+#include "optim/optimizer.h"
+#include "tools/commands.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
+namespace kiln::cli {
+
+namespace {
+
+struct MemoryBenchArgs {
+  std::string model = "resnet50";
+  int64_t size = 224, batch = 32, steps = 3, warmup = 1, classes = 1000;
+  std::string device = "cpu", precision = "fp32";
+  std::vector<std::string> policies = {"none", "blocks"};
+};
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
+
+MemoryBenchArgs parse(const Args& args) {
+  MemoryBenchArgs a;
+  const char* accepted = "model, size, batch, steps, warmup, classes, device, precision, policies";
+  for (const std::string& arg : args) {
+    auto eq = arg.find('=');
+    KILN_CHECK(eq != std::string::npos, "bench checkpoint: '", arg, "' is not key=value; accepted keys: ", accepted);
+    std::string k = arg.substr(0, eq), v = arg.substr(eq + 1);
+    auto number = [&](int64_t lo) {
+      try {
+        size_t used = 0;
+        int64_t n = std::stoll(v, &used);
+        if (used == v.size() && n >= lo) return n;
+      } catch (const std::exception&) {
+      }
+      KILN_FAIL("bench checkpoint: '", arg, "': ", k, " takes a whole number >= ", lo);
+    };
+    if (k == "model") a.model = v;
+    else if (k == "size") a.size = number(8);
+    else if (k == "batch") a.batch = number(1);
+    else if (k == "steps") a.steps = number(1);
+    else if (k == "warmup") a.warmup = number(0);
+    else if (k == "classes") a.classes = number(2);
+    else if (k == "device") a.device = v;
+    else if (k == "precision") {
+      KILN_CHECK(v == "fp32" || v == "bf16" || v == "fp16", "bench checkpoint: precision '", v,
+                 "' is not accepted; accepted: fp32, bf16, fp16");
+      a.precision = v;
+    } else if (k == "policies") {
+      a.policies = split_commas(v);
+      KILN_CHECK(!a.policies.empty(), "bench checkpoint: policies is empty; give e.g. none,blocks,every:2");
+    } else {
+      KILN_FAIL("bench checkpoint: unknown key '", k, "'; accepted keys: ", accepted);
+    }
+  }
+  return a;
+}
+
+struct Row {
+  std::string policy;
+  double ms = 0, step_peak = 0, activations = 0;
+};
+
+void sync_device(Device d) {
+#ifdef KILN_WITH_CUDA
+  if (d.is_cuda()) cuda::synchronize(d.index);
+#else
+  (void)d;
+#endif
+}
+
+Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device device) {
+  manual_seed(0);
+  json mj = {{"name", a.model}, {"num_classes", a.classes}, {"checkpoint", policy}};
+  std::shared_ptr<Module> model = models::build_model(mj, "model");
+  model->to(device);
+  model->train();
+  std::vector<ParamRef> params;
+  double grad_bytes = 0;
+  for (auto& [name, p] : model->named_parameters()) {
+    params.push_back({name, p, false});
+    grad_bytes += static_cast<double>(p.nbytes());
+  }
+  std::unique_ptr<Optimizer> opt =
+      make_optimizer(json{{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}, {"weight_decay", 1e-4}}, params, "optim");
+  DType compute = a.precision == "bf16" ? DType::bf16 : a.precision == "fp16" ? DType::f16 : DType::f32;
+  Tensor x = rand_normal({a.batch, a.size, a.size, 3}, 0, 1, DType::f32, device).to(compute);
+  std::vector<int64_t> labels(static_cast<size_t>(a.batch));
+  for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = i % a.classes;
+  Tensor y = Tensor::from_vector(labels, {a.batch}).to(device);
+  CachingAllocator& alloc = allocator_for(device);
+  Row r;
+  r.policy = policy;
+  auto step = [&] {
+    opt->zero_grad();
+    Tensor logits = model->forward(x);
+    ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y).backward();
+    opt->step();
+  };
+  for (int64_t i = 0; i < a.warmup; ++i) step();  // also allocates the optimizer state
+  sync_device(device);
+  double total_ms = 0;
+  for (int64_t i = 0; i < a.steps; ++i) {
+    opt->zero_grad();  // gradients released before the baseline is read
+    sync_device(device);
+    size_t base = alloc.stats().allocated;
+    alloc.reset_peak();
+    auto t0 = std::chrono::steady_clock::now();
+    step();
+    sync_device(device);
+    total_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.step_peak = std::max(r.step_peak, static_cast<double>(alloc.stats().peak - base));
+  }
+  r.ms = total_ms / static_cast<double>(a.steps);
+  r.activations = r.step_peak - grad_bytes;
+  return r;
+}
+
+std::string fixed(double v, int digits) {
+  std::ostringstream o;
+  o << std::fixed << std::setprecision(digits) << v;
+  return o.str();
+}
+
+}  // namespace
+
+int bench_checkpoint(const Args& args) {
+  MemoryBenchArgs a = parse(args);
+  Device device = parse_device(a.device);
+  std::cout << "# bench checkpoint: " << a.model << " " << a.size << "x" << a.size << "x3, batch " << a.batch << ", "
+            << a.precision << ", " << device.str() << ", " << a.steps << " timed steps after " << a.warmup
+            << " warm-up\n";
+  std::vector<Row> rows;
+  for (const std::string& p : a.policies) rows.push_back(run_policy(a, p, device));
+  const double MiB = 1024.0 * 1024.0;
+  std::cout << std::left << std::setw(10) << "policy" << std::right << std::setw(12) << "ms/step" << std::setw(16)
+            << "step peak MiB" << std::setw(18) << "activations MiB" << std::setw(12) << "time x" << std::setw(14)
+            << "activations x" << "\n";
+  for (const Row& r : rows) {
+    std::cout << std::left << std::setw(10) << r.policy << std::right << std::setw(12) << fixed(r.ms, 1)
+              << std::setw(16) << fixed(r.step_peak / MiB, 1) << std::setw(18) << fixed(r.activations / MiB, 1)
+              << std::setw(12) << fixed(r.ms / rows[0].ms, 2) << std::setw(14)
+              << fixed(r.activations / rows[0].activations, 2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace kiln::cli
