@@ -290,3 +290,36 @@ TEST(Layers, SkipInitGivesZerosAndDrawsNothing) {
   Conv2d conv(conv_opts(3, 4, 3));
   EXPECT_NE(default_generator().state().offset, before.offset);
 }
+
+// Mixed precision: a bf16 input makes Conv2d and Linear compute in bf16 with their f32 weights cast
+// for the forward; the gradients land on the f32 parameters, in f32, close to the fp32 ones.
+TEST(Layers, LowPrecisionInputKeepsF32MasterWeights) {
+  for (DType low : {DType::bf16, DType::f16}) {
+    manual_seed(5);
+    Conv2d conv(conv_opts(4, 6, 3, 1, 1));
+    LinearOptions lo;
+    lo.in_features = 6 * 5 * 5;
+    lo.out_features = 3;
+    Linear fc(lo);
+    Tensor x = randn({2, 5, 5, 4}, 9);
+    auto run = [&](DType t) {
+      conv.zero_grad();
+      fc.zero_grad();
+      Tensor y = fc.forward(conv.forward(x.to(t)).flatten(1));
+      EXPECT_EQ(y.dtype(), t);
+      ops::sum(ops::square(y.to(DType::f32))).backward();
+      std::vector<std::vector<double>> g;
+      for (const Tensor& p : {conv.weight, conv.bias, fc.weight, fc.bias}) {
+        EXPECT_EQ(p.dtype(), DType::f32);
+        EXPECT_EQ(p.grad().dtype(), DType::f32);
+        g.push_back(p.grad().to_double_vector());
+      }
+      return g;
+    };
+    auto want = run(DType::f32), got = run(low);
+    for (size_t i = 0; i < want.size(); ++i) {
+      double scale = max_abs_of(want[i]);
+      expect_close(got[i], want[i], 0.03 * scale, 0.03, "parameter " + std::to_string(i) + " in " + dtype_name(low));
+    }
+  }
+}
