@@ -171,7 +171,8 @@ int bench_conv(const Args& args) {
 int cmd_bench(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
-      "       kiln bench conv [iters=10] [warmup=2]\n";
+      "       kiln bench conv [iters=10] [warmup=2]\n"
+      "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
     return args.empty() ? 1 : 0;
@@ -179,7 +180,8 @@ int cmd_bench(const Args& args) {
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "matmul") return bench_matmul(rest);
   if (args[0] == "conv") return bench_conv(rest);
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv (see kiln bench --help)");
+  if (args[0] == "data") return bench_data_cmd(rest);  // tools/data_cmd.cpp
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, data (see kiln bench --help)");
 }
 
 }  // namespace kiln::cli

@@ -12,5 +12,7 @@ int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
 int cmd_train(const Args& args);  // tools/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/train_cmd.cpp
+int cmd_data(const Args& args);   // tools/data_cmd.cpp
+int bench_data_cmd(const Args& args);  // tools/data_cmd.cpp: `kiln bench data`
 
 }  // namespace kiln::cli
