@@ -20,13 +20,21 @@ int reduction_factor(const ImageHeader& h, int64_t min_side) {
   return f;
 }
 
-void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out) {
+namespace {
+// The header, after the checks every decode makes: channels, pixel limit, truncation.
+ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o) {
   KILN_CHECK(o.channels == 1 || o.channels == 3, name, ": decoding to ", o.channels, " channels; accepted: 1 or 3");
   const ImageHeader h = read_image_header(data, size, name);
   KILN_CHECK(h.width * h.height <= o.max_pixels, name, ": ", image_format_name(h.format), " image of ", h.width, "x",
              h.height, " = ", h.width * h.height, " pixels is over the limit of ", o.max_pixels,
              " (data.max_image_pixels, a guard against decompression bombs); raise it to accept this image");
   check_image_complete(data, size, h, name);
+  return h;
+}
+}  // namespace
+
+void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out) {
+  const ImageHeader h = checked_header(data, size, name, o);
 
   const int f = reduction_factor(h, o.min_side);
   int flags = cv::IMREAD_IGNORE_ORIENTATION;
@@ -71,10 +79,22 @@ void read_whole_file(const std::string& path, std::vector<uint8_t>& buf) {
              err ? std::string(": ") + std::strerror(err) : std::string());
 }
 
+namespace {
+thread_local std::vector<uint8_t> t_file_buf;
+}
+
 void load_image(const std::string& path, const DecodeOptions& o, Image& out) {
-  thread_local std::vector<uint8_t> buf;
-  read_whole_file(path, buf);
-  decode_image(buf.data(), buf.size(), path, o, out);
+  read_whole_file(path, t_file_buf);
+  decode_image(t_file_buf.data(), t_file_buf.size(), path, o, out);
+}
+
+bool load_image_region(const std::string& path, const DecodeOptions& o,
+                       const std::function<CropBox(int64_t, int64_t)>& choose, Image& out, CropBox& box) {
+  read_whole_file(path, t_file_buf);
+  const ImageHeader h = checked_header(t_file_buf.data(), t_file_buf.size(), path, o);
+  if (h.format != ImageFormat::jpeg) return false;
+  const CropBox want = choose(h.height, h.width);
+  return decode_jpeg_region(t_file_buf.data(), t_file_buf.size(), path, o, h, want, out, box);
 }
 
 }  // namespace kiln

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -40,5 +41,18 @@ void read_whole_file(const std::string& path, std::vector<uint8_t>& buf);
 
 // read_whole_file + decode_image, with a per-thread buffer.
 void load_image(const std::string& path, const DecodeOptions& o, Image& out);
+
+// Region decoding (data/jpeg_region.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
+// the full image of header `h`) and the iMCU columns around it, into `out`; `got` is where `want`
+// lies in `out`. Returns false, decoding nothing, for CMYK/YCCK JPEGs (left to decode_image).
+// The pixels equal a full decode's (tests: tests/data/image_file_test.cpp). No reduced decoding.
+bool decode_jpeg_region(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o,
+                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got);
+
+// Region loading for Dataset::get_region_into: reads `path`, checks it as decode_image does, calls
+// `choose` with the image's (height, width) and region-decodes a JPEG; returns false for other
+// formats (nothing decoded; `choose` may have been called).
+bool load_image_region(const std::string& path, const DecodeOptions& o, const std::function<CropBox(int64_t, int64_t)>& choose,
+                       Image& out, CropBox& box);
 
 }  // namespace kiln

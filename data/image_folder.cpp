@@ -112,4 +112,12 @@ void ImageFileDataset::get_into(int64_t index, Sample& out) const {
   out.label = e.label;
 }
 
+bool ImageFileDataset::get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const {
+  check_index(index);
+  const ImageFileEntry& e = entries_[static_cast<size_t>(index)];
+  if (!load_image_region(e.path, decode_, choose, out.image, box)) return false;
+  out.label = e.label;
+  return true;
+}
+
 }  // namespace kiln

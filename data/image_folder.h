@@ -44,6 +44,8 @@ class ImageFileDataset : public Dataset {
   ImageShape image_shape() const override { return {0, 0, decode_.channels}; }
   std::string name() const override { return name_; }
   void get_into(int64_t index, Sample& out) const override;
+  // JPEGs only (load_image_region, data/image_decode.h); false for other formats.
+  bool get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const override;
 
   const ImageFileEntry& entry(int64_t i) const { return entries_[static_cast<size_t>(i)]; }
   const std::vector<std::string>& classes() const { return classes_; }

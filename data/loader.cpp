@@ -243,8 +243,10 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
     if (st.generation.load(std::memory_order_relaxed) != generation) return false;
     const int64_t idx = st.indices[static_cast<size_t>(start + i)];
     try {
-      const int64_t used = load(idx, sample);
-      pipeline_.augment(sample.image, SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(used)), ws);
+      const Loaded l = load(idx, epoch, sample);
+      const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(l.index));
+      if (l.region) pipeline_.augment_region(sample.image, l.box, key, ws);
+      else pipeline_.augment(sample.image, key, ws);
       KILN_CHECK(sample.image.shape() == out_shape_, "the transforms gave a ", sample.image.shape().str(),
                  " image where the batch holds ", out_shape_.str(), "; end the transforms with a fixed-size crop");
       pipeline_.write(sample.image, images + static_cast<size_t>(i) * sample_bytes, dtype_);
@@ -257,10 +259,21 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
   return true;
 }
 
-int64_t DataLoader::load(int64_t idx, Sample& sample) {
+DataLoader::Loaded DataLoader::load_one(int64_t j, uint64_t epoch, Sample& sample) {
+  Loaded l;
+  l.index = j;
+  if (pipeline_.crops_first()) {
+    const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(j));
+    l.region = dataset_->get_region_into(
+        j, [&](int64_t h, int64_t w) { return pipeline_.first_box(h, w, key); }, sample, l.box);
+  }
+  if (!l.region) dataset_->get_into(j, sample);
+  return l;
+}
+
+DataLoader::Loaded DataLoader::load(int64_t idx, uint64_t epoch, Sample& sample) {
   try {
-    dataset_->get_into(idx, sample);
-    return idx;
+    return load_one(idx, epoch, sample);
   } catch (const std::exception& e) {
     if (!o_.skip_bad_samples) throw;
     State& st = *st_;
@@ -280,8 +293,7 @@ int64_t DataLoader::load(int64_t idx, Sample& sample) {
   for (int64_t k = 1; k <= tries; ++k) {
     const int64_t j = (idx + k) % n;
     try {
-      dataset_->get_into(j, sample);
-      return j;
+      return load_one(j, epoch, sample);
     } catch (const std::exception&) {
     }
   }

@@ -132,9 +132,15 @@ class DataLoader {
 
  private:
   bool fill(int64_t b, int slot, uint64_t generation, Pipeline::Workspace& ws, Sample& sample);
-  // Loads sample `idx` into `sample`; with skip_bad_samples a bad one is counted and replaced.
-  // Returns the dataset index actually loaded.
-  int64_t load(int64_t idx, Sample& sample);
+  struct Loaded {
+    int64_t index = 0;    // the dataset index actually loaded (a replacement with skip_bad_samples)
+    bool region = false;  // only the first crop's region was decoded, at `box`
+    CropBox box;
+  };
+  // Loads dataset index j, only the first crop's region when the source and pipeline allow it.
+  Loaded load_one(int64_t j, uint64_t epoch, Sample& sample);
+  // load_one(idx); with skip_bad_samples a bad sample is counted and replaced.
+  Loaded load(int64_t idx, uint64_t epoch, Sample& sample);
   void worker_main();
   void make_batch(int64_t b, int slot, Batch& out);
   void cancel_locked(std::unique_lock<std::mutex>& lk);

@@ -99,6 +99,28 @@ int64_t Pipeline::min_source_side() const {
   return need == Transform::kFullSize ? 0 : need;
 }
 
+bool Pipeline::crops_first() const {
+  return !steps_.empty() && dynamic_cast<const RandomResizedCrop*>(steps_[0].get()) != nullptr;
+}
+
+CropBox Pipeline::first_box(int64_t h, int64_t w, uint64_t sample_key) const {
+  KILN_CHECK(crops_first(), "Pipeline::first_box: the first step is not a random_resized_crop");
+  SampleRng rng = SampleRng(sample_key).fork(0);
+  return static_cast<const RandomResizedCrop&>(*steps_[0]).choose(h, w, rng);
+}
+
+void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
+  KILN_CHECK(crops_first(), "Pipeline::augment_region: the first step is not a random_resized_crop");
+  const auto& rrc = static_cast<const RandomResizedCrop&>(*steps_[0]);
+  resize_image(img, box, rrc.options().size, rrc.options().size, rrc.options().interpolation, ws.scratch);
+  std::swap(img, ws.scratch);
+  const SampleRng base(sample_key);
+  for (size_t i = 1; i < steps_.size(); ++i) {
+    SampleRng rng = base.fork(i);
+    steps_[i]->apply(img, rng, ws.scratch);
+  }
+}
+
 void Pipeline::augment(Image& img, uint64_t sample_key, Workspace& ws) const {
   const SampleRng base(sample_key);
   for (size_t i = 0; i < steps_.size(); ++i) {

@@ -52,6 +52,14 @@ class Pipeline {
   // Runs every transform on `img` in place with the randomness of `sample_key`
   // (SampleRng::sample_key(seed, epoch, index)).
   void augment(Image& img, uint64_t sample_key, Workspace& ws) const;
+  // Region decoding (Dataset::get_region_into): when the first step is a random_resized_crop, the
+  // source may decode only its box. first_box() draws the box exactly as the step would on an
+  // image of h x w (same stream), and augment_region() runs the pipeline on `img`, a region holding
+  // that box at `box`, giving the same result as augment() on the whole image.
+  bool crops_first() const;
+  CropBox first_box(int64_t h, int64_t w, uint64_t sample_key) const;
+  void augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const;
+
   // Writes the normalised pixels of `img` to `dst` (img.numel() values of f32 or bf16).
   void write(const Image& img, void* dst, DType dtype) const { normalize_.write(img, dst, dtype); }
 

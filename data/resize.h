@@ -29,12 +29,6 @@
 
 namespace kiln {
 
-// A box in an image: rows [top, top + h), columns [left, left + w).
-struct CropBox {
-  int64_t top = 0, left = 0, h = 0, w = 0;
-  bool operator==(const CropBox&) const = default;
-};
-
 struct RandomResizedCropOptions {
   /// side of the square output in pixels (required, > 0)
   int64_t size = 0;

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
 
 #include "data/config.h"
 #include "data/image_decode.h"
@@ -167,6 +168,50 @@ TEST(ImageDecode, ReducedDecodingRule) {
   EXPECT_EQ(reduction_factor(header(png), 70), 1);
 }
 
+TEST(ImageDecode, RegionEqualsFullDecode) {
+  cv::Mat grey;
+  cv::cvtColor(pattern_bgr(61, 77, 5), grey, cv::COLOR_BGR2GRAY);
+  for (int sampling : {0, 1}) {  // OpenCV writes colour as YCbCr 4:2:0; grey has one component
+    for (int progressive : {0, 1}) {
+      auto jpg = encode(sampling == 0 ? pattern_bgr(61, 77, 5) : grey, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, progressive});
+      for (int64_t channels : {3, 1}) {
+        DecodeOptions o;
+        o.channels = channels;
+        Image full, part;
+        decode_image(jpg.data(), jpg.size(), "f.jpg", o, full);
+        const ImageHeader h = header(jpg);
+        std::vector<CropBox> boxes = {{0, 0, 61, 77}, {60, 76, 1, 1}};
+        for (int64_t top = 0; top < 61; top += 4)  // every alignment of the box to the iMCU grid
+          for (int64_t left = 0; left < 77; left += 3)
+            for (auto [bh, bw] : {std::pair<int64_t, int64_t>{1, 5}, {9, 30}, {17, 13}})
+              if (top + bh <= 61 && left + bw <= 77) boxes.push_back({top, left, bh, bw});
+        for (CropBox want : boxes) {
+          CropBox got;
+          ASSERT_TRUE(decode_jpeg_region(jpg.data(), jpg.size(), "f.jpg", o, h, want, part, got));
+          ASSERT_EQ(got.h, want.h);
+          ASSERT_EQ(got.w, want.w);
+          ASSERT_LE(got.left + got.w, part.w);
+          int max_diff = 0;
+          for (int64_t y = 0; y < want.h; ++y)
+            for (int64_t x = 0; x < want.w; ++x)
+              for (int64_t c = 0; c < channels; ++c)
+                max_diff = std::max(max_diff, std::abs(part.at(got.top + y, got.left + x, c) -
+                                                       full.at(want.top + y, want.left + x, c)));
+          EXPECT_EQ(max_diff, 0) << "sampling " << sampling << " progressive " << progressive << " channels "
+                                 << channels << " box " << want.top << "," << want.left << " " << want.h << "x" << want.w;
+        }
+      }
+    }
+  }
+  // A damaged JPEG body is named.
+  auto jpg = encode(pattern_bgr(40, 40, 1), ".jpg");
+  for (size_t i = jpg.size() / 2; i < jpg.size() / 2 + 40; ++i) jpg[i] = 0xFF;
+  Image img;
+  CropBox got;
+  std::string e = kt::error_of([&] { decode_jpeg_region(jpg.data(), jpg.size(), "d.jpg", {}, header(jpg), {0, 0, 40, 40}, img, got); });
+  EXPECT_TRUE(e == "(no error)" || e.find("d.jpg: damaged JPEG") != std::string::npos) << e;
+}
+
 TEST(ImageFolder, ClassesAndFilesSortedAsTorchvision) {
   kt::TempDir dir;
   write_folder(dir.file("b"), {""}, 2, 4, 5);
@@ -264,6 +309,36 @@ TEST(ImageFolder, SameBatchesWithOneAndFourThreads) {
   ASSERT_EQ(runs[0].size(), 5u);  // 21 images in batches of 5
   EXPECT_EQ(runs[0], runs[2]);
   EXPECT_EQ(runs[1], runs[3]);
+}
+
+namespace {
+// The same files without region decoding: the loader's fallback path.
+class NoRegion : public Dataset {
+ public:
+  explicit NoRegion(std::shared_ptr<const Dataset> d) : d_(std::move(d)) {}
+  int64_t size() const override { return d_->size(); }
+  int64_t num_classes() const override { return d_->num_classes(); }
+  ImageShape image_shape() const override { return d_->image_shape(); }
+  std::string name() const override { return d_->name(); }
+  void get_into(int64_t i, Sample& out) const override { d_->get_into(i, out); }
+
+ private:
+  std::shared_ptr<const Dataset> d_;
+};
+}  // namespace
+
+TEST(ImageFolder, RegionDecodingGivesTheSameBatches) {
+  kt::TempDir dir;
+  write_folder(dir.file("train"), {"a", "b"}, 6, 50, 70, ".jpg");
+  DataConfig c = folder_config(dir.str(), R"(, "workers": 2)");
+  auto ds = make_dataset(c, Split::train);
+  Sample s;
+  CropBox box;
+  ASSERT_TRUE(ds->get_region_into(0, [](int64_t h, int64_t w) { return CropBox{10, 20, 5, 6}; }, s, box));
+  EXPECT_EQ(s.image.h, 5);
+  DataLoader region(ds, c.train_transforms, c.loader_options(Split::train));
+  DataLoader full(std::make_shared<NoRegion>(ds), c.train_transforms, c.loader_options(Split::train));
+  EXPECT_EQ(epoch_images(region, 3), epoch_images(full, 3));
 }
 
 TEST(ImageFolder, LoaderStopsCleanlyMidEpoch) {
