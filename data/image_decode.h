@@ -11,6 +11,9 @@
 // scaling, IMREAD_REDUCED_*_f; faster, and an area-like filter) for the largest f in {2, 4, 8}
 // whose reduced shorter side ceil(short / f) is still >= min_side. Other formats always decode at
 // full size. Pipeline::min_source_side() (data/pipeline.h) computes min_side for a pipeline.
+//
+// Region decoding (decode_jpeg_region, data/jpeg_region.cpp) decodes only a box of a JPEG with
+// libjpeg-turbo; the loader uses it for a first random_resized_crop (docs/data.md).
 // Tests: tests/data/image_file_test.cpp.
 #pragma once
 #include <cstddef>

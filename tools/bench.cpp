@@ -2,6 +2,7 @@
 // n x n x n product per row, fp32 and bf16, CPU and every visible GPU.
 // `kiln bench conv [iters=10] [warmup=2]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
 // NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
+// `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
 // (case, device, dtype, ms per iteration, TFLOPS), which tools/bench/bench_ops.py parses.
