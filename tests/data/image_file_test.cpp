@@ -253,6 +253,8 @@ TEST(ImageList, ReadsPathsAndLabels) {
   EXPECT_EQ(ds->get(0).label, 2);
   EXPECT_EQ(ds->get(1).label, 0);
   EXPECT_EQ(ImageFileDataset::open_list(dir.file("list.txt"), 10, {}, "t")->num_classes(), 10);
+  fs::remove(dir.file("img/2.png"));  // names are read at open time; a missing file fails its sample
+  EXPECT_HAS(kt::error_of([&] { ds->get(2); }), "cannot open " + dir.file("img/2.png"));
 
   auto err = [&](const std::string& text, int64_t k = 0) {
     std::ofstream(dir.file("bad.txt")) << text;
