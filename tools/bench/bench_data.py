@@ -18,6 +18,7 @@ Prints images/s for both, the ratio, and images/s per core (per worker thread / 
 The machine may be shared: run it twice when figures look noisy.
 
 Usage: /usr/bin/python3 tools/bench/bench_data.py [build/tools/kiln] [--threads 2] [--batches 40]
+       [--folder ROOT]   (an existing ImageFolder root holding train/, instead of generating one)
 """
 import argparse
 import json
@@ -25,6 +26,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -64,11 +66,12 @@ def kiln_rate(kiln, root, threads, batch, batches, warmup):
             {"type": "normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}],
         "val_transforms": [{"type": "center_crop", "size": 224}],
         "batch_size": batch, "workers": threads}}
-    path = os.path.join(root, "bench_config.json")
-    with open(path, "w") as f:
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="kiln_bench_data_")
+    with os.fdopen(fd, "w") as f:
         json.dump(cfg, f)
     out = subprocess.run([kiln, "bench", "data", path, f"threads={threads}", f"batches={batches}", f"warmup={warmup}"],
                          check=True, capture_output=True, text=True).stdout
+    os.remove(path)
     return float(re.search(r"^images_per_s ([\d.]+)", out, re.M).group(1))
 
 
@@ -106,7 +109,8 @@ def torch_rate(train, threads, batch, batches, warmup):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kiln", nargs="?", default="build/tools/kiln")
-    ap.add_argument("--dir", default="/tmp/kiln_bench_data")
+    ap.add_argument("--dir", default="/tmp/kiln_bench_data", help="where the generated folder goes")
+    ap.add_argument("--folder", help="an existing image folder root (holding train/) instead of generating one")
     ap.add_argument("--images", type=int, default=3000)
     ap.add_argument("--size", default="500x375", help="WxH of the generated JPEGs")
     ap.add_argument("--threads", type=int, default=2)
@@ -116,11 +120,15 @@ def main():
     a = ap.parse_args()
     size = tuple(int(v) for v in a.size.split("x"))
     t0 = time.time()
-    train = make_folder(a.dir, a.images, size)
-    print(f"# folder {train}: {a.images} JPEGs of {size[0]}x{size[1]} (ready in {time.time() - t0:.0f} s)")
+    if a.folder:
+        root, train = a.folder, os.path.join(a.folder, "train")
+        print(f"# folder {train}")
+    else:
+        root, train = a.dir, make_folder(a.dir, a.images, size)
+        print(f"# folder {train}: {a.images} JPEGs of {size[0]}x{size[1]} (ready in {time.time() - t0:.0f} s)")
     print(f"# random_resized_crop(224) + horizontal_flip + normalize, batch {a.batch}, {a.threads} workers, "
           f"{a.batches} timed batches after {a.warmup}")
-    k = kiln_rate(a.kiln, a.dir, a.threads, a.batch, a.batches, a.warmup)
+    k = kiln_rate(a.kiln, root, a.threads, a.batch, a.batches, a.warmup)
     tv = torch_rate(train, a.threads, a.batch, a.batches, a.warmup)
     print(f"{'pipeline':<12} {'images/s':>10} {'per core':>10}")
     print(f"{'kiln':<12} {k:>10.1f} {k / a.threads:>10.1f}")
