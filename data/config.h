@@ -19,7 +19,8 @@
 //   batch_size, shuffle, drop_last, workers, prefetch, seed, dtype, skip_bad_samples,
 //   max_bad_fraction  the training loader (LoaderOptions, data/loader.h)
 //   val_batch_size    samples per validation batch; 0 = batch_size               (default 0)
-// The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype.
+// The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype,
+// skip_bad_samples and max_bad_fraction.
 //
 // Example:
 //   "data": {"source": "fashion_mnist", "root": "/usr/share/datasets/fashion-mnist",
@@ -33,7 +34,7 @@
 // ImageNet: configs/imagenet_resnet18.json; the whole story is docs/data.md.
 // from_json() checks everything that needs no file: keys, types, values, and each pipeline against
 // the source's image shape (a crop larger than the image, normalize with the wrong channel count).
-// Files are opened by make_dataset(). Tests: tests/data/config_test.cpp.
+// Files are opened by make_dataset(). Tests: tests/data/config_test.cpp, tests/data/image_file_test.cpp.
 #pragma once
 #include <memory>
 #include <string>
