@@ -68,6 +68,7 @@ class HorizontalFlip : public Transform {
   Json to_json() const override;
   ImageShape output_shape(ImageShape in) const override { return in; }
   void apply(Image& img, SampleRng& rng, Image& scratch) const override;
+  int64_t min_input_side(int64_t need) const override { return need; }
   const HorizontalFlipOptions& options() const { return o_; }
 
  private:

@@ -4,24 +4,29 @@
 #include "core/check.h"
 #include "data/cifar.h"
 #include "data/idx.h"
+#include "data/image_folder.h"
 
 namespace kiln {
 
 namespace {
-const std::vector<std::string> kSources = {"mnist", "fashion_mnist", "cifar10", "cifar100", "synthetic"};
+const std::vector<std::string> kSources = {"mnist",     "fashion_mnist", "cifar10",   "cifar100",
+                                           "synthetic", "image_folder",  "image_list"};
+bool is_image_source(const std::string& s) { return s == "image_folder" || s == "image_list"; }
 }  // namespace
 
-DataConfig DataConfig::from_json(const Json& j, const std::string& path) {
+DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool batches) {
   DataConfig c;
   JsonObjectReader r(j, path);
   r.require("source", c.source);
   check_choice(c.source, kSources, r.path_of("source"));
-  const bool synthetic = c.source == "synthetic";
+  const bool synthetic = c.source == "synthetic", list = c.source == "image_list";
   if (r.read("root", c.root)) {
     KILN_CHECK(!synthetic, r.path_of("root"), ": the synthetic source reads no files; remove root");
+    KILN_CHECK(!list, r.path_of("root"), ": the image_list source reads data.train_list and data.val_list; remove root");
     KILN_CHECK(!c.root.empty(), r.path_of("root"), ": empty folder name");
   } else {
-    KILN_CHECK(synthetic, "missing required key ", r.path_of("root"), ": the folder of the ", c.source, " files");
+    KILN_CHECK(synthetic || list, "missing required key ", r.path_of("root"), ": the folder of the ", c.source, " files",
+               c.source == "image_folder" ? " (holding train/<class>/<image> and val/<class>/<image>)" : "");
   }
   if (const Json* s = r.get("synthetic")) {
     KILN_CHECK(synthetic, r.path_of("synthetic"), ": only used with source \"synthetic\", not \"", c.source, "\"");
@@ -33,10 +38,30 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path) {
   r.read("val_batch_size", c.val_batch_size);
   KILN_CHECK(c.val_batch_size >= 0, r.path_of("val_batch_size"), ": must be >= 0 (0 = batch_size), got ",
              c.val_batch_size);
+  for (auto [key, out] : {std::pair{"train_list", &c.train_list}, {"val_list", &c.val_list}}) {
+    if (r.read(key, *out)) {
+      KILN_CHECK(list, r.path_of(key), ": only used with source \"image_list\", not \"", c.source, "\"");
+      KILN_CHECK(!out->empty(), r.path_of(key), ": empty file name");
+    } else {
+      KILN_CHECK(!list, "missing required key ", r.path_of(key), ": the list file of \"<path> <label>\" lines");
+    }
+  }
+  const bool image = is_image_source(c.source);
+  for (auto [key, out] : {std::pair{"channels", &c.channels}, {"max_image_pixels", &c.max_image_pixels}})
+    KILN_CHECK(!r.read(key, *out) || image, r.path_of(key), ": only used with the image_folder and image_list sources");
+  KILN_CHECK(c.channels == 1 || c.channels == 3, r.path_of("channels"), ": accepted: 1 (grey) or 3 (RGB), got ",
+             c.channels);
+  KILN_CHECK(c.max_image_pixels > 0, r.path_of("max_image_pixels"), ": must be positive, got ", c.max_image_pixels);
+  if (r.read("num_classes", c.num_classes))
+    KILN_CHECK(list && c.num_classes > 0, r.path_of("num_classes"),
+               ": a positive number of classes, only used with source \"image_list\" (got ", c.num_classes, ")");
   r.finish();
   // The pipelines' errors already name their JSON path (data.train_transforms[k]).
-  c.train_transforms.output_shape(c.source_image_shape());
-  c.val_transforms.output_shape(c.source_image_shape());
+  for (auto [key, p] : {std::pair{"train_transforms", &c.train_transforms}, {"val_transforms", &c.val_transforms}}) {
+    ImageShape out = p->output_shape(c.source_image_shape());
+    KILN_CHECK(out.known() || !batches, r.path_of(key), ": ", c.source, " images vary in size, so the transforms must end in a ",
+               "fixed size (random_resized_crop, center_crop or random_crop) for the images to stack into a batch");
+  }
   return c;
 }
 
@@ -44,7 +69,13 @@ Json DataConfig::to_json() const {
   Json j = loader.to_json();
   j["source"] = source;
   if (source == "synthetic") j["synthetic"] = synthetic.to_json();
+  else if (source == "image_list") j["train_list"] = train_list, j["val_list"] = val_list;
   else j["root"] = root;
+  if (is_image_source(source)) {
+    j["channels"] = channels;
+    j["max_image_pixels"] = max_image_pixels;
+    if (source == "image_list" && num_classes > 0) j["num_classes"] = num_classes;
+  }
   j["train_transforms"] = train_transforms.to_json();
   j["val_transforms"] = val_transforms.to_json();
   j["val_batch_size"] = val_batch_size;
@@ -65,6 +96,7 @@ ImageShape DataConfig::source_image_shape() const {
   if (source == "mnist" || source == "fashion_mnist") return {28, 28, 1};
   if (source == "cifar10" || source == "cifar100") return {32, 32, 3};
   if (source == "synthetic") return {synthetic.height, synthetic.width, synthetic.channels};
+  if (is_image_source(source)) return {0, 0, channels};
   check_choice(source, kSources, "data.source");
   return {};
 }
@@ -77,6 +109,19 @@ std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
     SyntheticOptions o = c.synthetic;
     if (split == Split::val) o.seed += 1;
     return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(split));
+  }
+  if (is_image_source(c.source)) {
+    DecodeOptions d;
+    d.channels = c.channels;
+    d.max_pixels = c.max_image_pixels;
+    d.min_side = c.transforms(split).min_source_side();
+    if (c.source == "image_list") {
+      const std::string& file = split == Split::train ? c.train_list : c.val_list;
+      return ImageFileDataset::open_list(file, c.num_classes, d,
+                                         std::string("image_list ") + split_name(split) + " (" + file + ")");
+    }
+    const std::string folder = c.root + "/" + split_name(split);
+    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(split) + " (" + folder + ")");
   }
   check_choice(c.source, kSources, "data.source");
   return nullptr;

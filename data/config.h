@@ -2,16 +2,25 @@
 //
 // Accepted keys (JSON key = field name; anything else is an error naming its path with the
 // closest accepted key):
-//   source            "mnist" | "fashion_mnist" | "cifar10" | "cifar100" | "synthetic"   (required)
-//   root              folder of the dataset files (required, and only accepted, for file sources)
+//   source            "mnist" | "fashion_mnist" | "cifar10" | "cifar100" | "synthetic" |
+//                     "image_folder" | "image_list"                                        (required)
+//   root              folder of the dataset files (required, and only accepted, for the file sources
+//                     but image_list); for image_folder the folder holding train/<class>/<image>
+//                     and val/<class>/<image> (torchvision's ImageNet layout; data/image_folder.h)
+//   train_list, val_list  image_list only (required): files of "<path> <label>" lines, relative
+//                     paths relative to the list file's folder (data/image_folder.h)
+//   num_classes       image_list only: labels must lie in [0, num_classes); default 1 + the largest
+//   channels          image sources: 3 (RGB, default) or 1 (grey)
+//   max_image_pixels  image sources: larger images are refused before decoding (default 89478485)
 //   synthetic         {"size", "height", "width", "channels", "num_classes", "seed"} (SyntheticOptions,
 //                     data/synthetic.h; only with source "synthetic"; the val split uses seed + 1)
 //   train_transforms  list of transforms for training images (data/pipeline.h)   (default [])
 //   val_transforms    list of transforms for validation images                   (default [])
-//   batch_size, shuffle, drop_last, workers, prefetch, seed, dtype
-//                     the training loader (LoaderOptions, data/loader.h)
+//   batch_size, shuffle, drop_last, workers, prefetch, seed, dtype, skip_bad_samples,
+//   max_bad_fraction  the training loader (LoaderOptions, data/loader.h)
 //   val_batch_size    samples per validation batch; 0 = batch_size               (default 0)
-// The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype.
+// The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype,
+// skip_bad_samples and max_bad_fraction.
 //
 // Example:
 //   "data": {"source": "fashion_mnist", "root": "/usr/share/datasets/fashion-mnist",
@@ -20,9 +29,12 @@
 //                                 {"type": "normalize", "mean": [0.286], "std": [0.353]}],
 //            "val_transforms": [{"type": "normalize", "mean": [0.286], "std": [0.353]}],
 //            "batch_size": 64, "workers": 2}
+// Image sources decode JPEGs at reduced size when the split's transforms allow it
+// (Pipeline::min_source_side(), data/image_decode.h), and need transforms that end in a fixed size.
+// ImageNet: configs/imagenet_resnet18.json; the whole story is docs/data.md.
 // from_json() checks everything that needs no file: keys, types, values, and each pipeline against
 // the source's image shape (a crop larger than the image, normalize with the wrong channel count).
-// Files are opened by make_dataset(). Tests: tests/data/config_test.cpp.
+// Files are opened by make_dataset(). Tests: tests/data/config_test.cpp, tests/data/image_file_test.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -36,10 +48,22 @@
 namespace kiln {
 
 struct DataConfig {
-  /// dataset: "mnist", "fashion_mnist", "cifar10", "cifar100" or "synthetic" (required)
+  /// dataset: "mnist", "fashion_mnist", "cifar10", "cifar100", "synthetic", "image_folder" or
+  /// "image_list" (required)
   std::string source;
-  /// folder holding the dataset files (required unless source is "synthetic")
+  /// folder holding the dataset files; for "image_folder" the folder holding train/ and val/
+  /// (required unless source is "synthetic" or "image_list")
   std::string root;
+  /// "image_list": the list files of the train and val splits (required with that source)
+  std::string train_list, val_list;
+  /// "image_list": the number of classes, labels must lie below it; 0 = 1 + the largest label of
+  /// the split's list (default 0)
+  int64_t num_classes = 0;
+  /// image sources: decode to 3 channels (RGB) or 1 (grey) (default 3)
+  int64_t channels = 3;
+  /// image sources: refuse images of more pixels, read from the header before decoding
+  /// (default 89478485, PIL's limit)
+  int64_t max_image_pixels = 89478485;
   /// shape, size and seed of the "synthetic" source (defaults of SyntheticOptions)
   SyntheticOptions synthetic;
   /// transforms of training images, in order (default none: pixels / 255)
@@ -51,7 +75,9 @@ struct DataConfig {
   /// samples per validation batch; 0 = loader.batch_size (default 0)
   int64_t val_batch_size = 0;
 
-  static DataConfig from_json(const Json& j, const std::string& path = "data");
+  // `batches` = false skips the check that the transforms of an image source end in a fixed size
+  // (for `kiln data export`, which reads the images without transforming them).
+  static DataConfig from_json(const Json& j, const std::string& path = "data", bool batches = true);
   Json to_json() const;
 
   // The loader options of a split (validation: no shuffle, no drop_last, val_batch_size).

@@ -5,6 +5,7 @@
 // const calls. Tests: tests/data/sources_test.cpp.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,12 @@ struct Image {
   uint8_t at(int64_t y, int64_t x, int64_t ch) const { return bytes[static_cast<size_t>((y * w + x) * c + ch)]; }
 };
 
+// A box in an image: rows [top, top + h), columns [left, left + w).
+struct CropBox {
+  int64_t top = 0, left = 0, h = 0, w = 0;
+  bool operator==(const CropBox&) const = default;
+};
+
 struct Sample {
   Image image;
   int64_t label = 0;
@@ -61,6 +68,16 @@ class Dataset {
   // Decodes sample `index` into `out`, reusing its buffer. Safe to call from several threads at
   // once. Throws kiln::Error naming the file and index for a bad sample or an index out of range.
   virtual void get_into(int64_t index, Sample& out) const = 0;
+
+  // Region decoding (optional): loads only the part of sample `index` that the first transform
+  // uses. `choose` gets the full image's (height, width) from the file's header and returns the
+  // box the transform will crop; the source decodes a region holding at least that box into `out`
+  // and sets `box` to where the box lies in out.image. Returns false when it cannot (then the
+  // caller uses get_into()). The default cannot. Used by the loader for RandomResizedCrop on JPEGs.
+  using ChooseBox = std::function<CropBox(int64_t height, int64_t width)>;
+  virtual bool get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const {
+    return false;
+  }
 
   Sample get(int64_t index) const {
     Sample s;

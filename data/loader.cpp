@@ -16,6 +16,7 @@
 #include <numeric>
 
 #include "core/check.h"
+#include "core/cuda/pinned.h"
 
 namespace kiln {
 
@@ -29,10 +30,14 @@ void LoaderOptions::read_fields(JsonObjectReader& r, LoaderOptions& o) {
   r.read("prefetch", o.prefetch);
   r.read("seed", o.seed);
   r.read("dtype", o.dtype);
+  r.read("skip_bad_samples", o.skip_bad_samples);
+  r.read("max_bad_fraction", o.max_bad_fraction);
   KILN_CHECK(o.batch_size > 0, r.path_of("batch_size"), ": must be positive, got ", o.batch_size);
   KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256], got ", o.workers);
   KILN_CHECK(o.prefetch >= 1, r.path_of("prefetch"), ": must be at least 1, got ", o.prefetch);
   check_choice(o.dtype, {"f32", "bf16"}, r.path_of("dtype"));
+  KILN_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, r.path_of("max_bad_fraction"),
+             ": a fraction in [0, 1], got ", o.max_bad_fraction);
 }
 
 LoaderOptions LoaderOptions::from_json(const Json& j, const std::string& path) {
@@ -45,21 +50,16 @@ LoaderOptions LoaderOptions::from_json(const Json& j, const std::string& path) {
 
 Json LoaderOptions::to_json() const {
   return Json{{"batch_size", batch_size}, {"shuffle", shuffle}, {"drop_last", drop_last}, {"workers", workers},
-              {"prefetch", prefetch},     {"seed", seed},       {"dtype", dtype}};
+              {"prefetch", prefetch},     {"seed", seed},       {"dtype", dtype},
+              {"skip_bad_samples", skip_bad_samples},       {"max_bad_fraction", max_bad_fraction}};
 }
 
 // --- shared state ---------------------------------------------------------------------------------
 
-namespace {
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-}  // namespace
-
 struct DataLoader::State {
-  // One batch buffer. NOTE: plain aligned host memory; a CUDA build swaps in pinned memory here.
+  // One batch buffer; the images are pinned when CUDA is present (core/cuda/pinned.h).
   struct Slot {
-    std::unique_ptr<void, FreeDeleter> images;
+    Tensor images;  // (batch_size, h * w * c) of the loader's dtype
     std::unique_ptr<int64_t[]> labels;
   };
   struct Ready {
@@ -70,7 +70,8 @@ struct DataLoader::State {
   std::mutex mu;
   std::condition_variable work_cv;  // workers: a batch can be claimed, or stop
   std::condition_variable done_cv;  // consumer: a batch is ready, a worker went idle, or stop
-  size_t image_bytes = 0;           // per slot
+  Shape image_shape;                // per slot: (batch_size, h * w * c)
+  DType dtype = DType::f32;
   int64_t batch_size = 0;
   std::vector<Slot> slots;
   std::vector<int> free_slots;
@@ -89,6 +90,7 @@ struct DataLoader::State {
   std::map<int64_t, Ready> ready;
   std::exception_ptr error;  // rethrown by next() until the next start_epoch()
   LoaderStats stats;
+  int64_t epoch_bad = 0;  // bad samples of the current epoch (skip_bad_samples)
 
   bool can_claim(int64_t prefetch) const {
     return active && !failed && next_claim < num_batches && next_claim < next_deliver + prefetch;
@@ -101,9 +103,7 @@ struct DataLoader::State {
   }
   void add_slot() {
     Slot s;
-    size_t bytes = (image_bytes + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
-    s.images.reset(std::aligned_alloc(64, std::max<size_t>(bytes, 64)));
-    if (!s.images) throw OutOfMemoryError(detail::cat("DataLoader: cannot allocate a ", image_bytes, "-byte batch buffer"));
+    s.images = empty_pinned(image_shape, dtype);
     s.labels = std::make_unique<int64_t[]>(static_cast<size_t>(batch_size));
     slots.push_back(std::move(s));
     free_slots.push_back(static_cast<int>(slots.size()) - 1);
@@ -171,7 +171,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline
 
   st_ = std::make_shared<State>();
   st_->batch_size = o_.batch_size;
-  st_->image_bytes = static_cast<size_t>(o_.batch_size * out_shape_.numel()) * dtype_size(dtype_);
+  st_->image_shape = {o_.batch_size, out_shape_.numel()};
+  st_->dtype = dtype_;
 }
 
 DataLoader::~DataLoader() { stop(); }
@@ -212,6 +213,7 @@ void DataLoader::start_epoch(int64_t epoch) {
     st.next_claim = st.next_deliver = 0;
     st.failed = false;
     st.error = nullptr;
+    st.epoch_bad = 0;
     st.active = st.started = true;
     // The ring: `prefetch` batches in flight plus the one the consumer holds.
     const size_t want = o_.workers > 0 ? static_cast<size_t>(o_.prefetch) + 1 : 1;
@@ -226,11 +228,14 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
   State& st = *st_;
   uint8_t* images;
   int64_t* labels;
+  Tensor buffer;
   {
     std::lock_guard<std::mutex> lk(st.mu);  // `slots` may grow under another thread
-    images = static_cast<uint8_t*>(st.slots[slot].images.get());
+    buffer = st.slots[slot].images;
     labels = st.slots[slot].labels.get();
   }
+  images = static_cast<uint8_t*>(buffer.raw_data());
+  wait_host_copies(buffer);  // a GPU copy of the batch this slot held before may still read it
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);
   const size_t sample_bytes = static_cast<size_t>(out_shape_.numel()) * dtype_size(dtype_);
   const uint64_t epoch = static_cast<uint64_t>(st.epoch);
@@ -238,8 +243,10 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
     if (st.generation.load(std::memory_order_relaxed) != generation) return false;
     const int64_t idx = st.indices[static_cast<size_t>(start + i)];
     try {
-      dataset_->get_into(idx, sample);
-      pipeline_.augment(sample.image, SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(idx)), ws);
+      const Loaded l = load(idx, epoch, sample);
+      const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(l.index));
+      if (l.region) pipeline_.augment_region(sample.image, l.box, key, ws);
+      else pipeline_.augment(sample.image, key, ws);
       KILN_CHECK(sample.image.shape() == out_shape_, "the transforms gave a ", sample.image.shape().str(),
                  " image where the batch holds ", out_shape_.str(), "; end the transforms with a fixed-size crop");
       pipeline_.write(sample.image, images + static_cast<size_t>(i) * sample_bytes, dtype_);
@@ -250,6 +257,47 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
     }
   }
   return true;
+}
+
+DataLoader::Loaded DataLoader::load_one(int64_t j, uint64_t epoch, Sample& sample) {
+  Loaded l;
+  l.index = j;
+  if (pipeline_.crops_first()) {
+    const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(j));
+    l.region = dataset_->get_region_into(
+        j, [&](int64_t h, int64_t w) { return pipeline_.first_box(h, w, key); }, sample, l.box);
+  }
+  if (!l.region) dataset_->get_into(j, sample);
+  return l;
+}
+
+DataLoader::Loaded DataLoader::load(int64_t idx, uint64_t epoch, Sample& sample) {
+  try {
+    return load_one(idx, epoch, sample);
+  } catch (const std::exception& e) {
+    if (!o_.skip_bad_samples) throw;
+    State& st = *st_;
+    {
+      std::lock_guard<std::mutex> lk(st.mu);
+      ++st.epoch_bad;
+      ++st.stats.skipped;
+      if (st.stats.bad_samples.size() < LoaderStats::kMaxBadNames) st.stats.bad_samples.push_back(e.what());
+      KILN_CHECK(static_cast<double>(st.epoch_bad) <= o_.max_bad_fraction * static_cast<double>(per_rank_), st.epoch_bad,
+                 " bad samples in this epoch, over data.max_bad_fraction = ", o_.max_bad_fraction, " of its ", per_rank_,
+                 " samples; the latest: ", e.what());
+    }
+  }
+  // The replacement: the next dataset index that loads (a pure function of idx, so any thread
+  // count gives the same batch). Bad ones met here are counted when their own turn comes.
+  const int64_t n = dataset_->size(), tries = std::min<int64_t>(n - 1, 100);
+  for (int64_t k = 1; k <= tries; ++k) {
+    const int64_t j = (idx + k) % n;
+    try {
+      return load_one(j, epoch, sample);
+    } catch (const std::exception&) {
+    }
+  }
+  KILN_FAIL("sample ", idx, " is bad and so are the ", tries, " after it (skip_bad_samples found no replacement)");
 }
 
 void DataLoader::worker_main() {
@@ -347,7 +395,7 @@ void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
   int64_t* labels;
   {
     std::lock_guard<std::mutex> lk(st.mu);
-    images = st.slots[slot].images.get();
+    images = st.slots[slot].images.raw_data();
     labels = st.slots[slot].labels.get();
   }
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);

@@ -17,7 +17,14 @@
 //
 // Errors raised while loading a sample (a damaged file, a crop that does not fit) are caught in the
 // worker and rethrown by next() for that batch, as kiln::Error naming the sample index, dataset and
-// original message. stop() (also called by the destructor) joins the workers at any point of an
+// original message. With skip_bad_samples, a sample whose source fails (an unreadable or damaged
+// file; not a transform error) is replaced deterministically by the next readable dataset index and
+// augmented as that index would be; LoaderStats counts them and keeps the first messages, and more
+// than max_bad_fraction of the epoch's samples fails the epoch. Batch::indices keeps the planned
+// index of a replaced sample.
+//
+// Batch buffers come from empty_pinned() (page-locked when CUDA is present, so the trainer's copy
+// to the GPU is asynchronous); a worker waits for the copies that read a buffer before refilling it. stop() (also called by the destructor) joins the workers at any point of an
 // epoch. Tests: tests/data/loader_test.cpp.
 #pragma once
 #include <condition_variable>
@@ -51,6 +58,13 @@ struct LoaderOptions {
   uint64_t seed = 0;
   /// element type of the image batches: "f32" or "bf16" (default "f32")
   std::string dtype = "f32";
+  /// replace a sample whose file cannot be read or decoded by the next readable one (dataset index
+  /// + 1, + 2, ..., wrapping; at most 100 tried) instead of failing its batch; each is counted in
+  /// LoaderStats::skipped (default false)
+  bool skip_bad_samples = false;
+  /// with skip_bad_samples: the epoch fails once more than this fraction of the rank's samples of
+  /// the epoch were bad, in [0, 1] (default 0.01)
+  double max_bad_fraction = 0.01;
 
   static LoaderOptions from_json(const Json& j, const std::string& path = "loader");
   // Reads the fields above from an object that holds other keys too (the data config).
@@ -68,7 +82,7 @@ struct Shard {
 struct Batch {
   Tensor images;                 // (N, H, W, C), f32 or bf16
   Tensor labels;                 // (N), i64
-  std::vector<int64_t> indices;  // dataset index of each sample
+  std::vector<int64_t> indices;  // dataset index of each sample (as planned; see skip_bad_samples)
   int64_t padding = 0;           // trailing samples that repeat others to even out the ranks
   int64_t epoch = 0;
   int64_t index = 0;  // batch number within the epoch
@@ -79,6 +93,9 @@ struct LoaderStats {
   double wait_seconds = 0.0;  // time next() spent waiting for (or, with 0 workers, loading) batches
   int64_t batches = 0;
   int64_t samples = 0;
+  int64_t skipped = 0;                   // bad samples replaced (skip_bad_samples)
+  std::vector<std::string> bad_samples;  // the errors of the first kMaxBadNames of them
+  static constexpr size_t kMaxBadNames = 5;
 };
 
 class DataLoader {
@@ -115,6 +132,15 @@ class DataLoader {
 
  private:
   bool fill(int64_t b, int slot, uint64_t generation, Pipeline::Workspace& ws, Sample& sample);
+  struct Loaded {
+    int64_t index = 0;    // the dataset index actually loaded (a replacement with skip_bad_samples)
+    bool region = false;  // only the first crop's region was decoded, at `box`
+    CropBox box;
+  };
+  // Loads dataset index j, only the first crop's region when the source and pipeline allow it.
+  Loaded load_one(int64_t j, uint64_t epoch, Sample& sample);
+  // load_one(idx); with skip_bad_samples a bad sample is counted and replaced.
+  Loaded load(int64_t idx, uint64_t epoch, Sample& sample);
   void worker_main();
   void make_batch(int64_t b, int slot, Batch& out);
   void cancel_locked(std::unique_lock<std::mutex>& lk);

@@ -3,18 +3,22 @@
 
 #include "core/check.h"
 #include "data/augment.h"
+#include "data/color.h"
+#include "data/resize.h"
 
 namespace kiln {
 
 namespace {
 // The registry: one line per type. "normalize" is listed for suggestions; Pipeline handles it.
-const std::vector<std::string> kTransformTypes = {"random_crop", "horizontal_flip", "normalize"};
+const std::vector<std::string> kTransformTypes = {"random_crop", "horizontal_flip", "random_resized_crop", "resize",
+                                                  "center_crop", "color_jitter",   "normalize"};
 
 std::string read_type(const Json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), path, ": expected a transform object like {\"type\": \"random_crop\", ...}, got ",
              json_type_name(j), " ", j.dump());
   auto it = j.find("type");
-  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: random_crop, horizontal_flip, normalize");
+  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: random_crop, horizontal_flip, random_resized_crop, resize, "
+             "center_crop, color_jitter, normalize");
   std::string type;
   json_read(*it, json_path(path, "type"), type);
   check_choice(type, kTransformTypes, json_path(path, "type"));
@@ -26,6 +30,11 @@ std::shared_ptr<const Transform> make_transform(const Json& j, const std::string
   std::string type = read_type(j, path);
   if (type == "random_crop") return std::make_shared<RandomCrop>(RandomCropOptions::from_json(j, path));
   if (type == "horizontal_flip") return std::make_shared<HorizontalFlip>(HorizontalFlipOptions::from_json(j, path));
+  if (type == "random_resized_crop")
+    return std::make_shared<RandomResizedCrop>(RandomResizedCropOptions::from_json(j, path));
+  if (type == "resize") return std::make_shared<Resize>(ResizeOptions::from_json(j, path));
+  if (type == "center_crop") return std::make_shared<CenterCrop>(CenterCropOptions::from_json(j, path));
+  if (type == "color_jitter") return std::make_shared<ColorJitter>(ColorJitterOptions::from_json(j, path));
   KILN_FAIL(path, ": \"", type, "\" is not an image-to-image transform (normalize ends a pipeline)");
 }
 
@@ -82,6 +91,34 @@ ImageShape Pipeline::output_shape(ImageShape in) const {
   }
   normalize_.check_channels(s.c, normalize_path_);
   return s;
+}
+
+int64_t Pipeline::min_source_side() const {
+  int64_t need = Transform::kFullSize;  // the batch holds what the last step gives
+  for (size_t i = steps_.size(); i-- > 0;) need = steps_[i]->min_input_side(need);
+  return need == Transform::kFullSize ? 0 : need;
+}
+
+bool Pipeline::crops_first() const {
+  return !steps_.empty() && dynamic_cast<const RandomResizedCrop*>(steps_[0].get()) != nullptr;
+}
+
+CropBox Pipeline::first_box(int64_t h, int64_t w, uint64_t sample_key) const {
+  KILN_CHECK(crops_first(), "Pipeline::first_box: the first step is not a random_resized_crop");
+  SampleRng rng = SampleRng(sample_key).fork(0);
+  return static_cast<const RandomResizedCrop&>(*steps_[0]).choose(h, w, rng);
+}
+
+void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
+  KILN_CHECK(crops_first(), "Pipeline::augment_region: the first step is not a random_resized_crop");
+  const auto& rrc = static_cast<const RandomResizedCrop&>(*steps_[0]);
+  resize_image(img, box, rrc.options().size, rrc.options().size, rrc.options().interpolation, ws.scratch);
+  std::swap(img, ws.scratch);
+  const SampleRng base(sample_key);
+  for (size_t i = 1; i < steps_.size(); ++i) {
+    SampleRng rng = base.fork(i);
+    steps_[i]->apply(img, rng, ws.scratch);
+  }
 }
 
 void Pipeline::augment(Image& img, uint64_t sample_key, Workspace& ws) const {

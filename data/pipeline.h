@@ -6,6 +6,10 @@
 // Accepted types (the explicit registry is make_transform() in pipeline.cpp):
 //   random_crop      RandomCropOptions     (data/augment.h)
 //   horizontal_flip  HorizontalFlipOptions (data/augment.h)
+//   random_resized_crop  RandomResizedCropOptions (data/resize.h)
+//   resize           ResizeOptions         (data/resize.h)
+//   center_crop      CenterCropOptions     (data/resize.h)
+//   color_jitter     ColorJitterOptions    (data/color.h)
 //   normalize        NormalizeOptions      (data/normalize.h), at most once and last
 // Step k of a sample draws from SampleRng(sample_key).fork(k), so adding a step leaves the others'
 // draws unchanged. Tests: tests/data/transforms_test.cpp.
@@ -36,6 +40,11 @@ class Pipeline {
   // The shape of the pipeline's output for inputs of shape `in`; throws naming the failing step.
   ImageShape output_shape(ImageShape in) const;
 
+  // The shorter side a source may reduce its images to before the first step (reduced JPEG decoding,
+  // data/image_decode.h), walking Transform::min_input_side() from the last step; 0 = no reduction.
+  // E.g. resize(256) + center_crop(224) gives 256, random_resized_crop(224) 915, random_crop 0.
+  int64_t min_source_side() const;
+
   // Per-thread buffers so that repeated calls do not allocate.
   struct Workspace {
     Image scratch;
@@ -43,6 +52,14 @@ class Pipeline {
   // Runs every transform on `img` in place with the randomness of `sample_key`
   // (SampleRng::sample_key(seed, epoch, index)).
   void augment(Image& img, uint64_t sample_key, Workspace& ws) const;
+  // Region decoding (Dataset::get_region_into): when the first step is a random_resized_crop, the
+  // source may decode only its box. first_box() draws the box exactly as the step would on an
+  // image of h x w (same stream), and augment_region() runs the pipeline on `img`, a region holding
+  // that box at `box`, giving the same result as augment() on the whole image.
+  bool crops_first() const;
+  CropBox first_box(int64_t h, int64_t w, uint64_t sample_key) const;
+  void augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const;
+
   // Writes the normalised pixels of `img` to `dst` (img.numel() values of f32 or bf16).
   void write(const Image& img, void* dst, DType dtype) const { normalize_.write(img, dst, dtype); }
 

@@ -2,11 +2,13 @@
 // per-sample random stream it draws from. A sample's randomness is a pure function of
 // (seed, epoch, dataset index, step), never of the thread or the order samples are processed in,
 // so a run gives the same batches with 1 worker or 16.
-// Implementations: data/augment.h (RandomCrop, HorizontalFlip); data/normalize.h is the final
+// Implementations: data/augment.h (RandomCrop, HorizontalFlip), data/resize.h (RandomResizedCrop,
+// Resize, CenterCrop), data/color.h (ColorJitter); data/normalize.h is the final
 // uint8 -> float step; data/pipeline.h chains them and maps config names to them.
 // Tests: tests/data/transforms_test.cpp.
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "core/rng.h"
@@ -52,6 +54,14 @@ class Transform {
   // Transforms `img` in place, drawing from `rng`. `scratch` is a per-thread image a step may
   // write into and swap with `img`, so steady-state runs allocate nothing.
   virtual void apply(Image& img, SampleRng& rng, Image& scratch) const = 0;
+
+  // For reduced-size decoding (data/image_decode.h): the shorter side this step needs of its input
+  // when the steps after it need `need`. kFullSize (the default) forbids any reduction: the step
+  // works at pixel positions (crops, pads) or passes the size on to the batch. A step that only
+  // recolours returns `need`; a step that resamples to a fixed size returns what it needs for that
+  // size, whatever `need` is. Pipeline::min_source_side() walks the steps from the last.
+  static constexpr int64_t kFullSize = std::numeric_limits<int64_t>::max();
+  virtual int64_t min_input_side(int64_t need) const { return kFullSize; }
 };
 
 }  // namespace kiln

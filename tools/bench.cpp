@@ -2,6 +2,7 @@
 // n x n x n product per row, fp32 and bf16, CPU and every visible GPU.
 // `kiln bench conv [iters=10] [warmup=2]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
 // NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
+// `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
 // (case, device, dtype, ms per iteration, TFLOPS), which tools/bench/bench_ops.py parses.
@@ -173,7 +174,8 @@ int cmd_bench(const Args& args) {
       "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
       "       kiln bench conv [iters=10] [warmup=2]\n"
       "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
-      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n";
+      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n"
+      "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
     return args.empty() ? 1 : 0;
@@ -182,7 +184,8 @@ int cmd_bench(const Args& args) {
   if (args[0] == "matmul") return bench_matmul(rest);
   if (args[0] == "conv") return bench_conv(rest);
   if (args[0] == "checkpoint") return bench_checkpoint(rest);
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, checkpoint (see kiln bench --help)");
+  if (args[0] == "data") return bench_data_cmd(rest);  // tools/data_cmd.cpp
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, checkpoint, data (see kiln bench --help)");
 }
 
 }  // namespace kiln::cli

@@ -14,7 +14,10 @@ static const char* kUsage =
     "  info                      devices and library versions\n"
     "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
     "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n"
-    "  bench checkpoint          time and peak memory per step for each checkpoint policy (ResNet-50)\n";
+    "  bench checkpoint          time and peak memory per step for each checkpoint policy (ResNet-50)\n"
+    "  bench data CONFIG [threads=N] [batches=N]   images/s of the config's input pipeline\n"
+    "  data export CONFIG|FOLDER out=DIR [format=png|jpeg] [split=train|val|both] [limit=N]\n"
+    "                            write a data source as an image folder DIR/<split>/<class>/<index>.png\n";
 
 int run(const Args& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -27,7 +30,8 @@ int run(const Args& args) {
   if (cmd == "eval") return cmd_eval(rest);
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
-  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench (see kiln --help)");
+  if (cmd == "data") return cmd_data(rest);
+  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench, data (see kiln --help)");
 }
 
 }  // namespace kiln::cli

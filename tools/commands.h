@@ -13,5 +13,7 @@ int cmd_bench(const Args& args);  // tools/bench.cpp
 int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp
 int cmd_train(const Args& args);  // tools/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/train_cmd.cpp
+int cmd_data(const Args& args);   // tools/data_cmd.cpp
+int bench_data_cmd(const Args& args);  // tools/data_cmd.cpp: `kiln bench data`
 
 }  // namespace kiln::cli

@@ -1,0 +1,61 @@
+// Decoding of JPEG, PNG, BMP and WebP files into uint8 HWC images with OpenCV (cv::imdecode of
+// the file's bytes), RGB order (OpenCV's BGR is swapped) or one grey channel.
+//
+// Before any pixel is decoded the header is parsed (data/image_header.h):
+//   - an image of more than max_pixels pixels is refused (a decompression bomb guard; PIL's limit
+//     89478485 is the default), the error naming the file and its dimensions;
+//   - a truncated JPEG or PNG is an error (OpenCV would print a warning and return a partial image).
+// EXIF orientation is ignored (IMREAD_IGNORE_ORIENTATION), as PIL and torchvision's ImageFolder do.
+//
+// Reduced-size decoding: with min_side > 0, a JPEG is decoded at 1/f of its size (libjpeg's DCT
+// scaling, IMREAD_REDUCED_*_f; faster, and an area-like filter) for the largest f in {2, 4, 8}
+// whose reduced shorter side ceil(short / f) is still >= min_side. Other formats always decode at
+// full size. Pipeline::min_source_side() (data/pipeline.h) computes min_side for a pipeline.
+//
+// Region decoding (decode_jpeg_region, data/jpeg_region.cpp) decodes only a box of a JPEG with
+// libjpeg-turbo; the loader uses it for a first random_resized_crop (docs/data.md).
+// Tests: tests/data/image_file_test.cpp.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/dataset.h"
+#include "data/image_header.h"
+
+namespace kiln {
+
+struct DecodeOptions {
+  int64_t channels = 3;            // 3: RGB, 1: grey (luma of the colour image)
+  int64_t max_pixels = 89478485;   // width * height above this is refused
+  int64_t min_side = 0;            // reduced decoding (see above); 0 = always full size
+};
+
+// The scale divisor 1, 2, 4 or 8 the rule above picks for an image with header `h`.
+int reduction_factor(const ImageHeader& h, int64_t min_side);
+
+// Decodes the encoded image in data[0, size) into `out` (reusing its buffer). Errors name `name`.
+void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out);
+
+// Reads `path` whole into `buf` (reused). Errors name the file (missing, unreadable).
+void read_whole_file(const std::string& path, std::vector<uint8_t>& buf);
+
+// read_whole_file + decode_image, with a per-thread buffer.
+void load_image(const std::string& path, const DecodeOptions& o, Image& out);
+
+// Region decoding (data/jpeg_region.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
+// the full image of header `h`) and the iMCU columns around it, into `out`; `got` is where `want`
+// lies in `out`. Returns false, decoding nothing, for CMYK/YCCK JPEGs (left to decode_image).
+// The pixels equal a full decode's (tests: tests/data/image_file_test.cpp). No reduced decoding.
+bool decode_jpeg_region(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o,
+                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got);
+
+// Region loading for Dataset::get_region_into: reads `path`, checks it as decode_image does, calls
+// `choose` with the image's (height, width) and region-decodes a JPEG; returns false for other
+// formats (nothing decoded; `choose` may have been called).
+bool load_image_region(const std::string& path, const DecodeOptions& o, const std::function<CropBox(int64_t, int64_t)>& choose,
+                       Image& out, CropBox& box);
+
+}  // namespace kiln

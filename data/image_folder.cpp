@@ -1,0 +1,123 @@
+// ImageFolder and list-file datasets (see image_folder.h).
+#include "data/image_folder.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+namespace {
+const char* kExtensions = ".jpg, .jpeg, .png, .bmp, .webp";
+}
+
+bool is_image_file_name(const std::string& name) {
+  const auto dot = name.rfind('.');
+  if (dot == std::string::npos) return false;
+  std::string ext = name.substr(dot + 1);
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "bmp" || ext == "webp";
+}
+
+ImageFileDataset::ImageFileDataset(std::vector<ImageFileEntry> entries, std::vector<std::string> classes,
+                                   int64_t num_classes, DecodeOptions decode, std::string name)
+    : entries_(std::move(entries)), classes_(std::move(classes)), num_classes_(num_classes), decode_(decode),
+      name_(std::move(name)) {
+  KILN_CHECK(num_classes_ > 0, name_, ": no classes");
+  for (const auto& e : entries_)
+    KILN_CHECK(e.label >= 0 && e.label < num_classes_, name_, ": ", e.path, " has label ", e.label, ", outside [0, ",
+               num_classes_, ")");
+}
+
+std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::string& folder, DecodeOptions decode,
+                                                                const std::string& name) {
+  std::error_code ec;
+  KILN_CHECK(fs::is_directory(folder, ec), name, ": no folder ", folder,
+             " (an image folder holds one sub-folder of images per class: ", folder, "/<class>/<image>.jpg)");
+  std::vector<std::string> classes;
+  for (const auto& d : fs::directory_iterator(folder, fs::directory_options::follow_directory_symlink))
+    if (d.is_directory()) classes.push_back(d.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  KILN_CHECK(!classes.empty(), name, ": ", folder, " holds no class folders; expected ", folder,
+             "/<class>/<image> with images named *", kExtensions);
+  std::vector<ImageFileEntry> entries;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    const fs::path dir = fs::path(folder) / classes[c];
+    std::vector<std::pair<std::string, std::string>> files;  // (folder, file name): os.walk's sorted order
+    for (const auto& f : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
+      if (f.is_directory()) continue;
+      const std::string fname = f.path().filename().string();
+      if (is_image_file_name(fname)) files.emplace_back(f.path().parent_path().string(), fname);
+    }
+    KILN_CHECK(!files.empty(), name, ": class folder ", dir.string(), " holds no images; accepted extensions: ",
+               kExtensions, " (any case)");
+    std::sort(files.begin(), files.end());
+    for (auto& [d, f] : files) entries.push_back({(fs::path(d) / f).string(), static_cast<int64_t>(c)});
+  }
+  const int64_t k = static_cast<int64_t>(classes.size());
+  return std::make_shared<ImageFileDataset>(std::move(entries), std::move(classes), k, decode, name);
+}
+
+std::shared_ptr<ImageFileDataset> ImageFileDataset::open_list(const std::string& list_file, int64_t num_classes,
+                                                              DecodeOptions decode, const std::string& name) {
+  std::ifstream in(list_file);
+  KILN_CHECK(in, name, ": cannot open the list file ", list_file);
+  const fs::path base = fs::path(list_file).parent_path();
+  std::vector<ImageFileEntry> entries;
+  std::string line;
+  int64_t max_label = -1;
+  for (int64_t no = 1; std::getline(in, line); ++no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    const auto first = line.find_first_not_of(" \t");
+    if (first == std::string::npos || line[first] == '#') continue;
+    const auto last = line.find_last_not_of(" \t");
+    const std::string s = line.substr(first, last - first + 1);
+    const auto sep = s.find_last_of(" \t");
+    KILN_CHECK(sep != std::string::npos, list_file, ":", no, ": expected \"<path> <label>\", got \"", s, "\"");
+    const std::string label_text = s.substr(sep + 1);
+    std::string path = s.substr(0, s.find_last_not_of(" \t", sep) + 1);
+    int64_t label = 0;
+    size_t used = 0;
+    try {
+      label = std::stoll(label_text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KILN_CHECK(used == label_text.size() && used > 0, list_file, ":", no, ": the label \"", label_text,
+               "\" is not a whole number; expected \"<path> <label>\"");
+    KILN_CHECK(label >= 0 && (num_classes <= 0 || label < num_classes), list_file, ":", no, ": label ", label,
+               " is out of range; accepted: 0 .. ",
+               num_classes > 0 ? std::to_string(num_classes - 1) + " (data.num_classes = " + std::to_string(num_classes) + ")"
+                               : std::string("(any label >= 0)"));
+    KILN_CHECK(is_image_file_name(path), list_file, ":", no, ": ", path, " is not an image file name; accepted extensions: ",
+               kExtensions);
+    if (fs::path(path).is_relative()) path = (base / path).string();
+    max_label = std::max(max_label, label);
+    entries.push_back({std::move(path), label});
+  }
+  KILN_CHECK(!entries.empty(), name, ": the list file ", list_file, " names no images (expected lines \"<path> <label>\")");
+  const int64_t k = num_classes > 0 ? num_classes : max_label + 1;
+  return std::make_shared<ImageFileDataset>(std::move(entries), std::vector<std::string>{}, k, decode, name);
+}
+
+void ImageFileDataset::get_into(int64_t index, Sample& out) const {
+  check_index(index);
+  const ImageFileEntry& e = entries_[static_cast<size_t>(index)];
+  load_image(e.path, decode_, out.image);
+  out.label = e.label;
+}
+
+bool ImageFileDataset::get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const {
+  check_index(index);
+  const ImageFileEntry& e = entries_[static_cast<size_t>(index)];
+  if (!load_image_region(e.path, decode_, choose, out.image, box)) return false;
+  out.label = e.label;
+  return true;
+}
+
+}  // namespace kiln
