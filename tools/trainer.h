@@ -24,6 +24,9 @@ struct TrainOptions {
   int64_t epochs = 1;
   /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
   std::string device;
+  /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
+  /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
+  bool cudnn_benchmark = false;
   /// "fp32", "bf16" or "fp16" (default "fp32")
   std::string precision = "fp32";
   /// seed of the initial weights, the data order, augmentation and dropout (default 0)

@@ -94,6 +94,8 @@ __global__ void fill_kernel(T* dst, T value, OffsetCalc<1> oc, Index n, bool fla
   }
 }
 
+__global__ void increment_kernel(int64_t* counter, int64_t by) { *counter += by; }
+
 // dst <- src, both on `device`, same shape.
 void copy_on_device(int device, const Tensor& dst, const Tensor& src) {
   int64_t n = dst.numel();
@@ -290,6 +292,15 @@ void fill_cuda(const Tensor& t, double v) {
     if (cuda::fits_u32(oc, n)) cuda::fill_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(p, value, oc, uint32_t(n), flat);
     else cuda::fill_kernel<T, int64_t><<<grid, kThreads, 0, s>>>(p, value, oc, n, flat);
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void cuda::increment(const Tensor& counter, int64_t by) {
+  KILN_CHECK(counter.dtype() == DType::i64 && counter.numel() == 1, "increment: expected one i64 value, got ",
+             counter.str());
+  int device = checked_index(counter.device(), "increment");
+  DeviceGuard g(device);
+  increment_kernel<<<1, 1, 0, stream_of(device)>>>(static_cast<int64_t*>(counter.raw_data()), by);
   CUDA_CHECK_LAUNCH();
 }
 
