@@ -1,6 +1,6 @@
-// `kiln bench matmul [n=4096] [iters=10] [warmup=2]`: the CPU-vs-GPU matrix product table, an
-// n x n x n product per row, fp32 and bf16, CPU and every visible GPU.
-// `kiln bench conv [iters=10] [warmup=2]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
+// `kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=...]`: the CPU-vs-GPU matrix product
+// table, an n x n x n product per row, fp32 and bf16, CPU and every visible GPU (or only `device`).
+// `kiln bench conv [iters=10] [warmup=2] [device=...]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
 // NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
 // `kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]
 //  [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]`: training throughput of a registry model
@@ -83,7 +83,7 @@ void print_row(const char* name, const Device& d, const char* dtype, double ms, 
 
 void print_header(const std::vector<Device>& devices) {
   std::printf("# threads: %d (OMP_NUM_THREADS / omp_get_max_threads)\n", omp_get_max_threads());
-  if (devices.size() == 1) std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
+  if (cuda_device_count() == 0) std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
   if (!onednn::native_compute(DType::bf16))
     std::printf(
         "# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
@@ -91,7 +91,14 @@ void print_header(const std::vector<Device>& devices) {
   std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");
 }
 
-std::vector<Device> bench_devices() {
+// The devices to run on: `device=...` (taken out of args) or the CPU and every visible GPU.
+std::vector<Device> bench_devices(Args& args) {
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (it->rfind("device=", 0) != 0) continue;
+    std::vector<Device> d = parse_device_list(it->substr(7));
+    args.erase(it);
+    return d;
+  }
   std::vector<Device> d{Device::cpu()};
   for (int i = 0; i < cuda_device_count(); ++i) d.push_back(Device::cuda(i));
   return d;
@@ -106,10 +113,10 @@ void run_row(const char* name, const Device& d, const char* dtype, double flops,
   }
 }
 
-int bench_matmul(const Args& args) {
+int bench_matmul(Args args) {
+  std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench matmul", args, {{"n", 4096}, {"iters", 10}, {"warmup", 2}});
   int64_t n = a["n"];
-  std::vector<Device> devices = bench_devices();
   std::printf("# kiln bench matmul: C = A @ B with A, B of %lld x %lld, %lld warm-up + %lld timed runs\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(a["warmup"]),
               static_cast<long long>(a["iters"]));
@@ -130,10 +137,10 @@ int bench_matmul(const Args& args) {
   return 0;
 }
 
-int bench_conv(const Args& args) {
+int bench_conv(Args args) {
+  std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench conv", args, {{"iters", 10}, {"warmup", 2}});
   const int64_t N = 32, H = 32, W = 32, C = 64, K = 3;
-  std::vector<Device> devices = bench_devices();
   std::printf(
       "# kiln bench conv: x (%lld, %lld, %lld, %lld) NHWC, w (%lld, %lld, %lld, %lld), bias, stride 1, pad 1; "
       "%lld warm-up + %lld timed runs\n",
@@ -251,8 +258,8 @@ int bench_train(const Args& args) {
 
 int cmd_bench(const Args& args) {
   static const char* kUsage =
-      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
-      "       kiln bench conv [iters=10] [warmup=2]\n"
+      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
+      "       kiln bench conv [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
       "       kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
