@@ -8,9 +8,10 @@
 //   D2D on one device: cudaMemcpyAsync when both are packed and of one dtype, else a kernel.
 //   D2D across devices: a peer copy on the destination's stream, waited for (rare: NCCL moves the
 //        training traffic).
-// Tests: tests/gpu/copy_test.cpp.
+// Also cuda::increment (a device-side counter += n). Tests: tests/gpu/copy_test.cpp.
 #include <cstring>
 
+#include "core/cuda/cuda_ops.h"
 #include "core/cuda/kernel_util.cuh"
 #include "core/cuda/runtime.h"
 
