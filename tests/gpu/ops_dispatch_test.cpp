@@ -41,14 +41,14 @@ namespace {
 
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
-struct Run {
+struct DeviceRun {
   std::vector<double> y;
   std::vector<std::vector<double>> grads;  // empty where the input takes no gradient
 };
 
 // f on copies of `inputs` moved to `d` (those with grad[i] require grad), backward with a fixed
 // upstream gradient. The default generator is reseeded first, so dropout draws the same mask.
-Run run_on(Device d, const Fn& f, const std::vector<Tensor>& inputs, const std::vector<bool>& grad) {
+DeviceRun run_on(Device d, const Fn& f, const std::vector<Tensor>& inputs, const std::vector<bool>& grad) {
   std::vector<Tensor> xs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined()) {
@@ -62,7 +62,7 @@ Run run_on(Device d, const Fn& f, const std::vector<Tensor>& inputs, const std::
   manual_seed(42);
   Tensor y = f(xs);
   EXPECT_EQ(y.device(), d) << "output " << y.str();
-  Run r;
+  DeviceRun r;
   r.y = y.to_double_vector();
   if (y.requires_grad()) {
     Tensor gy = rand_cpu(y.shape(), 777, y.dtype()).to(d);
@@ -96,8 +96,8 @@ void expect_close_scaled(const std::vector<double>& got, const std::vector<doubl
 void compare(const std::string& what, const Fn& f, const std::vector<Tensor>& inputs, const std::vector<bool>& grad,
              double rel) {
   SCOPED_TRACE(what);
-  Run c = run_on(Device::cpu(), f, inputs, grad);
-  Run g = run_on(gpu(), f, inputs, grad);
+  DeviceRun c = run_on(Device::cpu(), f, inputs, grad);
+  DeviceRun g = run_on(gpu(), f, inputs, grad);
   expect_close_scaled(g.y, c.y, rel, what + " forward");
   for (size_t i = 0; i < c.grads.size(); ++i)
     if (!c.grads[i].empty()) expect_close_scaled(g.grads[i], c.grads[i], rel, what + " d/dinput" + std::to_string(i));
@@ -291,8 +291,8 @@ TEST_F(OpsOnGpu, BatchNorm) {
   Fn train_g = [&](const std::vector<Tensor>& v) { return ops::batch_norm(v[0], v[1], v[2], rm_g, rv_g, true, 0.1, 1e-5); };
   {
     SCOPED_TRACE("batch_norm train NHWC");
-    Run c = run_on(Device::cpu(), train_c, {x, gamma, beta}, {true, true, true});
-    Run g = run_on(gpu(), train_g, {x, gamma, beta}, {true, true, true});
+    DeviceRun c = run_on(Device::cpu(), train_c, {x, gamma, beta}, {true, true, true});
+    DeviceRun g = run_on(gpu(), train_g, {x, gamma, beta}, {true, true, true});
     expect_close_scaled(g.y, c.y, 1e-5, "y");
     for (int i = 0; i < 3; ++i) expect_close_scaled(g.grads[i], c.grads[i], 1e-4, "grad " + std::to_string(i));
     expect_close_scaled(rm_g.to_double_vector(), rm_c.to_double_vector(), 1e-6, "running_mean");

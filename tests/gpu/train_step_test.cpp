@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
 #include "models/registry.h"
