@@ -295,8 +295,8 @@ TEST_F(OpsOnGpu, BatchNorm) {
     DeviceRun g = run_on(gpu(), train_g, {x, gamma, beta}, {true, true, true});
     expect_close_scaled(g.y, c.y, 1e-5, "y");
     for (int i = 0; i < 3; ++i) expect_close_scaled(g.grads[i], c.grads[i], 1e-4, "grad " + std::to_string(i));
-    expect_close_scaled(rm_g.to_double_vector(), rm_c.to_double_vector(), 1e-6, "running_mean");
-    expect_close_scaled(rv_g.to_double_vector(), rv_c.to_double_vector(), 1e-6, "running_var");
+    expect_close_scaled(rm_g.to_double_vector(), rm_c.to_double_vector(), 1e-5, "running_mean");
+    expect_close_scaled(rv_g.to_double_vector(), rv_c.to_double_vector(), 1e-5, "running_var");
   }
   Fn eval = [&](const std::vector<Tensor>& v) { return ops::batch_norm(v[0], v[1], v[2], v[3], v[4], false, 0.1, 1e-5); };
   compare("batch_norm eval", eval, {x, gamma, beta, rm, rv}, {true, true, true, false, false}, 1e-5);
@@ -339,7 +339,7 @@ TEST_F(OpsOnGpu, LrnDropoutLoss) {
   for (int64_t size : {5, 4})
     compare("lrn size " + std::to_string(size),
             Fn([size](const std::vector<Tensor>& v) { return ops::local_response_norm(v[0], size, 1e-2, 0.75, 2.0); }),
-            {x}, {true}, 1e-5);
+            {x}, {true}, 1e-4);  // powf vs std::pow
   // The same counter-based mask on both devices (run_on reseeds the default generator).
   compare("dropout p=0.3", Fn([](const std::vector<Tensor>& v) { return ops::dropout(v[0], 0.3, true); }), {x}, {true},
           kF32);
