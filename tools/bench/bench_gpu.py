@@ -36,7 +36,7 @@ def run_kiln(cmd, timeout):
         if line.startswith("#") or "error" in line:
             print("  " + line)
     if out.returncode != 0:
-        print(text)
+        print(out.stdout)  # the error line was shown above
         return None
     return out.stdout
 
