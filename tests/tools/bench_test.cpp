@@ -33,7 +33,7 @@ TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
   EXPECT_EQ(dtype, "fp32");
   EXPECT_EQ(batch, 4);
   EXPECT_GT(ms, 0);
-  EXPECT_NEAR(ips, 4 / (ms * 1e-3), 0.01 * ips);
+  EXPECT_NEAR(ips, 4 / (ms * 1e-3), 0.05 + 0.01 * ips);  // printed with one decimal
   EXPECT_TRUE(std::isfinite(loss) && loss > 0) << row;
 }
 
