@@ -1,8 +1,14 @@
+// Device names and the parsing of device=... (the trainer's train.device, `kiln bench ... device=`).
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 
 #include <cctype>
 
 #include "core/check.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln {
 
@@ -13,11 +19,16 @@ int cuda_device_count() { return 0; }
 bool cuda_compiled() { return false; }
 #endif
 
-static std::string available_devices() {
+std::string available_devices() {
   int n = cuda_device_count();
   std::string s = "cpu";
-  for (int i = 0; i < n; ++i) s += ", " + std::to_string(i) + " (cuda:" + std::to_string(i) + ")";
-  if (n == 0) s += cuda_compiled() ? " (no CUDA GPU is visible)" : " (kiln was built without CUDA)";
+  for (int i = 0; i < n; ++i) {
+    s += ", cuda:" + std::to_string(i);
+#ifdef KILN_WITH_CUDA
+    s += " (" + cuda::device_name(i) + ")";
+#endif
+  }
+  if (n == 0) s += cuda_compiled() ? " (no CUDA device visible)" : " (kiln was built without CUDA)";
   return s;
 }
 
@@ -31,10 +42,11 @@ Device parse_device(const std::string& raw) {
   else if (s.rfind("cuda:", 0) == 0) num = s.substr(5);
   bool digits = !num.empty();
   for (char c : num) digits = digits && std::isdigit(static_cast<unsigned char>(c));
-  KILN_CHECK(digits, "device '", raw, "' is not understood; accepted: cpu, N, cuda:N, a list such as 0,1; available: ",
-             available_devices());
+  KILN_CHECK(digits && num.size() < 6, "device=", raw,
+             ": not understood; accepted: cpu, N, cuda:N, a list such as 0,1; available: ", available_devices());
   int idx = std::stoi(num);
-  KILN_CHECK(idx < cuda_device_count(), "device '", raw, "' is not available; available: ", available_devices());
+  KILN_CHECK(idx < cuda_device_count(), "device=", raw, ": this machine has no such GPU; available: ",
+             available_devices());
   return Device::cuda(idx);
 }
 

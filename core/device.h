@@ -21,8 +21,10 @@ struct Device {
   std::string str() const;  // "cpu" or "cuda:0"
 };
 
-// Parses one device: "cpu", "0", "cuda", "cuda:1". Asking for a GPU that is not there is an error
-// that lists the devices that are.
+// Parses one device: "cpu", "0", "cuda", "cuda:1". Asking for a GPU that is not there is a one-line
+// error that lists the devices that are:
+//   "device=cuda:3: this machine has no such GPU; available: cpu, cuda:0 (NVIDIA H200)"
+//   "device=0: this machine has no such GPU; available: cpu (no CUDA device visible)"
 Device parse_device(const std::string& s);
 // Parses a device list as given on the command line: "cpu", "0", "0,1", "[0,1]", "cuda:0,cuda:1".
 // An empty string means the default: the first GPU if there is one, else the CPU.
@@ -31,5 +33,7 @@ std::vector<Device> parse_device_list(const std::string& s);
 // Number of visible CUDA devices (0 when built without CUDA or when no driver/GPU is present).
 int cuda_device_count();
 bool cuda_compiled();
+// "cpu, cuda:0 (NVIDIA H200)", or "cpu (no CUDA device visible)" / "cpu (kiln was built without CUDA)".
+std::string available_devices();
 
 }  // namespace kiln

@@ -4,6 +4,10 @@
 #include "core/ops/lrn.h"
 #include "layers/options.h"
 
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
 namespace kiln {
 
 BatchNormOptions BatchNormOptions::from_json(const json& j, const std::string& path) {
@@ -44,8 +48,9 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     if (num_batches_tracked.device().is_cpu()) {
       ++*num_batches_tracked.data<int64_t>();
     } else {
-      // NOTE: reads the counter back (one sync); tolerable for a per-step counter.
-      num_batches_tracked.fill_(num_batches_tracked.item() + 1);
+#ifdef KILN_WITH_CUDA
+      cuda::increment(num_batches_tracked);  // on the device: reading it back would sync every layer
+#endif
     }
   }
   return y;

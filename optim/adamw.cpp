@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cmath>
 
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
 namespace kiln {
 
 namespace {
@@ -84,17 +88,36 @@ void AdamW::step() {
   const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
   const float eps = static_cast<float>(options_.eps);
   const bool amsgrad = options_.amsgrad;
+  const bool on_gpu = device().is_cuda();
+#ifdef KILN_WITH_CUDA
+  std::vector<cuda::AdamWEntry> entries;  // on a GPU: one launch for all parameters, after the loop
+#endif
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "AdamW");
     if (!grad.defined()) continue;
     Slot& s = state_[k];
     if (!s.exp_avg.defined()) {
       const Shape& shape = params_[k].param.shape();
-      s.exp_avg = Tensor::zeros(shape);
-      s.exp_avg_sq = Tensor::zeros(shape);
-      if (amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape);
+      s.exp_avg = Tensor::zeros(shape, DType::f32, device());
+      s.exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
+      if (amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
     }
     s.step += 1;
+    if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+      cuda::AdamWEntry e;
+      e.param = params_[k].param;
+      e.grad = grad;
+      e.exp_avg = s.exp_avg;
+      e.exp_avg_sq = s.exp_avg_sq;
+      e.max_exp_avg_sq = s.max_exp_avg_sq;
+      e.lr = lr;
+      e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
+      e.step = s.step;
+      entries.push_back(e);
+#endif
+      continue;
+    }
     const double t = static_cast<double>(s.step);
     const float decay = static_cast<float>(1 - lr * decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
     const float neg_step_size = static_cast<float>(-(lr / (1 - std::pow(beta1, t))));
@@ -107,6 +130,9 @@ void AdamW::step() {
     if (amsgrad) adamw_update<true>(p, g, m, v, s.max_exp_avg_sq.data<float>(), grad.numel(), c);
     else adamw_update<false>(p, g, m, v, nullptr, grad.numel(), c);
   }
+#ifdef KILN_WITH_CUDA
+  if (on_gpu) cuda::adamw_step(entries, {beta1, beta2, options_.eps});
+#endif
 }
 
 OptimizerState AdamW::state_dict() const {
@@ -116,9 +142,9 @@ OptimizerState AdamW::state_dict() const {
     const Slot& s = state_[k];
     if (!s.exp_avg.defined()) continue;
     const std::string& name = params_[k].name;
-    out.tensors[name + ".exp_avg"] = s.exp_avg.clone();
-    out.tensors[name + ".exp_avg_sq"] = s.exp_avg_sq.clone();
-    if (s.max_exp_avg_sq.defined()) out.tensors[name + ".max_exp_avg_sq"] = s.max_exp_avg_sq.clone();
+    out.tensors[name + ".exp_avg"] = host_copy(s.exp_avg);
+    out.tensors[name + ".exp_avg_sq"] = host_copy(s.exp_avg_sq);
+    if (s.max_exp_avg_sq.defined()) out.tensors[name + ".max_exp_avg_sq"] = host_copy(s.max_exp_avg_sq);
     out.scalars[name + ".step"] = static_cast<double>(s.step);
   }
   return out;
@@ -143,9 +169,9 @@ void AdamW::load_state_dict(const OptimizerState& state) {
     KILN_CHECK(step >= 1 && step == std::floor(step) && step < 9.0e15, "adamw load_state_dict: '", name, ".step' = ", step,
                " is not a positive integer");
     next[k].step = static_cast<int64_t>(step);
-    next[k].exp_avg = ts.at("exp_avg").detach().to(Device::cpu()).clone();
-    next[k].exp_avg_sq = ts.at("exp_avg_sq").detach().to(Device::cpu()).clone();
-    if (options_.amsgrad) next[k].max_exp_avg_sq = ts.at("max_exp_avg_sq").detach().to(Device::cpu()).clone();
+    next[k].exp_avg = device_copy(ts.at("exp_avg"));
+    next[k].exp_avg_sq = device_copy(ts.at("exp_avg_sq"));
+    if (options_.amsgrad) next[k].max_exp_avg_sq = device_copy(ts.at("max_exp_avg_sq"));
   }
   state_ = std::move(next);
 }

@@ -1,11 +1,17 @@
 // Dynamic loss scaling. The scale stays a power of two with the default factors, so scaling and
 // unscaling the gradients are exact and a run with skipped steps equals one that never took them.
+// On a GPU the unscale and the finite check are one multi-tensor launch (core/cuda/optim_cuda.cu)
+// and one flag read back.
 #include "optim/loss_scaler.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "core/ops/elementwise.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln {
 
@@ -49,10 +55,19 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
   KILN_CHECK(!unscaled_finite_.has_value(),
              "LossScaler: unscale_and_check was already called this iteration (call update() after each step)");
   const float inv = static_cast<float>(1.0 / scale_);
-  bool finite = true;
+  std::vector<Tensor> gs;
   for (const auto& p : params) {
     Tensor grad = dense_grad(p, "LossScaler");
-    if (!grad.defined()) continue;
+    if (grad.defined()) gs.push_back(grad);
+  }
+  if (!gs.empty() && gs[0].device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    unscaled_finite_ = cuda::unscale_and_check_finite(gs, inv);
+    return *unscaled_finite_;
+#endif
+  }
+  bool finite = true;
+  for (const Tensor& grad : gs) {
     float* g = grad.data<float>();
     const int64_t n = grad.numel();
     int64_t bad = 0;  // a count, not a flag: a branch-free reduction that vectorizes

@@ -3,8 +3,10 @@
 //
 //   "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 5e-5}
 //
-// Optimizers update f32 parameters in place (never recorded by autograd), one fused loop per
-// parameter; a parameter without .grad is left alone (its state does not advance), as in PyTorch.
+// Optimizers update f32 parameters in place (never recorded by autograd): on the CPU one fused loop
+// per parameter, on a GPU one multi-tensor kernel launch for all of them (core/cuda/optim_cuda.cu).
+// The state lives on the parameters' device. A parameter without .grad is left alone (its state does
+// not advance), as in PyTorch.
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
 // Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp.
 #pragma once
@@ -44,7 +46,7 @@ class Optimizer {
   double lr() const { return lr_; }
   void set_lr(double lr);
 
-  // Copies of the state (safe to keep while training continues).
+  // Copies of the state on the CPU (safe to keep while training continues).
   virtual OptimizerState state_dict() const = 0;
   // Replaces the state. Checks everything before changing anything: the type, every key against the
   // parameter names and the slots this optimizer has, shapes and dtypes; errors name the key.
@@ -60,6 +62,13 @@ class Optimizer {
                                                            const std::vector<std::string>& slots) const;
   std::vector<std::map<std::string, double>> split_scalars(const OptimizerState& state,
                                                            const std::vector<std::string>& slots) const;
+  // The device of the parameters (all on one, checked by the constructor); CPU when there are none.
+  Device device() const { return params_.empty() ? Device::cpu() : params_[0].param.device(); }
+  // A copy of state tensor `t` on the CPU (state_dict) / on the parameters' device (load_state_dict).
+  static Tensor host_copy(const Tensor& t) { return t.device().is_cpu() ? t.detach().clone() : t.detach().to(Device::cpu()); }
+  Tensor device_copy(const Tensor& t) const {
+    return t.device() == device() ? t.detach().clone() : t.detach().to(device());
+  }
   // Weight decay for parameter i: 0 when it is no_decay and `no_decay_bn_bias` is on.
   double decay_for(size_t i, double weight_decay, bool no_decay_bn_bias) const {
     return no_decay_bn_bias && params_[i].no_decay ? 0.0 : weight_decay;

@@ -1,11 +1,17 @@
 // Gradient utilities over a parameter list. Reductions accumulate in double, so the norm of a
-// ResNet's 25M gradients does not depend on the summation order's rounding.
+// ResNet's 25M gradients does not depend on the summation order's rounding. On a GPU the norm is one
+// multi-tensor sum-of-squares launch (f32 per block, f64 across blocks) and the clipping one
+// multi-tensor scale (core/cuda/optim_cuda.cu).
 #include "optim/param.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln {
 
@@ -29,6 +35,7 @@ void zero_grad(const std::vector<ParamRef>& params) {
 
 void check_params(const std::vector<ParamRef>& params, const char* who) {
   std::set<std::string> seen;
+  const ParamRef* first = nullptr;
   for (const auto& p : params) {
     KILN_CHECK(!p.name.empty(), who, ": a parameter has an empty name");
     KILN_CHECK(seen.insert(p.name).second, who, ": parameter name '", p.name, "' appears twice");
@@ -36,8 +43,9 @@ void check_params(const std::vector<ParamRef>& params, const char* who) {
     const Tensor& t = p.param;
     KILN_CHECK(t.dtype() == DType::f32, who, ": parameter '", p.name, "' is ", t.str(),
                "; optimizers update f32 master weights (keep low-precision copies outside the optimizer)");
-    KILN_CHECK(t.device().is_cpu(), who, ": parameter '", p.name, "' is ", t.str(),
-               ", and this build has no CUDA optimizer kernel");
+    if (!first) first = &p;
+    KILN_CHECK(t.device() == first->param.device(), who, ": parameters on different devices: '", first->name, "' is ",
+               first->param.str(), " and '", p.name, "' is ", t.str(), "; move the model to one device first");
     KILN_CHECK(t.is_leaf(), who, ": parameter '", p.name, "' is not a leaf tensor (it has a grad_fn)");
     KILN_CHECK(t.is_contiguous(), who, ": parameter '", p.name, "' (", t.str(), ") is not contiguous");
   }
@@ -48,7 +56,8 @@ Tensor dense_grad(const ParamRef& p, const char* who) {
   if (!g.defined()) return g;
   KILN_CHECK(g.shape() == p.param.shape(), who, ": gradient of '", p.name, "' is ", g.str(), ", parameter is ",
              p.param.str());
-  KILN_CHECK(g.device().is_cpu(), who, ": gradient of '", p.name, "' is ", g.str(), ", and this build has no CUDA kernel");
+  KILN_CHECK(g.device() == p.param.device(), who, ": gradient of '", p.name, "' is ", g.str(), " but the parameter is ",
+             p.param.str());
   if (g.dtype() != DType::f32 || !g.is_contiguous()) {
     g = g.detach().to(DType::f32).contiguous();
     Tensor t = p.param;
@@ -57,13 +66,38 @@ Tensor dense_grad(const ParamRef& p, const char* who) {
   return g;
 }
 
+namespace {
+// The dense gradients of the parameters that have one, and whether they are on a GPU.
+std::vector<Tensor> dense_grads(const std::vector<ParamRef>& params, const char* who, bool* on_gpu) {
+  std::vector<Tensor> gs;
+  for (const auto& p : params) {
+    Tensor g = dense_grad(p, who);
+    if (g.defined()) gs.push_back(g);
+  }
+  *on_gpu = !gs.empty() && gs[0].device().is_cuda();
+  return gs;
+}
+}  // namespace
+
 double grad_norm(const std::vector<ParamRef>& params, double norm_type) {
   bool inf_norm = std::isinf(norm_type) && norm_type > 0;
   KILN_CHECK(inf_norm || norm_type == 2.0, "grad_norm: norm_type ", norm_type, " is not supported; accepted: 2, inf");
+  bool on_gpu = false;
+  std::vector<Tensor> gs = dense_grads(params, "grad_norm", &on_gpu);
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    if (!inf_norm) return std::sqrt(cuda::sum_of_squares(gs));
+    double m = 0;
+    for (const Tensor& g : gs) {
+      double a = cuda::max_abs(g);  // NaN propagates
+      if (a != a) return a;
+      m = std::max(m, a);
+    }
+    return m;
+#endif
+  }
   double acc = 0;
-  for (const auto& p : params) {
-    Tensor g = dense_grad(p, "grad_norm");
-    if (!g.defined()) continue;
+  for (const Tensor& g : gs) {
     const float* d = g.data<float>();
     int64_t n = g.numel();
     if (inf_norm) {
@@ -94,9 +128,15 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, doub
   double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return norm;
   const float c = static_cast<float>(coef);
-  for (const auto& p : params) {
-    Tensor g = dense_grad(p, "clip_grad_norm");
-    if (!g.defined()) continue;
+  bool on_gpu = false;
+  std::vector<Tensor> gs = dense_grads(params, "clip_grad_norm", &on_gpu);
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    cuda::unscale_and_check_finite(gs, c);  // one launch: g *= float(coef); the norm was finite
+    return norm;
+#endif
+  }
+  for (const Tensor& g : gs) {
     float* d = g.data<float>();
     int64_t n = g.numel();
 #pragma omp parallel for simd if (n > 65536)

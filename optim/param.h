@@ -1,6 +1,7 @@
 // Named parameters as the optimizers see them, and the gradient utilities that work on a list of
 // them: zero_grad, the global gradient norm and clipping by it (torch.nn.utils.clip_grad_norm_).
-// Parameters are f32 leaf tensors with .grad; everything here updates in place, never recorded.
+// Parameters are f32 leaf tensors with .grad, all on one device (CPU or one GPU); everything here
+// updates in place, never recorded.
 // Tests: tests/optim/clip_test.cpp.
 #pragma once
 #include <string>
@@ -37,12 +38,13 @@ double grad_norm(const std::vector<ParamRef>& params, double norm_type = 2.0);
 // the non-finite return value.
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, double norm_type = 2.0);
 
-// The contiguous f32 CPU data of p's gradient (undefined when p has none). A gradient that is not
+// The contiguous f32 data of p's gradient, on p's device (undefined when p has none). A gradient that is not
 // contiguous f32 is converted once and stored back as .grad, so in-place updates reach it.
 // `who` names the caller in errors ("SGD", "LossScaler").
 Tensor dense_grad(const ParamRef& p, const char* who);
 
-// Checks what every optimizer needs: unique non-empty names, defined f32 CPU leaf tensors, contiguous.
+// Checks what every optimizer needs: unique non-empty names, defined f32 leaf tensors, contiguous, all
+// on one device.
 void check_params(const std::vector<ParamRef>& params, const char* who);
 
 }  // namespace kiln

@@ -1,7 +1,12 @@
 // SGD update: one pass over each parameter's contiguous f32 data doing decay, momentum and the
 // step together. Arithmetic is f32 in PyTorch's order (each multiply rounded, then the add), so
-// results match torch.optim.SGD to the last bit or two (PyTorch may fuse a multiply-add).
+// results match torch.optim.SGD to the last bit or two (PyTorch may fuse a multiply-add). On a GPU
+// the same rule runs as one multi-tensor launch over every parameter (core/cuda/optim_cuda.cu).
 #include "optim/sgd.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln {
 
@@ -81,6 +86,29 @@ SGDKernel pick(bool momentum, bool first, bool nesterov) {
 }  // namespace
 
 void SGD::step() {
+  if (device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    const bool momentum_on = options_.momentum != 0;
+    std::vector<cuda::SgdEntry> entries;
+    for (size_t k = 0; k < params_.size(); ++k) {
+      Tensor grad = dense_grad(params_[k], "SGD");
+      if (!grad.defined()) continue;
+      cuda::SgdEntry e;
+      e.param = params_[k].param;
+      e.grad = grad;
+      e.lr = this->lr();
+      e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
+      if (momentum_on) {
+        e.first_step = !momentum_[k].defined();
+        if (e.first_step) momentum_[k] = Tensor::empty(params_[k].param.shape(), DType::f32, device());
+        e.momentum_buffer = momentum_[k];
+      }
+      entries.push_back(e);
+    }
+    cuda::sgd_step(entries, {options_.momentum, options_.dampening, options_.nesterov});
+    return;
+#endif
+  }
   const float lr = static_cast<float>(this->lr());
   const float mom = static_cast<float>(options_.momentum);
   const float damp = static_cast<float>(1.0 - options_.dampening);
@@ -102,7 +130,7 @@ OptimizerState SGD::state_dict() const {
   OptimizerState s;
   s.type = type();
   for (size_t k = 0; k < params_.size(); ++k)
-    if (momentum_[k].defined()) s.tensors[params_[k].name + ".momentum_buffer"] = momentum_[k].clone();
+    if (momentum_[k].defined()) s.tensors[params_[k].name + ".momentum_buffer"] = host_copy(momentum_[k]);
   return s;
 }
 
@@ -111,7 +139,7 @@ void SGD::load_state_dict(const OptimizerState& state) {
   split_scalars(state, {});
   for (size_t k = 0; k < params_.size(); ++k) {
     auto it = tensors[k].find("momentum_buffer");
-    momentum_[k] = it == tensors[k].end() ? Tensor() : it->second.detach().to(Device::cpu()).clone();
+    momentum_[k] = it == tensors[k].end() ? Tensor() : device_copy(it->second);
   }
 }
 

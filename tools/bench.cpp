@@ -1,7 +1,12 @@
-// `kiln bench matmul [n=4096] [iters=10] [warmup=2]`: the CPU-vs-GPU matrix product table, an
-// n x n x n product per row, fp32 and bf16, CPU and every visible GPU.
-// `kiln bench conv [iters=10] [warmup=2]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
+// `kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=...]`: the CPU-vs-GPU matrix product
+// table, an n x n x n product per row, fp32 and bf16, CPU and every visible GPU (or only `device`).
+// `kiln bench conv [iters=10] [warmup=2] [device=...]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
 // NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
+// `kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]
+//  [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]`: training throughput of a registry model
+// on one synthetic batch (normal images, fixed labels) kept on the device: forward, cross-entropy,
+// backward, SGD (momentum 0.9, Nesterov, weight decay 5e-5) per step; prints images/s of the timed
+// steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -20,8 +25,16 @@
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/linear.h"
+#include "core/ops/loss.h"
 #include "core/rng.h"
+#include "models/registry.h"
+#include "optim/loss_scaler.h"
+#include "optim/sgd.h"
 #include "tools/commands.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::cli {
 
@@ -29,6 +42,7 @@ namespace {
 
 // key=value arguments with integer values; unknown keys are errors that list the accepted ones.
 std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
+  auto min_of = [](const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" ? 0 : 1; };
   for (const std::string& a : args) {
     auto eq = a.find('=');
     std::string k = eq == std::string::npos ? a : a.substr(0, eq);
@@ -39,10 +53,10 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
     try {
       size_t used = 0;
       int64_t v = std::stoll(a.substr(eq + 1), &used);
-      KILN_CHECK(used == a.size() - eq - 1 && v >= (k == "warmup" ? 0 : 1), "bad");
+      KILN_CHECK(used == a.size() - eq - 1 && v >= min_of(k), "bad");
       defs[k] = v;
     } catch (const std::exception&) {
-      KILN_FAIL(cmd, ": '", a, "': ", k, " takes a whole number >= ", k == "warmup" ? 0 : 1);
+      KILN_FAIL(cmd, ": '", a, "': ", k, " takes a whole number >= ", min_of(k));
     }
   }
   return defs;
@@ -71,7 +85,7 @@ void print_row(const char* name, const Device& d, const char* dtype, double ms, 
 
 void print_header(const std::vector<Device>& devices) {
   std::printf("# threads: %d (OMP_NUM_THREADS / omp_get_max_threads)\n", omp_get_max_threads());
-  if (devices.size() == 1) std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
+  if (cuda_device_count() == 0) std::printf("# no GPU visible (cuda_device_count() = 0): CPU rows only\n");
   if (!onednn::native_compute(DType::bf16))
     std::printf(
         "# cpu bf16: this CPU has no native bf16 kernels in oneDNN; bf16 operands are converted to f32, "
@@ -79,7 +93,14 @@ void print_header(const std::vector<Device>& devices) {
   std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");
 }
 
-std::vector<Device> bench_devices() {
+// The devices to run on: `device=...` (taken out of args) or the CPU and every visible GPU.
+std::vector<Device> bench_devices(Args& args) {
+  for (auto it = args.begin(); it != args.end(); ++it) {
+    if (it->rfind("device=", 0) != 0) continue;
+    std::vector<Device> d = parse_device_list(it->substr(7));
+    args.erase(it);
+    return d;
+  }
   std::vector<Device> d{Device::cpu()};
   for (int i = 0; i < cuda_device_count(); ++i) d.push_back(Device::cuda(i));
   return d;
@@ -94,10 +115,10 @@ void run_row(const char* name, const Device& d, const char* dtype, double flops,
   }
 }
 
-int bench_matmul(const Args& args) {
+int bench_matmul(Args args) {
+  std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench matmul", args, {{"n", 4096}, {"iters", 10}, {"warmup", 2}});
   int64_t n = a["n"];
-  std::vector<Device> devices = bench_devices();
   std::printf("# kiln bench matmul: C = A @ B with A, B of %lld x %lld, %lld warm-up + %lld timed runs\n",
               static_cast<long long>(n), static_cast<long long>(n), static_cast<long long>(a["warmup"]),
               static_cast<long long>(a["iters"]));
@@ -118,10 +139,10 @@ int bench_matmul(const Args& args) {
   return 0;
 }
 
-int bench_conv(const Args& args) {
+int bench_conv(Args args) {
+  std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench conv", args, {{"iters", 10}, {"warmup", 2}});
   const int64_t N = 32, H = 32, W = 32, C = 64, K = 3;
-  std::vector<Device> devices = bench_devices();
   std::printf(
       "# kiln bench conv: x (%lld, %lld, %lld, %lld) NHWC, w (%lld, %lld, %lld, %lld), bias, stride 1, pad 1; "
       "%lld warm-up + %lld timed runs\n",
@@ -167,12 +188,92 @@ int bench_conv(const Args& args) {
   return 0;
 }
 
+int bench_train(const Args& args) {
+  std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
+                                          {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
+                                          {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
+                                          {"cudnn_benchmark", "0"}};
+  std::map<std::string, int64_t> ints;
+  for (const std::string& arg : args) {
+    auto eq = arg.find('=');
+    std::string k = eq == std::string::npos ? arg : arg.substr(0, eq);
+    std::string accepted;
+    for (auto& [name, v] : a) accepted += (accepted.empty() ? "" : ", ") + name;
+    KILN_CHECK(eq != std::string::npos && a.count(k), "bench train: unknown argument '", arg, "'; accepted: ", accepted,
+               " (as key=value)");
+    a[k] = arg.substr(eq + 1);
+  }
+  Args int_args;
+  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark"})
+    int_args.push_back(std::string(k) + "=" + a[k]);
+  ints = parse_int_args("bench train", int_args,
+                        {{"batch", 0}, {"size", 0}, {"channels", 0}, {"classes", 0}, {"steps", 0}, {"warmup", 0},
+                         {"cudnn_benchmark", 0}});
+  KILN_CHECK(a["precision"] == "fp32" || a["precision"] == "bf16" || a["precision"] == "fp16",
+             "bench train: precision=", a["precision"], " is not accepted; accepted: fp32, bf16, fp16");
+  // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
+  // for fp16 dynamic loss scaling.
+  const DType compute = a["precision"] == "bf16" ? DType::bf16 : a["precision"] == "fp16" ? DType::f16 : DType::f32;
+  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
+  Device d = parse_device_list(a["device"])[0];
+#ifdef KILN_WITH_CUDA
+  if (d.is_cuda()) cuda::set_cudnn_benchmark(ints["cudnn_benchmark"] != 0);
+#endif
+  manual_seed(0);
+  std::shared_ptr<Module> model =
+      models::build_model({{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}}, "model");
+  model->to(d);
+  model->train();
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : model->named_parameters()) params.push_back({name, p, false});
+  mark_no_decay_1d(params);
+  SGDOptions so;
+  so.lr = 0.01;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = 5e-5;
+  SGD opt(params, so);
+  Generator gen(1);
+  Tensor x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, d, &gen).to(compute);
+  LossScaler scaler;
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
+  Tensor y = Tensor::from_vector(labels, {batch}, DType::i64, d);
+  std::printf("# kiln bench train: %s, %lld parameters, input (%lld, %lld, %lld, %lld) NHWC %s, %lld classes, on %s\n",
+              a["model"].c_str(), static_cast<long long>(model->num_parameters()), (long long)batch, (long long)size,
+              (long long)size, (long long)ch, a["precision"].c_str(), (long long)classes, d.str().c_str());
+  std::printf("# step = forward + cross-entropy + backward + SGD step; %lld warm-up + %lld timed steps%s\n",
+              static_cast<long long>(ints["warmup"]), static_cast<long long>(ints["steps"]),
+              d.is_cuda() ? (ints["cudnn_benchmark"] ? ", cuDNN benchmark mode" : ", cuDNN heuristics") : "");
+  Tensor loss;
+  auto step = [&] {
+    opt.zero_grad();
+    Tensor logits = model->forward(x);
+    loss = ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y);
+    if (compute == DType::f16) {
+      scaler.scale_loss(loss).backward();
+      scaler.step(opt);
+    } else {
+      loss.backward();
+      opt.step();
+    }
+  };
+  double ms = time_ms(step, [&] { (void)loss.item(); }, ints["warmup"], ints["steps"]);
+  std::printf("%-10s %-7s %-5s %6s %12s %10s %10s\n", "model", "device", "dtype", "batch", "ms/step", "images/s",
+              "last loss");
+  std::printf("%-10s %-7s %-5s %6lld %12.2f %10.1f %10.4f\n", a["model"].c_str(), d.str().c_str(), a["precision"].c_str(),
+              (long long)batch, ms, static_cast<double>(batch) / (ms * 1e-3), loss.item());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(const Args& args) {
   static const char* kUsage =
-      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2]\n"
-      "       kiln bench conv [iters=10] [warmup=2]\n"
+      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
+      "       kiln bench conv [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
+      "       kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
+      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]\n"
       "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
       "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n"
       "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
@@ -183,9 +284,10 @@ int cmd_bench(const Args& args) {
   Args rest(args.begin() + 1, args.end());
   if (args[0] == "matmul") return bench_matmul(rest);
   if (args[0] == "conv") return bench_conv(rest);
+  if (args[0] == "train") return bench_train(rest);
   if (args[0] == "checkpoint") return bench_checkpoint(rest);
   if (args[0] == "data") return bench_data_cmd(rest);  // tools/data_cmd.cpp
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, checkpoint, data (see kiln bench --help)");
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, train, checkpoint, data (see kiln bench --help)");
 }
 
 }  // namespace kiln::cli

@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
-# One check for a machine with a CUDA GPU (sized for about 6 minutes on one H200):
-#   1. configure + build with CUDA (Release) into build-gpu: the GPU tests, and the kiln CLI when
-#      its sources are all there;
-#   2. ctest -L gpu (every CUDA kernel against its CPU reference);
-#   3. `kiln bench matmul` and the Python comparison scripts in tools/bench/, when present.
+# One check for a machine with a CUDA GPU (sized for about 6 minutes on one H200, 16 cores):
+#   1. configure + build with CUDA (Release, arch 90) into build-gpu: kiln_test_gpu and the kiln CLI;
+#   2. ctest -L gpu: every CUDA kernel against its CPU reference, every public op on the GPU against
+#      the same op on the CPU (forward and backward), whole training steps (ResNet, LeNet; SGD, AdamW)
+#      on both devices;
+#   3. `kiln info`, `kiln bench matmul` (CPU and GPU rows, n=4096);
+#   4. tools/bench/bench_gpu.py: bf16/fp32 matmul 8192^3 TFLOPS and ResNet-50 training images/s,
+#      kiln vs PyTorch on this GPU (needs a python3 with torch+CUDA; the kiln columns run without);
+#   5. `kiln train configs/fashion_mnist_resnet20.json device=0 epochs=$EPOCHS` (default 3 of the
+#      config's 15, to fit the time box: the accuracy printed is after 3 epochs) on the Fashion-MNIST
+#      files in $FASHION_MNIST_ROOT (default /usr/share/datasets/fashion-mnist, then
+#      shared/fashion-mnist or data/fashion-mnist in the checkout); without them, the same model on
+#      synthetic 28x28x1 data (a speed figure only).
+# The CPU comparison scripts in tools/bench/ (bench_ops.py, bench_train.py) are not run here.
 # Exits non-zero if any step fails; each step prints a header and its own output.
 # Environment: JOBS (default 16), CUDA_ARCHS (default 90: H100/H200 only, halves the build time),
-# PYTHON (default python3: the one with torch), BUILD_DIR (default build-gpu).
+# PYTHON (default python3: the one with torch), BUILD_DIR (default build-gpu), EPOCHS (default 3),
+# FASHION_MNIST_ROOT.
 set -u -o pipefail
 cd "$(dirname "$0")/.." || exit 1
 
@@ -14,6 +24,7 @@ JOBS=${JOBS:-16}
 CUDA_ARCHS=${CUDA_ARCHS:-90}
 PYTHON=${PYTHON:-python3}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
+EPOCHS=${EPOCHS:-3}
 failures=()
 section() { printf '\n==================== %s ====================\n' "$*"; }
 fail() {
@@ -61,16 +72,13 @@ if ! cmake -S . -B "${BUILD_DIR}" "${generator[@]}" -DKILN_CUDA=ON -DCMAKE_BUILD
   exit 1
 fi
 
-section "build kiln_test_gpu (-j${JOBS})"
-if ! cmake --build "${BUILD_DIR}" -j "${JOBS}" --target kiln_test_gpu; then
-  fail "build kiln_test_gpu"
-fi
+section "build kiln_test_gpu and kiln (-j${JOBS})"
 have_cli=0
-if [[ -f tools/bench.cpp ]]; then
-  section "build kiln (-j${JOBS})"
-  if cmake --build "${BUILD_DIR}" -j "${JOBS}" --target kiln; then have_cli=1; else fail "build kiln"; fi
+if cmake --build "${BUILD_DIR}" -j "${JOBS}" --target kiln_test_gpu kiln; then
+  have_cli=1
 else
-  echo "tools/bench.cpp is not there yet: the kiln CLI is not built"
+  fail "build"
+  cmake --build "${BUILD_DIR}" -j "${JOBS}" --target kiln && have_cli=1
 fi
 echo "build done after $(($(date +%s) - t0)) s"
 
@@ -91,14 +99,34 @@ if [[ ${have_cli} == 1 ]]; then
   "${BUILD_DIR}/tools/kiln" bench matmul || fail "kiln bench matmul"
 fi
 
-shopt -s nullglob
-scripts=(tools/bench/*.py)
-if (( ${#scripts[@]} )); then
-  export KILN="${BUILD_DIR}/tools/kiln" KILN_BUILD_DIR="${BUILD_DIR}"
-  for s in "${scripts[@]}"; do
-    section "${PYTHON} ${s}"
-    PYTHONUNBUFFERED=1 "${PYTHON}" "${s}" || fail "${s}"
+if [[ ${have_cli} == 1 ]]; then
+  section "${PYTHON} tools/bench/bench_gpu.py (kiln vs PyTorch)"
+  KILN="${BUILD_DIR}/tools/kiln" PYTHONUNBUFFERED=1 "${PYTHON}" tools/bench/bench_gpu.py "${BUILD_DIR}/tools/kiln" ||
+    fail "bench_gpu.py"
+
+  root=""
+  for d in "${FASHION_MNIST_ROOT:-/usr/share/datasets/fashion-mnist}" shared/fashion-mnist data/fashion-mnist; do
+    if [[ -f "${d}/train-images-idx3-ubyte.gz" ]]; then root=${d}; break; fi
   done
+  runs=$(mktemp -d)
+  if [[ -n "${root}" ]]; then
+    section "kiln train configs/fashion_mnist_resnet20.json device=0 epochs=${EPOCHS} (the config says 15; shortened to fit)"
+    "${BUILD_DIR}/tools/kiln" train configs/fashion_mnist_resnet20.json device=0 epochs="${EPOCHS}" \
+      data.root="${root}" train.runs_dir="${runs}" train.plots=false train.log_every=100 ||
+      fail "kiln train fashion_mnist_resnet20"
+  else
+    section "kiln train: resnet20 on synthetic 28x28x1 data, device=0 (no Fashion-MNIST files found: speed only)"
+    cat >"${runs}/synthetic.json" <<'JSON'
+{"name": "synthetic_resnet20", "model": {"name": "resnet20", "in_channels": 1, "num_classes": 10},
+ "data": {"source": "synthetic", "synthetic": {"size": 60000, "height": 28, "width": 28, "channels": 1,
+          "num_classes": 10}, "batch_size": 128, "workers": 2},
+ "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 5e-4},
+ "train": {"epochs": 2, "plots": false, "log_every": 100}}
+JSON
+    "${BUILD_DIR}/tools/kiln" train "${runs}/synthetic.json" device=0 train.runs_dir="${runs}" ||
+      fail "kiln train synthetic resnet20"
+  fi
+  rm -rf "${runs}"
 fi
 
 section "summary ($(($(date +%s) - t0)) s)"

@@ -40,6 +40,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   JsonReader r(j, path);
   o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
   o.device = r.get("device", o.device);
+  o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
@@ -63,6 +64,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
 json TrainOptions::to_json() const {
   return json{{"epochs", epochs},
               {"device", device},
+              {"cudnn_benchmark", cudnn_benchmark},
               {"precision", precision},
               {"seed", seed},
               {"label_smoothing", label_smoothing},
@@ -212,6 +214,9 @@ TrainResult train(const json& config_in, bool quiet) {
              "data-parallel trainer; use one device per process (mpirun -np N)");
   Device device = devices[0];
   const bool show = lead && !quiet;
+#ifdef KILN_WITH_CUDA
+  if (device.is_cuda()) cuda::set_cudnn_benchmark(opt.cudnn_benchmark);
+#endif
 
   // --- model, data ------------------------------------------------------------------------------
   manual_seed(static_cast<uint64_t>(opt.seed));

@@ -24,6 +24,9 @@ struct TrainOptions {
   int64_t epochs = 1;
   /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
   std::string device;
+  /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
+  /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
+  bool cudnn_benchmark = false;
   /// "fp32", "bf16" or "fp16" (default "fp32"): the dtype of activations, conv and matmul; master
   /// weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic loss
   /// scaling (docs/precision.md)

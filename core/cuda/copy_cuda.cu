@@ -8,9 +8,10 @@
 //   D2D on one device: cudaMemcpyAsync when both are packed and of one dtype, else a kernel.
 //   D2D across devices: a peer copy on the destination's stream, waited for (rare: NCCL moves the
 //        training traffic).
-// Tests: tests/gpu/copy_test.cpp.
+// Also cuda::increment (a device-side counter += n). Tests: tests/gpu/copy_test.cpp.
 #include <cstring>
 
+#include "core/cuda/cuda_ops.h"
 #include "core/cuda/kernel_util.cuh"
 #include "core/cuda/runtime.h"
 
@@ -93,6 +94,8 @@ __global__ void fill_kernel(T* dst, T value, OffsetCalc<1> oc, Index n, bool fla
     }
   }
 }
+
+__global__ void increment_kernel(int64_t* counter, int64_t by) { *counter += by; }
 
 // dst <- src, both on `device`, same shape.
 void copy_on_device(int device, const Tensor& dst, const Tensor& src) {
@@ -290,6 +293,15 @@ void fill_cuda(const Tensor& t, double v) {
     if (cuda::fits_u32(oc, n)) cuda::fill_kernel<T, uint32_t><<<grid, kThreads, 0, s>>>(p, value, oc, uint32_t(n), flat);
     else cuda::fill_kernel<T, int64_t><<<grid, kThreads, 0, s>>>(p, value, oc, n, flat);
   });
+  CUDA_CHECK_LAUNCH();
+}
+
+void cuda::increment(const Tensor& counter, int64_t by) {
+  KILN_CHECK(counter.dtype() == DType::i64 && counter.numel() == 1, "increment: expected one i64 value, got ",
+             counter.str());
+  int device = checked_index(counter.device(), "increment");
+  DeviceGuard g(device);
+  increment_kernel<<<1, 1, 0, stream_of(device)>>>(static_cast<int64_t*>(counter.raw_data()), by);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -47,6 +47,10 @@ bool matmul_allow_tf32();
 void set_conv_workspace_limit(size_t bytes);
 size_t conv_workspace_limit();
 
+// counter += by, for a one-element i64 counter on the device (batch norm's num_batches_tracked):
+// queued like a kernel, no sync (core/cuda/copy_cuda.cu).
+void increment(const Tensor& counter, int64_t by = 1);
+
 // --- elementwise (core/cuda/elementwise_cuda.cu) ----------------------------------------------------
 enum class BinaryOp { add, sub, mul, div };
 // NumPy broadcasting; a and b have the same floating dtype; the result has that dtype.
@@ -160,6 +164,7 @@ struct SgdOptions {
 void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt);
 struct AdamWEntry {
   Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
+  Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
   double lr = 1e-3, weight_decay = 0.0;
   int64_t step = 1;  // the step being taken, counted from 1 (bias correction)
 };

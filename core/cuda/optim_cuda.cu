@@ -17,7 +17,7 @@ constexpr int64_t kChunk = 16384;
 constexpr int kThreads = 256;
 
 struct Entry {
-  void* ptr[4] = {nullptr, nullptr, nullptr, nullptr};  // per kernel: {param, grad, buffer, buffer} or {tensor}
+  void* ptr[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};  // {param, grad, buffers...} or {tensor}
   int64_t n = 0;
   int64_t chunk_begin = 0;
   float f[4] = {0, 0, 0, 0};  // per kernel: learning rate, weight decay, ...
@@ -87,6 +87,11 @@ struct AdamWBody {
     float vi = beta2 * v[i] + (1.f - beta2) * g * g;
     m[i] = mi;
     v[i] = vi;
+    if (e.ptr[4]) {  // amsgrad: the running maximum of v is used instead of v
+      float* vmax = static_cast<float*>(e.ptr[4]);
+      vi = fmaxf(vmax[i], vi);
+      vmax[i] = vi;
+    }
     p[i] = w - e.f[1] * mi / (sqrtf(vi) / e.f[2] + eps);
   }
 };
@@ -229,6 +234,11 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
     KILN_CHECK(a.step >= 1, op, ": step counts from 1, got ", a.step);
     e.ptr[2] = a.exp_avg.raw_data();
     e.ptr[3] = a.exp_avg_sq.raw_data();
+    if (a.max_exp_avg_sq.defined()) {
+      check_f32_buffer(op, "max_exp_avg_sq", a.max_exp_avg_sq, a.param);
+      same_device(op, {&a.param, &a.max_exp_avg_sq});
+      e.ptr[4] = a.max_exp_avg_sq.raw_data();
+    }
     double bc1 = 1.0 - std::pow(opt.beta1, static_cast<double>(a.step));
     double bc2 = 1.0 - std::pow(opt.beta2, static_cast<double>(a.step));
     e.f[0] = static_cast<float>(1.0 - a.lr * a.weight_decay);

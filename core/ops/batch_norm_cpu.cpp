@@ -12,7 +12,9 @@
 //   backward: dbeta = sum(dy), dgamma = sum(dy * xhat),
 //             dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M)   (training)
 //             dx = gamma*invstd * dy                                (eval: the stats are constants)
-// Tests: tests/core/batch_norm_test.cpp.
+// CUDA tensors: core/cuda/batch_norm_cuda.cu's kernels (same formulas, statistics in f32), called
+// with their autograd closure from batch_norm_cuda() below.
+// Tests: tests/core/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include "core/ops/batch_norm.h"
 
 #include <omp.h>
@@ -22,7 +24,12 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -182,7 +189,6 @@ std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved
 
 void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, int64_t C) {
   if (!t.defined()) return;
-  nn::check_cpu("batch_norm", t);
   nn::check_floating("batch_norm", what, t);
   KILN_CHECK(t.dim() == 1 && t.size(0) == C, "batch_norm: ", what, " must have shape [", C, "] (the channels of x ",
              x.str(), "), got ", t.str());
@@ -192,11 +198,44 @@ std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
   return t.defined() ? t.to_double_vector() : std::vector<double>(C, fill);
 }
 
+#ifdef KILN_WITH_CUDA
+// The CUDA op. The kernels return dgamma/dbeta in f32 and none without gamma; the gradients are
+// brought to the parameters' dtypes here, and dbeta without gamma is the sum of gy per channel.
+Tensor batch_norm_cuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps) {
+  Tensor xd = x.detach();
+  Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
+  Tensor rm = running_mean.defined() ? running_mean.detach() : Tensor();
+  Tensor rv = running_var.defined() ? running_var.detach() : Tensor();
+  Tensor save_mean, save_invstd;
+  Tensor y = training ? cuda::batch_norm_forward_train(xd, gd, bd, rm, rv, momentum, eps, &save_mean, &save_invstd)
+                      : cuda::batch_norm_forward_eval(xd, gd, bd, rm, rv, eps);
+  if (!needs_record({x, gamma, beta})) return y;
+  DType gamma_t = gamma.defined() ? gamma.dtype() : DType::f32, beta_t = beta.defined() ? beta.dtype() : DType::f32;
+  bool need_beta = beta.defined() && beta.requires_grad();
+  return record("batch_norm", {x, gamma, beta}, y,
+                [xd, gd, rm, rv, save_mean, save_invstd, training, eps, gamma_t, beta_t, need_beta](const Tensor& gy0) {
+                  Tensor gy = gy0.dtype() == xd.dtype() ? gy0 : gy0.to(xd.dtype());
+                  cuda::BatchNormGrads g = training
+                                               ? cuda::batch_norm_backward_train(gy, xd, gd, save_mean, save_invstd)
+                                               : cuda::batch_norm_backward_eval(gy, xd, gd, rm, rv, eps);
+                  Tensor dbeta = g.dbeta;
+                  if (!dbeta.defined() && need_beta) {
+                    std::vector<int64_t> rows(static_cast<size_t>(xd.dim() - 1));
+                    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+                    dbeta = cuda::sum(gy, rows);
+                  }
+                  auto as = [](const Tensor& t, DType d) { return !t.defined() || t.dtype() == d ? t : t.to(d); };
+                  return grads{g.dx, as(g.dgamma, gamma_t), as(dbeta, beta_t)};
+                });
+}
+#endif
+
 }  // namespace
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
-  nn::check_cpu("batch_norm", x);
+  const bool on_gpu = op_on_cuda("batch_norm", {x, gamma, beta, running_mean, running_var});
   nn::check_floating("batch_norm", "x", x);
   KILN_CHECK(x.dim() >= 2, "batch_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
   int64_t C = x.size(-1);
@@ -213,6 +252,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   KILN_CHECK(!training || M > 1, "batch_norm: training needs more than one value per channel, got x ", x.str());
   KILN_CHECK(eps > 0, "batch_norm: eps must be > 0, got ", eps);
   KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    return batch_norm_cuda(x, gamma, beta, running_mean, running_var, training, momentum, eps);
+#endif
+  }
 
   DType ct = nn::compute_dtype(x.dtype());
   Tensor xc = nn::to_compute(x, ct);

@@ -16,11 +16,20 @@
 // to the input dtype. The values equal a native low-precision conv with f32 accumulation (bf16 -> f32
 // is exact); only the speed differs.
 //
-// Tests: tests/core/conv2d_test.cpp. Benchmark: `kiln bench conv`, tools/bench/bench_ops.py.
+// CUDA tensors take cuDNN's forward, backward-data and backward-filter (core/cuda/conv2d_cuda.cu);
+// the dispatch and its autograd closure are conv2d_cuda() below (core/ops/dispatch.h).
+//
+// Tests: tests/core/conv2d_test.cpp, tests/gpu/ops_dispatch_test.cpp. Benchmark: `kiln bench conv`,
+// tools/bench/bench_ops.py.
 #include "core/ops/conv2d.h"
 
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/dispatch.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -222,11 +231,6 @@ Tensor to_dtype(const Tensor& t, DType d) { return t.defined() && t.dtype() != d
 
 void check_args(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dParams& p) {
   KILN_CHECK(x.defined() && w.defined(), "conv2d: input and weight must be defined tensors");
-  for (const Tensor* t : {&x, &w, &b}) {
-    if (!t->defined()) continue;
-    KILN_CHECK(t->device().is_cpu(), "conv2d: tensor ", t->str(), " is on ", t->device().str(),
-               ", and this build has no CUDA kernel for it");
-  }
   DType dt = x.dtype();
   KILN_CHECK(dt == DType::f32 || dt == DType::bf16 || dt == DType::f16, "conv2d: input ", x.str(),
              ": accepted dtypes are f32, bf16 and f16");
@@ -234,6 +238,26 @@ void check_args(const Tensor& x, const Tensor& w, const Tensor& b, const Conv2dP
   KILN_CHECK(!b.defined() || b.dtype() == dt, "conv2d: bias ", b.str(), " and input ", x.str(),
              " must have the same dtype");
 }
+
+#ifdef KILN_WITH_CUDA
+// The CUDA op: cuDNN forward; backward-data needs only w, backward-filter only x, so each is kept
+// only when its gradient is wanted. The bias gradient is gy summed over (N, OH, OW).
+Tensor conv2d_cuda(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2dParams& p) {
+  Tensor x = x0.detach(), w = w0.detach(), b = b0.defined() ? b0.detach() : Tensor();
+  Tensor y = cuda::conv2d_forward(x, w, b, p);
+  if (!needs_record({x0, w0, b0})) return y;
+  bool need_x = x0.requires_grad(), need_w = w0.requires_grad(), need_b = b0.defined() && b0.requires_grad();
+  DType dt = x0.dtype();
+  return record("conv2d", {x0, w0, b0}, y,
+                [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), x_shape = x.shape(), w_shape = w.shape(), p,
+                 dt, need_x, need_w, need_b](const Tensor& gy0) {
+                  Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
+                  return grads{need_x ? cuda::conv2d_backward_data(gy, ws, x_shape, p) : Tensor(),
+                               need_w ? cuda::conv2d_backward_weight(gy, xs, w_shape, p) : Tensor(),
+                               need_b ? cuda::sum(gy, {0, 1, 2}) : Tensor()};
+                });
+}
+#endif
 
 }  // namespace
 
@@ -260,12 +284,13 @@ Shape conv2d_output_shape(const Shape& x, const Shape& w, const Conv2dParams& p)
 
 Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2dParams& p) {
   check_args(x0, w0, b0, p);
+  const bool on_gpu = op_on_cuda("conv2d", {x0, w0, b0});
   // NOTE: oneDNN 2.6's jit_1x1 kernel writes past its reduce-to-unit-stride workspace in the
   // weight-gradient pass of a strided 1x1 convolution with fewer than 8 input channels (oneDNN
   // issue 6035; wrong gradients and heap corruption). Such a convolution is the stride-1 one on
   // the subsampled input, which takes another kernel: slice (recorded, so gradients flow) and go.
-  if (w0.size(1) == 1 && w0.size(2) == 1 && p.pad_h == 0 && p.pad_w == 0 && (p.stride_h > 1 || p.stride_w > 1) &&
-      x0.size(3) < 8) {
+  if (!on_gpu && w0.size(1) == 1 && w0.size(2) == 1 && p.pad_h == 0 && p.pad_w == 0 &&
+      (p.stride_h > 1 || p.stride_w > 1) && x0.size(3) < 8) {
     Tensor xs = x0.slice(1, 0, x0.size(1), p.stride_h).slice(2, 0, x0.size(2), p.stride_w).contiguous();
     Conv2dParams unit = p;
     unit.stride_h = unit.stride_w = 1;
@@ -276,17 +301,24 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   KILN_CHECK(!b0.defined() || b0.shape() == Shape{w0.size(0)}, "conv2d: bias ", b0.str(), " must have shape [",
              w0.size(0), "] for weight ", w0.str());
   DType dt = x0.dtype();
+  if (ys[0] == 0) {  // an empty batch: nothing for oneDNN or cuDNN to do, and zero gradients
+    Device d = x0.device();
+    return record("conv2d", {x0, w0, b0}, Tensor::zeros(ys, dt, d),
+                  [xs = x0.shape(), ws = w0.shape(), dt, d](const Tensor&) {
+                    return grads{Tensor::zeros(xs, dt, d), Tensor::zeros(ws, dt, d), Tensor::zeros({ws[0]}, dt, d)};
+                  });
+  }
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    return conv2d_cuda(x0, w0, b0, p);
+#endif
+  }
   bool native = onednn::native_compute(dt);
   DType ct = native ? dt : DType::f32;
   ConvGeom g{x0.size(0), x0.size(1), x0.size(2), x0.size(3), w0.size(0), w0.size(1),
              w0.size(2), ys[1],      ys[2],      p,          ct,         b0.defined()};
   Tensor x = x0.detach().contiguous(), w = w0.detach().contiguous();
   Tensor b = b0.defined() ? b0.detach().contiguous() : Tensor();
-  if (ys[0] == 0) {  // an empty batch: nothing for oneDNN to do, and zero gradients
-    return record("conv2d", {x0, w0, b0}, Tensor::zeros(ys, dt), [xs = x.shape(), ws = w.shape(), dt](const Tensor&) {
-      return grads{Tensor::zeros(xs, dt), Tensor::zeros(ws, dt), Tensor::zeros({ws[0]}, dt)};
-    });
-  }
 
   bool need_x = x0.requires_grad(), need_w = w0.requires_grad(), need_b = b0.defined() && b0.requires_grad();
   bool recording = needs_record({x0, w0, b0});

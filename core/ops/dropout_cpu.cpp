@@ -7,8 +7,13 @@
 #include "core/ops/dropout.h"
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
 #include "core/rng.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -35,11 +40,19 @@ Tensor apply_mask(const Tensor& in, RngState state, double p) {
 }  // namespace
 
 Tensor dropout(const Tensor& x, double p, bool training) {
-  nn::check_cpu("dropout", x);
+  const bool on_gpu = op_on_cuda("dropout", {x});
   nn::check_floating("dropout", "x", x);
   KILN_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p, " (x ", x.str(), ")");
   if (!training || p == 0 || x.numel() == 0) return x;
   RngState state = default_generator().advance(static_cast<uint64_t>(x.numel()));
+  if (on_gpu) {  // the same counter-based mask, drawn on the device
+#ifdef KILN_WITH_CUDA
+    Tensor y = cuda::dropout_forward(x.detach(), p, state);
+    return record("dropout", {x}, y, [state, p, dt = x.dtype()](const Tensor& gy) {
+      return grads{cuda::dropout_backward(gy.dtype() == dt ? gy : gy.to(dt), p, state)};
+    });
+#endif
+  }
   Tensor y = apply_mask(x, state, p);
   return record("dropout", {x}, y, [state, p, dt = x.dtype()](const Tensor& gy) {
     Tensor dx = apply_mask(gy, state, p);

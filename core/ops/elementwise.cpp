@@ -1,11 +1,18 @@
-// CPU elementwise kernels and their autograd. Layout-agnostic: broadcasting is done with stride-0
-// views, and the common cases (same shape, contiguous; bias over the last dim) get flat loops.
+// Elementwise ops and their autograd. CPU kernels here, layout-agnostic: broadcasting is done with
+// stride-0 views, and the common cases (same shape, contiguous; bias over the last dim) get flat
+// loops. CUDA tensors go to core/cuda/elementwise_cuda.cu (core/ops/dispatch.h), in the forward
+// and in the backward closures alike (they are written with these same public ops).
 #include "core/ops/elementwise.h"
 
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -23,10 +30,34 @@ Shape broadcast_shapes(const Shape& a, const Shape& b) {
 
 namespace {
 
-void check_cpu(const char* op, const Tensor& t) {
-  KILN_CHECK(t.device().is_cpu(), op, ": tensor ", t.str(), " is on ", t.device().str(),
-             ", and this build has no CUDA kernel for it");
+// The ops with a kernel of their own; each maps to one CPU lambda and one CUDA kernel.
+enum class Bin { add, sub, mul, div, relu_backward };
+enum class Un { relu, exp, log, sqrt, square, affine };
+
+#ifdef KILN_WITH_CUDA
+Tensor binary_cuda(Bin op, const Tensor& a, const Tensor& b) {
+  switch (op) {
+    case Bin::add: return cuda::binary(cuda::BinaryOp::add, a, b);
+    case Bin::sub: return cuda::binary(cuda::BinaryOp::sub, a, b);
+    case Bin::mul: return cuda::binary(cuda::BinaryOp::mul, a, b);
+    case Bin::div: return cuda::binary(cuda::BinaryOp::div, a, b);
+    case Bin::relu_backward: return cuda::relu_backward(a, b);
+  }
+  KILN_FAIL("elementwise: unknown binary op");
 }
+// mul/add: the affine map's constants (add_scalar, mul_scalar).
+Tensor unary_cuda(Un op, const Tensor& a, double mul, double add) {
+  switch (op) {
+    case Un::relu: return cuda::unary(cuda::UnaryOp::relu, a);
+    case Un::exp: return cuda::unary(cuda::UnaryOp::exp, a);
+    case Un::log: return cuda::unary(cuda::UnaryOp::log, a);
+    case Un::sqrt: return cuda::unary(cuda::UnaryOp::sqrt, a);
+    case Un::square: return cuda::unary(cuda::UnaryOp::square, a);
+    case Un::affine: return cuda::affine(a, mul, add);
+  }
+  KILN_FAIL("elementwise: unknown unary op");
+}
+#endif
 
 // Strides of `t` broadcast to `shape` (0 on broadcast dims).
 Shape broadcast_strides(const Tensor& t, const Shape& shape) {
@@ -87,10 +118,13 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
 }
 
 template <typename F>
-Tensor binary(const char* name, const Tensor& a0, const Tensor& b0, F f) {
-  check_cpu(name, a0);
-  check_cpu(name, b0);
+Tensor binary(const char* name, Bin op, const Tensor& a0, const Tensor& b0, F f) {
   DType ct = compute_dtype(a0.dtype(), b0.dtype());
+  if (op_on_cuda(name, {a0, b0})) {
+#ifdef KILN_WITH_CUDA
+    return binary_cuda(op, a0.detach(), b0.detach());
+#endif
+  }
   Tensor a = a0.dtype() == ct ? a0 : a0.detach().to(ct);
   Tensor b = b0.dtype() == ct ? b0 : b0.detach().to(ct);
   Shape shape = broadcast_shapes(a.shape(), b.shape());
@@ -100,10 +134,15 @@ Tensor binary(const char* name, const Tensor& a0, const Tensor& b0, F f) {
   return ct == a0.dtype() ? out : out.to(a0.dtype()).detach();
 }
 
+// mul/add: the constants of Un::affine (unused by the other ops).
 template <typename F>
-Tensor unary(const char* name, const Tensor& a0, F f) {
-  check_cpu(name, a0);
+Tensor unary(const char* name, const Tensor& a0, Un op, F f, double mul = 1.0, double add = 0.0) {
   KILN_CHECK(is_floating(a0.dtype()), name, ": needs a floating tensor, got ", a0.str());
+  if (op_on_cuda(name, {a0})) {
+#ifdef KILN_WITH_CUDA
+    return unary_cuda(op, a0.detach(), mul, add);
+#endif
+  }
   DType ct = a0.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor a = (a0.dtype() == ct ? a0.detach() : a0.detach().to(ct)).contiguous();
   Tensor out = Tensor::empty(a.shape(), ct, a.device());
@@ -125,20 +164,20 @@ Tensor unary(const char* name, const Tensor& a0, F f) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  Tensor out = binary("add", a, b, [](auto x, auto y) { return x + y; });
+  Tensor out = binary("add", Bin::add, a, b, [](auto x, auto y) { return x + y; });
   Shape sa = a.shape(), sb = b.shape();
   return record("add", {a, b}, out, [sa, sb](const Tensor& g) { return grads{sum_to_shape(g, sa), sum_to_shape(g, sb)}; });
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
-  Tensor out = binary("sub", a, b, [](auto x, auto y) { return x - y; });
+  Tensor out = binary("sub", Bin::sub, a, b, [](auto x, auto y) { return x - y; });
   Shape sa = a.shape(), sb = b.shape();
   return record("sub", {a, b}, out,
                 [sa, sb](const Tensor& g) { return grads{sum_to_shape(g, sa), sum_to_shape(neg(g), sb)}; });
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
-  Tensor out = binary("mul", a, b, [](auto x, auto y) { return x * y; });
+  Tensor out = binary("mul", Bin::mul, a, b, [](auto x, auto y) { return x * y; });
   bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor ad = a.detach(), bd = b.detach();
   return record("mul", {a, b}, out, [ad, bd, ga, gb](const Tensor& g) {
@@ -147,7 +186,7 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
-  Tensor out = binary("div", a, b, [](auto x, auto y) { return x / y; });
+  Tensor out = binary("div", Bin::div, a, b, [](auto x, auto y) { return x / y; });
   bool ga = a.requires_grad(), gb = b.requires_grad();
   Tensor ad = a.detach(), bd = b.detach();
   return record("div", {a, b}, out, [ad, bd, ga, gb](const Tensor& g) {
@@ -158,48 +197,54 @@ Tensor div(const Tensor& a, const Tensor& b) {
 }
 
 Tensor add_scalar(const Tensor& a, double s) {
-  Tensor out = unary("add_scalar", a, [s](auto x) { return static_cast<decltype(x)>(x + s); });
+  Tensor out = unary(
+      "add_scalar", a, Un::affine, [s](auto x) { return static_cast<decltype(x)>(x + s); }, 1.0, s);
   return record("add_scalar", {a}, out, [](const Tensor& g) { return grads{g}; });
 }
 
 Tensor mul_scalar(const Tensor& a, double s) {
-  Tensor out = unary("mul_scalar", a, [s](auto x) { return static_cast<decltype(x)>(x * s); });
+  Tensor out = unary(
+      "mul_scalar", a, Un::affine, [s](auto x) { return static_cast<decltype(x)>(x * s); }, s, 0.0);
   return record("mul_scalar", {a}, out, [s](const Tensor& g) { return grads{mul_scalar(g, s)}; });
 }
 
 Tensor neg(const Tensor& a) { return mul_scalar(a, -1.0); }
 
 Tensor relu(const Tensor& a) {
-  Tensor out = unary("relu", a, [](auto x) { return x > 0 ? x : decltype(x)(0); });
+  Tensor out = unary("relu", a, Un::relu, [](auto x) { return x > 0 ? x : decltype(x)(0); });
   return record("relu", {a}, out, [od = out.detach()](const Tensor& g) { return grads{relu_backward(g, od)}; });
 }
 
 Tensor relu_backward(const Tensor& g, const Tensor& out) {
-  return binary("relu_backward", g, out, [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); });
+  return binary("relu_backward", Bin::relu_backward, g, out, [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); });
 }
 
 Tensor exp(const Tensor& a) {
-  Tensor out = unary("exp", a, [](auto x) { return std::exp(x); });
+  Tensor out = unary("exp", a, Un::exp, [](auto x) { return std::exp(x); });
   return record("exp", {a}, out, [od = out.detach()](const Tensor& g) { return grads{mul(g, od)}; });
 }
 
 Tensor log(const Tensor& a) {
-  Tensor out = unary("log", a, [](auto x) { return std::log(x); });
+  Tensor out = unary("log", a, Un::log, [](auto x) { return std::log(x); });
   return record("log", {a}, out, [ad = a.detach()](const Tensor& g) { return grads{div(g, ad)}; });
 }
 
 Tensor sqrt(const Tensor& a) {
-  Tensor out = unary("sqrt", a, [](auto x) { return std::sqrt(x); });
+  Tensor out = unary("sqrt", a, Un::sqrt, [](auto x) { return std::sqrt(x); });
   return record("sqrt", {a}, out, [od = out.detach()](const Tensor& g) { return grads{div(mul_scalar(g, 0.5), od)}; });
 }
 
 Tensor square(const Tensor& a) {
-  Tensor out = unary("square", a, [](auto x) { return x * x; });
+  Tensor out = unary("square", a, Un::square, [](auto x) { return x * x; });
   return record("square", {a}, out, [ad = a.detach()](const Tensor& g) { return grads{mul(g, mul_scalar(ad, 2.0))}; });
 }
 
 bool all_finite(const Tensor& a0) {
-  check_cpu("all_finite", a0);
+  if (op_on_cuda("all_finite", {a0})) {
+#ifdef KILN_WITH_CUDA
+    return cuda::all_finite(a0.detach());
+#endif
+  }
   Tensor a = a0.detach().contiguous();
   int64_t n = a.numel();
   bool ok = true;

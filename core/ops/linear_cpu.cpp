@@ -11,12 +11,21 @@
 // rounded to the input dtype: the values of a native kernel that accumulates in f32, at f32 speed
 // plus the conversions.
 //
-// Tests: tests/core/linear_test.cpp. Benchmark: `kiln bench matmul`, tools/bench/bench_ops.py.
+// CUDA tensors: cuBLASLt (core/cuda/matmul_cuda.cu) with the transposes passed as flags, so no
+// operand is copied there either: mm() below picks the device (core/ops/dispatch.h).
+//
+// Tests: tests/core/linear_test.cpp, tests/gpu/ops_dispatch_test.cpp. Benchmark: `kiln bench matmul`,
+// tools/bench/bench_ops.py.
 #include "core/ops/linear.h"
 
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -95,8 +104,16 @@ Tensor to_f32(const Tensor& t) {
   return t.to(DType::f32);
 }
 
-// The product in dtype `out`: natively, or through f32 when the CPU lacks the low-precision kernels.
-Tensor mm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, DType out) {
+// op(a) @ op(b) [+ bias] in dtype `out`, op = transpose where the flag is set. CUDA: cuBLASLt takes
+// the flags. CPU: natively, or through f32 when the CPU lacks the low-precision kernels; a
+// transposed operand is a transposed view (t2), which oneDNN reads in place.
+Tensor mm(const char* op, const Tensor& a0, bool ta, const Tensor& b0, bool tb, const Tensor& bias, DType out) {
+  if (op_on_cuda(op, {a0, b0, bias})) {
+#ifdef KILN_WITH_CUDA
+    return cuda::matmul(a0, b0, ta, tb, bias);
+#endif
+  }
+  Tensor a = ta ? t2(a0) : a0, b = tb ? t2(b0) : b0;
   if (onednn::native_compute(out)) return mm_native(op, a, b, bias);
   Tensor y = mm_native(op, to_f32(a), to_f32(b), to_f32(bias));
   return out == DType::f32 ? y : y.to(out);
@@ -104,8 +121,6 @@ Tensor mm(const char* op, const Tensor& a, const Tensor& b, const Tensor& bias, 
 
 void check_operand(const char* op, const char* name, const Tensor& t) {
   KILN_CHECK(t.defined(), op, ": ", name, " is an undefined tensor");
-  KILN_CHECK(t.device().is_cpu(), op, ": ", name, " ", t.str(), " is on ", t.device().str(),
-             ", and this build has no CUDA kernel for it");
   KILN_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16, op, ": ", name, " ",
              t.str(), ": accepted dtypes are f32, bf16 and f16");
 }
@@ -121,12 +136,12 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   KILN_CHECK(a.dtype() == b.dtype(), "matmul: a ", a.str(), " and b ", b.str(), " must have the same dtype");
   DType dt = a.dtype();
   Tensor ad = a.detach(), bd = b.detach();
-  Tensor y = mm("matmul", ad, bd, Tensor(), dt);
+  Tensor y = mm("matmul", ad, false, bd, false, Tensor(), dt);
   bool ga = a.requires_grad(), gb = b.requires_grad();
   return record("matmul", {a, b}, y, [ad, bd, ga, gb, dt](const Tensor& gy0) {
     Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
-    return grads{ga ? mm("matmul backward", gy, t2(bd), Tensor(), dt) : Tensor(),
-                 gb ? mm("matmul backward", t2(ad), gy, Tensor(), dt) : Tensor()};
+    return grads{ga ? mm("matmul backward", gy, false, bd, true, Tensor(), dt) : Tensor(),
+                 gb ? mm("matmul backward", ad, true, gy, false, Tensor(), dt) : Tensor()};
   });
 }
 
@@ -146,12 +161,12 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
   }
   DType dt = x.dtype();
   Tensor xd = x.detach(), wd = w.detach();
-  Tensor y = mm("linear", xd, t2(wd), b.defined() ? b.detach().contiguous() : Tensor(), dt);
+  Tensor y = mm("linear", xd, false, wd, true, b.defined() ? b.detach().contiguous() : Tensor(), dt);
   bool gx = x.requires_grad(), gw = w.requires_grad(), gb = b.defined() && b.requires_grad();
   return record("linear", {x, w, b}, y, [xd, wd, gx, gw, gb, dt](const Tensor& gy0) {
     Tensor gy = gy0.dtype() == dt ? gy0 : gy0.to(dt);
-    return grads{gx ? mm("linear backward", gy, wd, Tensor(), dt) : Tensor(),
-                 gw ? mm("linear backward", t2(gy), xd, Tensor(), dt) : Tensor(), gb ? sum(gy, {0}) : Tensor()};
+    return grads{gx ? mm("linear backward", gy, false, wd, false, Tensor(), dt) : Tensor(),
+                 gw ? mm("linear backward", gy, true, xd, false, Tensor(), dt) : Tensor(), gb ? sum(gy, {0}) : Tensor()};
   });
 }
 

@@ -2,7 +2,9 @@
 //   logits: (N, K) floating; labels: (N) i64 or i32 in [0, K)
 //   label_smoothing e in [0, 1]: target = (1-e)*onehot + e/K (PyTorch's definition), i.e.
 //   loss_i = (1-e) * nll_i + e * mean_k(-log p_ik)
-// A label outside [0, K) is an error naming the label, its index and K.
+// A label outside [0, K) is an error naming the label, its index and K on the CPU; on a GPU (where a
+// kernel cannot throw without a sync) it makes the loss and that row's gradient NaN.
+// CUDA: core/cuda/loss_cuda.cu (f32, f16, bf16 logits; labels on the same GPU).
 // Returns a scalar (shape []) in f32 (f64 for f64 logits; bf16/f16 logits get an f32 loss).
 // Recorded by autograd (gradient to logits, in the logits' dtype). CPU: loss_cpu.cpp.
 // Tests: tests/core/loss_test.cpp.

@@ -11,7 +11,12 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -91,8 +96,7 @@ void ce_backward(const T* z, int64_t N, int64_t K, const CeSaved& s, double gsca
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing) {
-  nn::check_cpu("cross_entropy", logits);
-  nn::check_cpu("cross_entropy", labels);
+  const bool on_gpu = op_on_cuda("cross_entropy", {logits, labels});
   nn::check_floating("cross_entropy", "logits", logits);
   KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0,
              "cross_entropy: logits must be (N, K) with N, K > 0, got ", logits.str());
@@ -102,6 +106,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
              " do not match logits ", logits.str(), " (expected [", logits.size(0), "])");
   KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got ",
              label_smoothing);
+  if (on_gpu) {  // NOTE: a label outside [0, K) gives a NaN loss there (a kernel cannot throw)
+#ifdef KILN_WITH_CUDA
+    Tensor loss = cuda::cross_entropy_forward(logits.detach(), labels, label_smoothing);
+    return record("cross_entropy", {logits}, loss,
+                  [zd = logits.detach(), labels, label_smoothing](const Tensor& g) {
+                    return grads{cuda::cross_entropy_backward(g, zd, labels, label_smoothing)};
+                  });
+#endif
+  }
   const int64_t N = logits.size(0), K = logits.size(1);
   CeSaved s;
   s.y = checked_labels(logits, labels);
@@ -126,9 +139,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
 }
 
 Tensor softmax(const Tensor& logits) {
-  nn::check_cpu("softmax", logits);
+  const bool on_gpu = op_on_cuda("softmax", {logits});
   nn::check_floating("softmax", "logits", logits);
   KILN_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, "softmax: needs a last dim of size > 0, got ", logits.str());
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    int64_t K = logits.size(-1);
+    return cuda::softmax(logits.detach().reshape({logits.numel() / K, K})).reshape(logits.shape());
+#endif
+  }
   DType ct = nn::compute_dtype(logits.dtype());
   Tensor z = nn::to_compute(logits, ct);
   Tensor out = Tensor::empty(z.shape(), ct);

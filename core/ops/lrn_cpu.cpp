@@ -12,7 +12,12 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -103,10 +108,18 @@ void lrn_backward(const T* x, const T* gy, int64_t rows, int64_t C, const LrnPar
 }  // namespace
 
 Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
-  nn::check_cpu("local_response_norm", x);
+  const bool on_gpu = op_on_cuda("local_response_norm", {x});
   nn::check_floating("local_response_norm", "x", x);
   KILN_CHECK(x.dim() >= 2, "local_response_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
   KILN_CHECK(size >= 1, "local_response_norm: size must be >= 1, got ", size, " (x ", x.str(), ")");
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    Tensor y = cuda::lrn_forward(x.detach(), size, alpha, beta, k);
+    return record("local_response_norm", {x}, y, [xd = x.detach(), size, alpha, beta, k](const Tensor& gy) {
+      return grads{cuda::lrn_backward(gy.dtype() == xd.dtype() ? gy : gy.to(xd.dtype()), xd, size, alpha, beta, k)};
+    });
+#endif
+  }
   LrnParams lp{size, alpha, beta, k};
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   DType ct = nn::compute_dtype(x.dtype());

@@ -1,5 +1,5 @@
-// Helpers shared by the CPU kernels of the nn ops (batch_norm, pool, lrn, dropout, loss): the device
-// check and the compute copies. These kernels run in f64 for f64 tensors (so tests can check
+// Helpers shared by the CPU kernels of the nn ops (batch_norm, pool, lrn, dropout, loss): dtype
+// checks and the compute copies (the device dispatch is core/ops/dispatch.h). These kernels run in f64 for f64 tensors (so tests can check
 // gradients to 1e-6) and in f32 for every other floating dtype (bf16/f16 are converted on entry and
 // rounded back on exit: DESIGN.md keeps statistics, softmax and losses in f32).
 // Private to core/ops; tests: tests/core/{batch_norm,pool,lrn,dropout,loss}_test.cpp.
@@ -7,11 +7,6 @@
 #include "core/tensor.h"
 
 namespace kiln::ops::nn {
-
-inline void check_cpu(const char* op, const Tensor& t) {
-  KILN_CHECK(t.device().is_cpu(), op, ": tensor ", t.str(), " is on ", t.device().str(),
-             ", and this build has no CUDA kernel for it");
-}
 
 inline void check_floating(const char* op, const char* what, const Tensor& t) {
   KILN_CHECK(is_floating(t.dtype()), op, ": ", what, " must be floating (f32, bf16, f16 or f64), got ", t.str());

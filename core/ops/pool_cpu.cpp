@@ -9,7 +9,9 @@
 // widens the right padding (PyTorch counts only the real padding: 1/6 vs 1/9 at a corner), and its
 // nhwc jit:avx2 max pooling was slower here: (32, 56, 56, 64) k3 s2 p1, 1 thread, loaded 2-core
 // machine, min of 30: fwd 23 ms / bwd 14 ms for these loops vs 89 / 77 ms for oneDNN.
-// Tests: tests/core/pool_test.cpp.
+// CUDA tensors: core/cuda/pool_cuda.cu (same semantics; the argmax is kept there too), with the
+// autograd closures in the *_cuda() functions below; the checks are shared.
+// Tests: tests/core/pool_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include "core/ops/pool.h"
 
 #include <algorithm>
@@ -18,7 +20,12 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -206,7 +213,7 @@ void avg_backward(const T* gy, const Geom& g, T* dx) {
 }
 
 void check_input(const char* op, const Tensor& x) {
-  nn::check_cpu(op, x);
+  op_device(op, {x});
   nn::check_floating(op, "x", x);
   KILN_CHECK(x.dim() == 4, op, ": x must be 4-D (N, H, W, C), got ", x.str());
   KILN_CHECK(x.size(1) * x.size(2) <= std::numeric_limits<int32_t>::max(), op, ": input plane of ", x.str(),
@@ -252,6 +259,35 @@ Tensor avg_pool(const char* name, const Tensor& x, const Geom& g) {
   });
 }
 
+#ifdef KILN_WITH_CUDA
+// The CUDA ops with their backward closures (inputs already checked).
+Tensor max_pool_cuda(const Tensor& x, const Pool2dParams& p) {
+  Tensor idx;
+  Tensor y = cuda::max_pool2d_forward(x.detach(), p, needs_record({x}) ? &idx : nullptr);
+  return record("max_pool2d", {x}, y, [idx, p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
+    return grads{cuda::max_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), idx, xs, p)};
+  });
+}
+Tensor avg_pool_cuda(const Tensor& x, const Pool2dParams& p) {
+  Tensor y = cuda::avg_pool2d_forward(x.detach(), p);
+  return record("avg_pool2d", {x}, y, [p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
+    return grads{cuda::avg_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), xs, p)};
+  });
+}
+Tensor adaptive_avg_pool_cuda(const Tensor& x, int64_t out_h, int64_t out_w) {
+  Tensor y = cuda::adaptive_avg_pool2d_forward(x.detach(), out_h, out_w);
+  return record("adaptive_avg_pool2d", {x}, y, [xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
+    return grads{cuda::adaptive_avg_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), xs)};
+  });
+}
+Tensor global_avg_pool_cuda(const Tensor& x) {
+  Tensor y = cuda::global_avg_pool_forward(x.detach());
+  return record("global_avg_pool", {x}, y, [xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
+    return grads{cuda::global_avg_pool_backward(gy.dtype() == dt ? gy : gy.to(dt), xs)};
+  });
+}
+#endif
+
 }  // namespace
 
 Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
@@ -262,6 +298,11 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   Geom g = pool_geom("max_pool2d", x, p, true);
+  if (x.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    return max_pool_cuda(x, p);
+#endif
+  }
   DType ct = nn::compute_dtype(x.dtype());
   Tensor xc = nn::to_compute(x, ct);
   Tensor y = Tensor::empty(out_shape(g), ct);
@@ -282,7 +323,13 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
 }
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
-  return avg_pool("avg_pool2d", x, pool_geom("avg_pool2d", x, p, p.count_include_pad));
+  Geom g = pool_geom("avg_pool2d", x, p, p.count_include_pad);
+  if (x.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    return avg_pool_cuda(x, p);
+#endif
+  }
+  return avg_pool("avg_pool2d", x, g);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
@@ -290,6 +337,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   KILN_CHECK(out_h > 0 && out_w > 0, "adaptive_avg_pool2d: output size ", out_h, "x", out_w,
              " must be positive (x ", x.str(), ")");
   KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "adaptive_avg_pool2d: empty input plane in ", x.str());
+  if (x.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    return adaptive_avg_pool_cuda(x, out_h, out_w);
+#endif
+  }
   return avg_pool("adaptive_avg_pool2d", x,
                   make_geom(x, adaptive_axis(x.size(1), out_h), adaptive_axis(x.size(2), out_w)));
 }
@@ -297,6 +349,11 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
 Tensor global_avg_pool(const Tensor& x) {
   check_input("global_avg_pool", x);
   KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "global_avg_pool: empty input plane in ", x.str());
+  if (x.device().is_cuda()) {
+#ifdef KILN_WITH_CUDA
+    return global_avg_pool_cuda(x);
+#endif
+  }
   Tensor y = avg_pool("global_avg_pool", x, make_geom(x, adaptive_axis(x.size(1), 1), adaptive_axis(x.size(2), 1)));
   return y.reshape({x.size(0), x.size(3)});
 }

@@ -1,6 +1,8 @@
-// CPU reductions. Fast paths for the two shapes training needs (reduce a leading block of dims, as in
-// bias gradients over N*H*W; reduce a trailing block, as in per-row sums), a general path otherwise.
-// Accumulation is in double, so sums over millions of f32 values stay accurate.
+// Reductions. CPU: fast paths for the two shapes training needs (reduce a leading block of dims, as
+// in bias gradients over N*H*W; reduce a trailing block, as in per-row sums), a general path
+// otherwise; accumulation in double, so sums over millions of f32 values stay accurate. CUDA
+// tensors: core/cuda/reduce_cuda.cu (f32 accumulation, deterministic two-pass). argmax and
+// topk_indices rank on the host and return the indices on the input's device.
 #include "core/ops/reduce.h"
 
 #include <algorithm>
@@ -9,7 +11,12 @@
 #include <omp.h>
 
 #include "core/autograd.h"
+#include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
 
 namespace kiln::ops {
 
@@ -129,15 +136,21 @@ Tensor expand_to(const Tensor& g, const Shape& in_shape, const std::vector<int64
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
-  KILN_CHECK(x.device().is_cpu(), "sum: tensor ", x.str(), " is not on the CPU, and this build has no CUDA kernel for it");
   KILN_CHECK(is_floating(x.dtype()), "sum: needs a floating tensor, got ", x.str());
   std::vector<int64_t> dims = normalize_dims(x, dims0);
-  DType ct = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor xc = (x.dtype() == ct ? x.detach() : x.detach().to(ct)).contiguous();
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), ct);
-  if (ct == DType::f64) sum_kernel(xc.data<double>(), xc.shape(), dims, out.data<double>());
-  else sum_kernel(xc.data<float>(), xc.shape(), dims, out.data<float>());
-  if (ct != x.dtype()) out = out.to(x.dtype());
+  Tensor out;
+  if (op_on_cuda("sum", {x})) {
+#ifdef KILN_WITH_CUDA
+    out = cuda::sum(x.detach(), dims, keepdim);
+#endif
+  } else {
+    DType ct = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+    Tensor xc = (x.dtype() == ct ? x.detach() : x.detach().to(ct)).contiguous();
+    out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), ct);
+    if (ct == DType::f64) sum_kernel(xc.data<double>(), xc.shape(), dims, out.data<double>());
+    else sum_kernel(xc.data<float>(), xc.shape(), dims, out.data<float>());
+    if (ct != x.dtype()) out = out.to(x.dtype());
+  }
   Shape in_shape = x.shape();
   return record("sum", {x}, out, [in_shape, dims](const Tensor& g) { return grads{expand_to(g, in_shape, dims)}; });
 }
@@ -165,7 +178,7 @@ Tensor mean(const Tensor& x) {
 Tensor argmax(const Tensor& x, int64_t dim) {
   if (dim < 0) dim += x.dim();
   KILN_CHECK(dim >= 0 && dim < x.dim(), "argmax over dim ", dim, " of ", x.str());
-  Tensor xc = x.detach().to(DType::f64).to(Device::cpu()).contiguous();
+  Tensor xc = x.detach().to(Device::cpu()).to(DType::f64).contiguous();
   Shape s = x.shape();
   int64_t outer = 1, inner = 1, len = s[dim];
   for (int64_t d = 0; d < dim; ++d) outer *= s[d];
@@ -182,14 +195,14 @@ Tensor argmax(const Tensor& x, int64_t dim) {
         if (p[(a * len + i) * inner + b] > p[(a * len + best) * inner + b]) best = i;
       o[a * inner + b] = best;
     }
-  return out;
+  return out.to(x.device());
 }
 
 Tensor topk_indices(const Tensor& x, int64_t k) {
   KILN_CHECK(x.dim() == 2, "topk_indices needs (N, K) scores, got ", x.str());
   int64_t n = x.size(0), c = x.size(1);
   k = std::min(k, c);
-  Tensor xc = x.detach().to(DType::f64).to(Device::cpu()).contiguous();
+  Tensor xc = x.detach().to(Device::cpu()).to(DType::f64).contiguous();
   const double* p = xc.data<double>();
   Tensor out = Tensor::empty({n, k}, DType::i64);
   int64_t* o = out.data<int64_t>();
@@ -202,11 +215,15 @@ Tensor topk_indices(const Tensor& x, int64_t k) {
     });
     std::copy(idx.begin(), idx.begin() + k, o + r * k);
   }
-  return out;
+  return out.to(x.device());
 }
 
 double sum_of_squares(const Tensor& x) {
-  KILN_CHECK(x.device().is_cpu(), "sum_of_squares: ", x.str(), " is not on the CPU");
+  if (op_on_cuda("sum_of_squares", {x})) {
+#ifdef KILN_WITH_CUDA
+    return cuda::sum_of_squares(x.detach());
+#endif
+  }
   Tensor xc = x.detach().contiguous();
   int64_t n = xc.numel();
   double s = 0;
@@ -221,6 +238,11 @@ double sum_of_squares(const Tensor& x) {
 }
 
 double max_abs(const Tensor& x) {
+  if (op_on_cuda("max_abs", {x})) {
+#ifdef KILN_WITH_CUDA
+    return cuda::max_abs(x.detach());
+#endif
+  }
   double m = 0;
   for (double v : x.to_double_vector()) m = std::max(m, std::fabs(v));
   return m;

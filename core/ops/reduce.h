@@ -1,5 +1,6 @@
 // Reductions. sum/mean are recorded by autograd; dims may be negative; keepdim keeps size-1 dims.
 // Accumulation is in f64 for f64 inputs and f32 otherwise (blocked, so large sums stay accurate).
+// CPU and CUDA tensors (core/ops/dispatch.h).
 // Tests: tests/core/reduce_test.cpp.
 #pragma once
 #include <vector>
@@ -13,7 +14,8 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = fal
 Tensor mean(const Tensor& x);
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim = false);
 
-// Not recorded.
+// Not recorded. argmax and topk_indices rank on the host (one copy back for a CUDA x) and return the
+// indices on x's device; metrics that want them on the host move logits there first.
 Tensor argmax(const Tensor& x, int64_t dim);               // i64, dim removed
 Tensor topk_indices(const Tensor& x, int64_t k);           // x: (N, K) -> i64 (N, k), largest first
 double sum_of_squares(const Tensor& x);                    // for gradient-norm clipping

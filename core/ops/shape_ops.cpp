@@ -1,3 +1,5 @@
+// concat: copies into slices of one output (copy_tensor, so any device); the backward slices the
+// gradient. Composed: no kernel of its own.
 #include "core/ops/shape_ops.h"
 
 #include "core/autograd.h"
@@ -13,8 +15,9 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t dim) {
   Shape out_shape = first.shape();
   out_shape[dim] = 0;
   for (const Tensor& t : xs) {
-    KILN_CHECK(t.dim() == nd && t.dtype() == first.dtype() && t.device() == first.device(), "concat: ", t.str(),
-               " does not match ", first.str());
+    KILN_CHECK(t.device() == first.device(), "concat: tensors on different devices: ", first.str(), " and ", t.str(),
+               "; move them to one device with .to(device)");
+    KILN_CHECK(t.dim() == nd && t.dtype() == first.dtype(), "concat: ", t.str(), " does not match ", first.str());
     for (int64_t d = 0; d < nd; ++d)
       KILN_CHECK(d == dim || t.shape()[d] == first.shape()[d], "concat along dim ", dim, ": ", t.str(),
                  " does not match ", first.str());

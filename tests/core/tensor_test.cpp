@@ -96,4 +96,17 @@ TEST(Device, ParseErrorsNameTheInput) {
   }
   if (cuda_device_count() == 0) EXPECT_THROW(parse_device_list("0,1"), Error);
   EXPECT_EQ(parse_device_list("cpu").size(), 1u);
+  // A GPU that is not there: one line naming the request and what is available.
+  try {
+    parse_device("cuda:" + std::to_string(cuda_device_count()));
+    FAIL();
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("device=cuda:" + std::to_string(cuda_device_count()) + ": this machine has no such GPU; available: cpu"),
+              std::string::npos) << m;
+    if (cuda_device_count() == 0 && cuda_compiled()) EXPECT_NE(m.find("cpu (no CUDA device visible)"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+  // The default: the first GPU when there is one, else the CPU.
+  EXPECT_EQ(parse_device_list("").front(), cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu());
 }

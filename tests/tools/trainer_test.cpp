@@ -99,7 +99,7 @@ TEST(Trainer, BadConfigsNameThePathAndWhatIsAccepted) {
       {{"model.layers.0.type=conv3d"}, "conv3d"},
       {{"data.source=imagenet"}, "imagenet"},
       {{"batch=0"}, "data.batch_size = 0 is not accepted"},
-      {{"device=tpu"}, "device 'tpu' is not understood"},
+      {{"device=tpu"}, "device=tpu: not understood"},
       {{"lr=\"fast\""}, "optim.lr"},
       {{"resume=/nonexistent/run"}, "checkpoint '/nonexistent/run'"},
       {{"colour=red"}, "unknown key colour"},

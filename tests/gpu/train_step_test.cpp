@@ -1,0 +1,193 @@
+// Whole training steps on a GPU against the same steps on the CPU, through the public API: one model
+// built twice from the same seed (one copy moved with Module::to), the same batch, forward,
+// cross-entropy, backward; then loss, every parameter's gradient and the batch-norm running
+// statistics must match, and after optimizer steps (SGD with momentum, Nesterov, weight decay and a
+// no-decay group; AdamW with amsgrad; gradient clipping; the fp16 loss scaler's unscale) every
+// parameter must match. Models: a CIFAR ResNet (depth 8, width 4, shortcut A: conv, batch norm,
+// ReLU, slicing and concat, global pooling, linear) and LeNet (max pooling, dropout, linear).
+// Convolutions run with TF32 off so the f32 tolerances can stay tight.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/loss.h"
+#include "core/rng.h"
+#include "models/registry.h"
+#include "optim/adamw.h"
+#include "optim/loss_scaler.h"
+#include "optim/param.h"
+#include "optim/sgd.h"
+#include "tests/gpu/gpu_test_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
+using namespace kiln;
+using kiln::gputest::gpu;
+using kiln::gputest::rand_cpu;
+
+namespace {
+
+struct Replica {
+  std::shared_ptr<Module> model;
+  std::vector<ParamRef> params;
+  Device device;
+};
+
+Replica make_replica(const json& model_cfg, Device d) {
+  manual_seed(7);  // same initial weights for both replicas
+  Replica r;
+  r.model = models::build_model(model_cfg, "model");
+  r.model->to(d);
+  r.model->train();
+  for (auto& [name, p] : r.model->named_parameters()) r.params.push_back({name, p, false});
+  mark_no_decay_1d(r.params);
+  r.device = d;
+  return r;
+}
+
+// Forward + loss + backward on `r` with the batch (x, y) given on the CPU; returns the loss.
+double forward_backward(Replica& r, const Tensor& x, const Tensor& y, double scale = 1.0) {
+  manual_seed(99);  // dropout masks: same counters on both devices
+  for (auto& p : r.params) p.param.zero_grad();
+  Tensor logits = r.model->forward(x.to(r.device));
+  EXPECT_EQ(logits.device(), r.device);
+  Tensor loss = ops::cross_entropy(logits, y.to(r.device), 0.1);
+  (scale == 1.0 ? loss : ops::mul_scalar(loss, scale)).backward();
+  return loss.item();
+}
+
+// |gpu - cpu| <= rel * (max|cpu| + |cpu|) per tensor.
+void expect_tensor_close(const Tensor& g, const Tensor& c, double rel, const std::string& what) {
+  ASSERT_TRUE(g.defined() && c.defined()) << what;
+  EXPECT_EQ(g.device(), gpu()) << what;
+  std::vector<double> want = c.to_double_vector();
+  double m = 0;
+  for (double v : want) m = std::max(m, std::fabs(v));
+  kiln::testing::expect_close(g.to_double_vector(), want, rel * std::max(m, 1e-12), rel, what);
+}
+
+void expect_grads_close(const Replica& g, const Replica& c, double rel) {
+  ASSERT_EQ(g.params.size(), c.params.size());
+  for (size_t i = 0; i < c.params.size(); ++i)
+    expect_tensor_close(g.params[i].param.grad(), c.params[i].param.grad(), rel, "grad " + c.params[i].name);
+}
+
+void expect_params_close(const Replica& g, const Replica& c, double rel) {
+  for (size_t i = 0; i < c.params.size(); ++i)
+    expect_tensor_close(g.params[i].param, c.params[i].param, rel, "param " + c.params[i].name);
+  auto bg = g.model->named_buffers(), bc = c.model->named_buffers();
+  ASSERT_EQ(bg.size(), bc.size());
+  for (size_t i = 0; i < bc.size(); ++i) {
+    if (!is_floating(bc[i].second.dtype())) {
+      EXPECT_EQ(bg[i].second.to_int_vector(), bc[i].second.to_int_vector()) << bc[i].first;
+      continue;
+    }
+    expect_tensor_close(bg[i].second, bc[i].second, rel, "buffer " + bc[i].first);
+  }
+}
+
+class TrainStepOnGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef KILN_WITH_CUDA
+    if (cuda_device_count() > 0) {
+      tf32_ = cuda::conv_allow_tf32();
+      cuda::set_conv_allow_tf32(false);
+    }
+#endif
+  }
+  void TearDown() override {
+#ifdef KILN_WITH_CUDA
+    if (cuda_device_count() > 0) cuda::set_conv_allow_tf32(tf32_);
+#endif
+  }
+  bool tf32_ = true;
+};
+
+json resnet_cfg() {
+  return {{"name", "resnet_cifar"}, {"depth", 8}, {"width", 4}, {"shortcut", "A"}, {"in_channels", 3},
+          {"num_classes", 10}};
+}
+json lenet_cfg() { return {{"name", "lenet"}, {"in_channels", 1}, {"num_classes", 10}, {"dropout", 0.5}}; }
+
+Tensor labels_for(int64_t n) {
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < n; ++i) y.push_back((i * 3 + 1) % 10);
+  return Tensor::from_vector(y, {n}, DType::i64);
+}
+
+}  // namespace
+
+TEST_F(TrainStepOnGpu, ResNetSgdStepsMatchTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  Replica c = make_replica(resnet_cfg(), Device::cpu()), g = make_replica(resnet_cfg(), gpu());
+  SGDOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = 5e-4;
+  so.no_decay_bn_bias = true;
+  SGD oc(c.params, so), og(g.params, so);
+  for (int step = 0; step < 3; ++step) {  // the first step initialises the momentum buffers
+    SCOPED_TRACE("step " + std::to_string(step));
+    Tensor x = rand_cpu({6, 16, 16, 3}, 200 + step), y = labels_for(6);
+    double lc = forward_backward(c, x, y), lg = forward_backward(g, x, y);
+    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+    expect_grads_close(g, c, 1e-3);
+    oc.step();
+    og.step();
+    expect_params_close(g, c, 1e-4);
+  }
+  // The optimizer state comes back on the CPU and loads onto the GPU.
+  OptimizerState sc = oc.state_dict(), sg = og.state_dict();
+  ASSERT_EQ(sc.tensors.size(), sg.tensors.size());
+  for (auto& [k, t] : sg.tensors) {
+    EXPECT_TRUE(t.device().is_cpu()) << k;
+    kiln::testing::expect_close(t.to_double_vector(), sc.tensors.at(k).to_double_vector(), 1e-4, 1e-3, k);
+  }
+  og.load_state_dict(sc);
+}
+
+TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  Replica c = make_replica(lenet_cfg(), Device::cpu()), g = make_replica(lenet_cfg(), gpu());
+  AdamWOptions ao;
+  ao.lr = 1e-2;
+  ao.weight_decay = 0.05;
+  ao.amsgrad = true;
+  ao.eps = 1e-3;  // NOTE: with 1e-8, gradients near 0 that differ in sign between devices move by a full lr
+  ao.no_decay_bn_bias = true;
+  AdamW oc(c.params, ao), og(g.params, ao);
+  LossScaler lsc, lsg;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Tensor x = rand_cpu({8, 28, 28, 1}, 300 + step), y = labels_for(8);
+    double lc = forward_backward(c, x, y, lsc.scale()), lg = forward_backward(g, x, y, lsg.scale());
+    EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
+    EXPECT_TRUE(lsc.unscale_and_check(c.params));
+    EXPECT_TRUE(lsg.unscale_and_check(g.params));
+    expect_grads_close(g, c, 1e-3);
+    double nc = grad_norm(c.params), ng = grad_norm(g.params);
+    EXPECT_NEAR(ng, nc, 1e-4 * nc);
+    EXPECT_NEAR(grad_norm(g.params, INFINITY), grad_norm(c.params, INFINITY), 1e-3 * nc);
+    double max_norm = 0.5 * nc;  // clips
+    EXPECT_NEAR(clip_grad_norm(g.params, max_norm), clip_grad_norm(c.params, max_norm), 1e-4 * nc);
+    expect_grads_close(g, c, 1e-3);
+    oc.step();
+    og.step();
+    lsc.update(false);
+    lsg.update(false);
+    expect_params_close(g, c, 1e-3);
+  }
+  // A non-finite gradient is seen on the GPU too.
+  Tensor bad = g.params[0].param.grad();
+  bad.fill_(NAN);
+  EXPECT_FALSE(lsg.unscale_and_check(g.params));
+}

@@ -1,0 +1,57 @@
+// `kiln bench train` on the CPU (the same code path measures ResNet-50 on a GPU in
+// tools/bench/bench_gpu.py): it trains a registry model on a synthetic batch, prints one row with
+// images/s and a finite loss, and rejects unknown arguments and devices with one-line errors.
+// Only the output's shape is checked here (speed is what the command reports, not a test).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+#include <string>
+
+#include "core/check.h"
+#include "core/device.h"
+#include "tools/commands.h"
+
+using namespace kiln;
+
+TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
+  ::testing::internal::CaptureStdout();
+  int rc = cli::cmd_bench({"train", "model=lenet", "size=28", "channels=1", "classes=10", "batch=4", "steps=2",
+                           "warmup=1", "device=cpu"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  std::istringstream lines(out);
+  std::string line, row;
+  while (std::getline(lines, line))
+    if (line.rfind("lenet", 0) == 0) row = line;
+  ASSERT_FALSE(row.empty()) << out;
+  std::istringstream f(row);
+  std::string model, device, dtype;
+  double batch = 0, ms = 0, ips = 0, loss = 0;
+  f >> model >> device >> dtype >> batch >> ms >> ips >> loss;
+  EXPECT_EQ(device, "cpu");
+  EXPECT_EQ(dtype, "fp32");
+  EXPECT_EQ(batch, 4);
+  EXPECT_GT(ms, 0);
+  EXPECT_NEAR(ips, 4 / (ms * 1e-3), 0.05 + 0.01 * ips);  // printed with one decimal
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0) << row;
+}
+
+TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
+  try {
+    cli::cmd_bench({"train", "modle=lenet"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bench train: unknown argument 'modle=lenet'; accepted: batch"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    cli::cmd_bench({"train", "model=lenet", "device=cuda:" + std::to_string(cuda_device_count())});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("this machine has no such GPU; available: cpu"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(cli::cmd_bench({"train", "precision=fp8"}), Error);
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""GPU speed, kiln vs PyTorch on the same GPU, side by side in one run (for tools/gpu_check.sh).
+
+  (a) matmul: C = A @ B, n x n x n (default 8192), bf16 and fp32, TFLOPS.
+      kiln: `kiln bench matmul n=N device=cuda:0` (cuBLASLt; fp32 without TF32, as PyTorch's default)
+      torch: torch.matmul, timed with torch.cuda.synchronize() around the timed runs.
+  (b) ResNet-50 training, 224x224x3 synthetic images, 1000 classes, fp32 with TF32 allowed for
+      convolutions (PyTorch's default; kiln's too), cuDNN benchmark mode on both, batch 128;
+      forward + cross-entropy + backward + SGD (momentum 0.9, Nesterov, weight decay) per step;
+      images/s over --steps timed steps after --warmup.
+      kiln: `kiln bench train model=resnet50 ... device=cuda:0 cudnn_benchmark=1` (NHWC)
+      torch: torchvision's resnet50 (or the same network defined here when torchvision is
+      missing), channels_last.
+
+Usage: python3 tools/bench/bench_gpu.py [build-gpu/tools/kiln] [--n 8192] [--batch 128] [--steps 20]
+       (the kiln binary also comes from $KILN, which gpu_check.sh sets)
+Prints one table per part; exits non-zero when a side fails (the other side's figure is still shown).
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+
+
+def run_kiln(cmd, timeout):
+    print("$ " + " ".join(cmd), flush=True)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"kiln: timed out after {timeout} s")
+        return None
+    text = out.stdout + out.stderr
+    for line in text.splitlines():
+        if line.startswith("#") or "error" in line:
+            print("  " + line)
+    if out.returncode != 0:
+        print(out.stdout)  # the error line was shown above
+        return None
+    return out.stdout
+
+
+def kiln_matmul(kiln, n, iters, warmup):
+    out = run_kiln([kiln, "bench", "matmul", f"n={n}", f"iters={iters}", f"warmup={warmup}", "device=cuda:0"], 300)
+    res = {}
+    for line in (out or "").splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == "matmul" and f[1].startswith("cuda"):
+            res[f[2]] = float(f[4])
+    return res
+
+
+def torch_matmul(n, iters, warmup):
+    import torch
+    res = {}
+    for name, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        g = torch.Generator(device="cuda").manual_seed(1)
+        a = torch.randn(n, n, device="cuda", dtype=dt, generator=g)
+        b = torch.randn(n, n, device="cuda", dtype=dt, generator=g)
+        for _ in range(warmup):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(iters):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+        s = (time.perf_counter() - t) / iters
+        res[name] = 2.0 * n ** 3 / s / 1e12
+        del a, b
+    torch.cuda.empty_cache()
+    return res
+
+
+def kiln_train(kiln, batch, steps, warmup):
+    out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
+                    "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1"], 420)
+    for line in (out or "").splitlines():
+        f = line.split()
+        if len(f) == 7 and f[0] == "resnet50":
+            return float(f[5])
+    return None
+
+
+def torch_resnet50(num_classes):
+    try:
+        import torchvision
+        return torchvision.models.resnet50(num_classes=num_classes), "torchvision resnet50"
+    except ImportError:
+        pass
+    import torch.nn as nn
+
+    class Bottleneck(nn.Module):
+        def __init__(self, cin, width, stride):
+            super().__init__()
+            cout = width * 4
+            self.body = nn.Sequential(
+                nn.Conv2d(cin, width, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, width, 3, stride, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU(inplace=True),
+                nn.Conv2d(width, cout, 1, bias=False), nn.BatchNorm2d(cout))
+            self.down = None
+            if stride != 1 or cin != cout:
+                self.down = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+            self.relu = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            return self.relu(self.body(x) + (x if self.down is None else self.down(x)))
+
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)]
+    cin = 64
+    for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+        for i in range(blocks):
+            layers.append(Bottleneck(cin, width, stride if i == 0 else 1))
+            cin = width * 4
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes)]
+    return nn.Sequential(*layers), "ResNet-50 defined in bench_gpu.py (no torchvision)"
+
+
+def torch_train(batch, steps, warmup):
+    import torch
+    import torch.nn as nn
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cudnn.allow_tf32 = True         # convolutions: PyTorch's default
+    torch.backends.cuda.matmul.allow_tf32 = False  # matmul: PyTorch's default
+    torch.manual_seed(0)
+    model, what = torch_resnet50(1000)
+    print(f"  torch {torch.__version__}, {what}, channels_last, cudnn.benchmark on", flush=True)
+    model = model.cuda().to(memory_format=torch.channels_last)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-5)
+    x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
+    y = torch.randint(0, 1000, (batch,), device="cuda")
+    loss_fn = nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y).backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    rate = batch * steps / (time.perf_counter() - t)
+    del model, opt, x, y
+    torch.cuda.empty_cache()
+    return rate
+
+
+def fmt(v, f="{:.1f}"):
+    return "failed" if v is None else f.format(v)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("kiln", nargs="?", default=os.environ.get("KILN", "build-gpu/tools/kiln"))
+    p.add_argument("--n", type=int, default=8192)
+    p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    a = p.parse_args()
+    try:
+        import torch
+        have_torch = torch.cuda.is_available()
+        if have_torch:
+            print(f"GPU: {torch.cuda.get_device_name(0)}; torch {torch.__version__}, CUDA {torch.version.cuda}, "
+                  f"cuDNN {torch.backends.cudnn.version()}")
+        else:
+            print("torch is installed but sees no GPU: torch columns skipped")
+    except ImportError:
+        have_torch = False
+        print("no torch in this python: torch columns skipped")
+    failed = False
+
+    print(f"\n(a) matmul {a.n}^3, {a.iters} timed runs after 3 warm-up")
+    km = kiln_matmul(a.kiln, a.n, a.iters, 3)
+    tm = torch_matmul(a.n, a.iters, 3) if have_torch else {}
+    print(f"{'dtype':6s} {'kiln TFLOPS':>12s} {'torch TFLOPS':>13s} {'kiln/torch':>11s}")
+    for dt in ("bf16", "fp32"):
+        k, t = km.get(dt), tm.get(dt)
+        failed |= k is None
+        ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
+        print(f"{dt:6s} {fmt(k, '{:12.1f}'):>12s} {fmt(t, '{:13.1f}'):>13s} {ratio}", flush=True)
+
+    print(f"\n(b) ResNet-50 training, 224x224, batch {a.batch}, fp32 (TF32 convolutions), "
+          f"{a.steps} timed steps after {a.warmup}")
+    k = kiln_train(a.kiln, a.batch, a.steps, a.warmup)
+    t = torch_train(a.batch, a.steps, a.warmup) if have_torch else None
+    failed |= k is None
+    print(f"{'model':10s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s}")
+    ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
+    print(f"{'resnet50':10s} {a.batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio}", flush=True)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
