@@ -31,6 +31,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/commands.h"
+#include "tools/trainer.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -209,11 +210,9 @@ int bench_train(const Args& args) {
   ints = parse_int_args("bench train", int_args,
                         {{"batch", 0}, {"size", 0}, {"channels", 0}, {"classes", 0}, {"steps", 0}, {"warmup", 0},
                          {"cudnn_benchmark", 0}});
-  KILN_CHECK(a["precision"] == "fp32" || a["precision"] == "bf16" || a["precision"] == "fp16",
-             "bench train: precision=", a["precision"], " is not accepted; accepted: fp32, bf16, fp16");
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
-  const DType compute = a["precision"] == "bf16" ? DType::bf16 : a["precision"] == "fp16" ? DType::f16 : DType::f32;
+  const DType compute = compute_dtype_of(a["precision"]);
   const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
   Device d = parse_device_list(a["device"])[0];
 #ifdef KILN_WITH_CUDA
@@ -249,7 +248,7 @@ int bench_train(const Args& args) {
   auto step = [&] {
     opt.zero_grad();
     Tensor logits = model->forward(x);
-    loss = ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y);
+    loss = ops::cross_entropy(logits.to(DType::f32), y);
     if (compute == DType::f16) {
       scaler.scale_loss(loss).backward();
       scaler.step(opt);

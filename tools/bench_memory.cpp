@@ -22,6 +22,7 @@
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "tools/commands.h"
+#include "tools/trainer.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -70,8 +71,7 @@ MemoryBenchArgs parse(const Args& args) {
     else if (k == "classes") a.classes = number(2);
     else if (k == "device") a.device = v;
     else if (k == "precision") {
-      KILN_CHECK(v == "fp32" || v == "bf16" || v == "fp16", "bench checkpoint: precision '", v,
-                 "' is not accepted; accepted: fp32, bf16, fp16");
+      compute_dtype_of(v);  // throws for a name it does not accept
       a.precision = v;
     } else if (k == "policies") {
       a.policies = split_commas(v);
@@ -110,7 +110,7 @@ Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device devic
   }
   std::unique_ptr<Optimizer> opt =
       make_optimizer(json{{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}, {"weight_decay", 1e-4}}, params, "optim");
-  DType compute = a.precision == "bf16" ? DType::bf16 : a.precision == "fp16" ? DType::f16 : DType::f32;
+  DType compute = compute_dtype_of(a.precision);
   Tensor x = rand_normal({a.batch, a.size, a.size, 3}, 0, 1, DType::f32, device).to(compute);
   std::vector<int64_t> labels(static_cast<size_t>(a.batch));
   for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = i % a.classes;
@@ -121,7 +121,7 @@ Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device devic
   auto step = [&] {
     opt->zero_grad();
     Tensor logits = model->forward(x);
-    ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y).backward();
+    ops::cross_entropy(logits.to(DType::f32), y).backward();
     opt->step();
   };
   for (int64_t i = 0; i < a.warmup; ++i) step();  // also allocates the optimizer state

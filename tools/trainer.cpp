@@ -150,18 +150,8 @@ struct EvalCounts {
   double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
 };
 
-// The dtype the model computes in for train.precision (master weights stay f32).
-DType compute_dtype_of(const std::string& precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") return DType::f16;
-  return DType::f32;
-}
-
 // A batch's images on `device` in the compute dtype.
-Tensor model_input(const Tensor& images, Device device, DType compute) {
-  Tensor x = images.to(device);
-  return x.dtype() == compute ? x : x.to(compute);
-}
+Tensor model_input(const Tensor& images, Device device, DType compute) { return images.to(device).to(compute); }
 
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
                     int64_t num_classes, std::vector<std::vector<int64_t>>* confusion) {
@@ -172,8 +162,7 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
   Batch b;
   while (loader.next(b)) {
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = model.forward(model_input(b.images, device, compute)).to(Device::cpu());
-    if (logits.dtype() != DType::f32) logits = logits.to(DType::f32);
+    Tensor logits = model.forward(model_input(b.images, device, compute)).to(Device::cpu()).to(DType::f32);
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
     c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
@@ -196,6 +185,13 @@ std::string fmt(const char* f, double v) {
 }
 
 }  // namespace
+
+DType compute_dtype_of(const std::string& precision) {
+  if (precision == "bf16") return DType::bf16;
+  if (precision == "fp16") return DType::f16;
+  KILN_CHECK(precision == "fp32", "precision \"", precision, "\" is not accepted; accepted: fp32, bf16, fp16");
+  return DType::f32;
+}
 
 TrainResult train(const json& config_in, bool quiet) {
   json config = config_in;
@@ -369,8 +365,7 @@ TrainResult train(const json& config_in, bool quiet) {
       Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
       Tensor logits = model->forward(x);
       // Softmax and the loss in f32 whatever the compute dtype.
-      Tensor loss = ops::cross_entropy(logits.dtype() == DType::f32 ? logits : logits.to(DType::f32), y,
-                                       opt.label_smoothing);
+      Tensor loss = ops::cross_entropy(logits.to(DType::f32), y, opt.label_smoothing);
       optimizer->zero_grad();
       (scaler ? scaler->scale_loss(loss) : loss).backward();
       if (sync) sync->finish();

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/json_util.h"
 #include "optim/loss_scaler.h"
 
@@ -64,6 +65,10 @@ struct TrainOptions {
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
 };
+
+// The dtype a model computes in for a precision name ("fp32", "bf16", "fp16"; master weights stay
+// f32, docs/precision.md); throws for any other name.
+DType compute_dtype_of(const std::string& precision);
 
 struct TrainResult {
   double val_top1 = 0, val_top5 = 0, val_loss = 0;

@@ -11,6 +11,10 @@
 #include "core/tensor.h"
 #include "tests/gradcheck.h"
 
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/cuda_ops.h"
+#endif
+
 namespace kiln::gputest {
 
 inline Device gpu() { return Device::cuda(0); }
@@ -36,5 +40,25 @@ inline void expect_near_all(const Tensor& got, const std::vector<double>& want, 
   ASSERT_TRUE(got.device().is_cuda()) << what << ": result is on " << got.device().str();
   testing::expect_close(got.to_double_vector(), want, atol, rtol, what);
 }
+
+// A fixture for comparisons with the CPU: convolutions without TF32 (its 10-bit mantissa would
+// swamp the tolerances), the previous setting restored after each test.
+class Tf32OffTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef KILN_WITH_CUDA
+    if (cuda_device_count() > 0) {
+      tf32_ = cuda::conv_allow_tf32();
+      cuda::set_conv_allow_tf32(false);
+    }
+#endif
+  }
+  void TearDown() override {
+#ifdef KILN_WITH_CUDA
+    if (cuda_device_count() > 0) cuda::set_conv_allow_tf32(tf32_);
+#endif
+  }
+  bool tf32_ = true;
+};
 
 }  // namespace kiln::gputest

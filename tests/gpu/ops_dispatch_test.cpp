@@ -104,23 +104,7 @@ void compare(const std::string& what, const Fn& f, const std::vector<Tensor>& in
 }
 
 // Conv tolerances need TF32 off; restored after each test.
-class OpsOnGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifdef KILN_WITH_CUDA
-    if (cuda_device_count() > 0) {
-      tf32_ = cuda::conv_allow_tf32();
-      cuda::set_conv_allow_tf32(false);
-    }
-#endif
-  }
-  void TearDown() override {
-#ifdef KILN_WITH_CUDA
-    if (cuda_device_count() > 0) cuda::set_conv_allow_tf32(tf32_);
-#endif
-  }
-  bool tf32_ = true;
-};
+class OpsOnGpu : public gputest::Tf32OffTest {};
 
 constexpr double kF32 = 1e-5;  // one op in f32, different summation orders
 constexpr double kBf16 = 2e-2;

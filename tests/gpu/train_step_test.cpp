@@ -93,23 +93,7 @@ void expect_params_close(const Replica& g, const Replica& c, double rel) {
   }
 }
 
-class TrainStepOnGpu : public ::testing::Test {
- protected:
-  void SetUp() override {
-#ifdef KILN_WITH_CUDA
-    if (cuda_device_count() > 0) {
-      tf32_ = cuda::conv_allow_tf32();
-      cuda::set_conv_allow_tf32(false);
-    }
-#endif
-  }
-  void TearDown() override {
-#ifdef KILN_WITH_CUDA
-    if (cuda_device_count() > 0) cuda::set_conv_allow_tf32(tf32_);
-#endif
-  }
-  bool tf32_ = true;
-};
+class TrainStepOnGpu : public gputest::Tf32OffTest {};
 
 json resnet_cfg() {
   return {{"name", "resnet_cifar"}, {"depth", 8}, {"width", 4}, {"shortcut", "A"}, {"in_channels", 3},
