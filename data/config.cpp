@@ -121,7 +121,12 @@ std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
                                          std::string("image_list ") + split_name(split) + " (" + file + ")");
     }
     const std::string folder = c.root + "/" + split_name(split);
-    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(split) + " (" + folder + ")");
+    // val/ is labelled with train/'s classes (torchvision labels each split by its own folders,
+    // which silently shifts every label when val/ lacks a class).
+    std::vector<std::string> classes;
+    if (split == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
+    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(split) + " (" + folder + ")",
+                                         classes);
   }
   check_choice(c.source, kSources, "data.source");
   return nullptr;

@@ -34,20 +34,38 @@ ImageFileDataset::ImageFileDataset(std::vector<ImageFileEntry> entries, std::vec
                num_classes_, ")");
 }
 
-std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::string& folder, DecodeOptions decode,
-                                                                const std::string& name) {
-  std::error_code ec;
-  KILN_CHECK(fs::is_directory(folder, ec), name, ": no folder ", folder,
-             " (an image folder holds one sub-folder of images per class: ", folder, "/<class>/<image>.jpg)");
+std::vector<std::string> ImageFileDataset::class_folders(const std::string& folder) {
   std::vector<std::string> classes;
+  std::error_code ec;
+  if (!fs::is_directory(folder, ec)) return classes;
   for (const auto& d : fs::directory_iterator(folder, fs::directory_options::follow_directory_symlink))
     if (d.is_directory()) classes.push_back(d.path().filename().string());
   std::sort(classes.begin(), classes.end());
-  KILN_CHECK(!classes.empty(), name, ": ", folder, " holds no class folders; expected ", folder,
+  return classes;
+}
+
+std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::string& folder, DecodeOptions decode,
+                                                                const std::string& name,
+                                                                const std::vector<std::string>& given_classes) {
+  std::error_code ec;
+  KILN_CHECK(fs::is_directory(folder, ec), name, ": no folder ", folder,
+             " (an image folder holds one sub-folder of images per class: ", folder, "/<class>/<image>.jpg)");
+  const std::vector<std::string> found = class_folders(folder);
+  KILN_CHECK(!found.empty(), name, ": ", folder, " holds no class folders; expected ", folder,
              "/<class>/<image> with images named *", kExtensions);
+  const bool fixed = !given_classes.empty();
+  std::vector<std::string> classes = fixed ? given_classes : found;
+  if (fixed) {
+    for (const std::string& c : found)
+      KILN_CHECK(std::binary_search(classes.begin(), classes.end(), c), name, ": class folder ",
+                 (fs::path(folder) / c).string(), " is not one of the ", classes.size(),
+                 " classes of the training split (", classes.front(), " ... ", classes.back(),
+                 "); val/ must use train/'s class names");
+  }
   std::vector<ImageFileEntry> entries;
   for (size_t c = 0; c < classes.size(); ++c) {
     const fs::path dir = fs::path(folder) / classes[c];
+    if (fixed && !fs::is_directory(dir, ec)) continue;  // a class the split has no images of
     std::vector<std::pair<std::string, std::string>> files;  // (folder, file name): os.walk's sorted order
     for (const auto& f : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
       if (f.is_directory()) continue;

@@ -33,8 +33,15 @@ class ImageFileDataset : public Dataset {
 
   // Scans `folder` (see above). Errors name the folder: missing, no class folders, a class folder
   // without images (listing the accepted extensions).
+  // `classes` non-empty: the class list to label with (the training split's, so that val/ labels
+  // agree with train/ even when val/ lacks a class); a class folder not in it is an error, a class
+  // of it without a folder simply has no samples.
   static std::shared_ptr<ImageFileDataset> open_folder(const std::string& folder, DecodeOptions decode,
-                                                       const std::string& name);
+                                                       const std::string& name,
+                                                       const std::vector<std::string>& classes = {});
+  // The class folders of `folder`, sorted by name (as torchvision's find_classes); empty when the
+  // folder does not exist.
+  static std::vector<std::string> class_folders(const std::string& folder);
   // Reads the list file. num_classes 0 = 1 + the largest label. Errors name the file and line.
   static std::shared_ptr<ImageFileDataset> open_list(const std::string& list_file, int64_t num_classes,
                                                      DecodeOptions decode, const std::string& name);

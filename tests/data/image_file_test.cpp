@@ -279,6 +279,27 @@ DataConfig folder_config(const std::string& root, const std::string& extra = "")
     "batch_size": 5, "seed": 4)" + extra + "}"));
 }
 
+}  // namespace
+
+// val/ is labelled by train/'s classes: a class missing from val/ does not shift the labels of the
+// classes after it, and a val/ class that train/ lacks is an error naming it.
+TEST(ImageFolder, ValUsesTrainClasses) {
+  kt::TempDir dir;
+  write_folder(dir.file("train"), {"ant", "bee", "cat"}, 2, 4, 4);
+  write_folder(dir.file("val"), {"ant", "cat"}, 1, 4, 4);
+  DataConfig c = folder_config(dir.str());
+  auto val = make_dataset(c, Split::val);
+  EXPECT_EQ(val->num_classes(), 3);
+  ASSERT_EQ(val->size(), 2);
+  auto& files = dynamic_cast<const ImageFileDataset&>(*val);
+  EXPECT_EQ(files.entry(0).label, 0);
+  EXPECT_EQ(files.entry(1).label, 2);  // "cat" is class 2 of train/, not 1
+  write_folder(dir.file("val"), {"dog"}, 1, 4, 4);
+  std::string e = kt::error_of([&] { make_dataset(c, Split::val); });
+  EXPECT_HAS(e, "class folder " + dir.file("val/dog") + " is not one of the 3 classes of the training split");
+}
+
+namespace {
 std::vector<std::vector<float>> epoch_images(DataLoader& l, int64_t epoch, std::vector<int64_t>* labels = nullptr) {
   std::vector<std::vector<float>> out;
   l.start_epoch(epoch);
