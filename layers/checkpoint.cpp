@@ -58,6 +58,13 @@ Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const Checkpoi
   for (size_t i = 0; i < units.size(); i += k) {
     Unit seg;
     for (size_t j = i; j < std::min(units.size(), i + k); ++j) seg.insert(seg.end(), units[j].begin(), units[j].end());
+    // The last segment runs normally, as torch.utils.checkpoint_sequential does: backward starts
+    // with it, so recomputing it would cost a forward and save no peak memory (its activations
+    // would be rebuilt at once, while every earlier segment's input is still held).
+    if (i + k >= units.size() && i > 0) {
+      for (auto& m : seg) h = m->forward(h);
+      break;
+    }
     // The first call is the forward; any later call is the recomputation in backward.
     auto ran = std::make_shared<bool>(false);
     CheckpointFn fn = [seg, ran](const std::vector<Tensor>& xs) {

@@ -4,6 +4,8 @@
 //   "blocks"   each unit runs through kiln::checkpoint (core/autograd.h): its activations are freed
 //              after forward and recomputed in backward
 //   "every:K"  K consecutive units form one checkpointed segment
+// The last segment is not checkpointed when there are several (backward begins with it: recomputing
+// it would cost time and save no peak memory), as torch.utils.checkpoint_sequential does.
 // Gradients equal the plain run; batch-norm running statistics are updated once (the recomputation
 // skips them, layers/module.h is_recomputing()); dropout masks are replayed from the saved RNG state.
 // Tests: tests/models/checkpoint_test.cpp.

@@ -2,6 +2,7 @@
 // every parameter and the same batch-norm statistics as the plain run (dropout masks replayed).
 #include <gtest/gtest.h>
 
+#include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
@@ -102,4 +103,24 @@ TEST(Checkpoint, EvalWithoutGradRunsPlainly) {
   Tensor y = m->forward(randn({1, 16, 16, 3}, 2));
   EXPECT_EQ(y.shape(), (Shape{1, 10}));
   EXPECT_EQ(y.grad_fn(), nullptr);
+}
+
+// What "blocks" is for: the step's peak memory (forward + backward, allocator counters) falls well
+// below the plain run's; the last block runs plainly, which must not give the saving back.
+TEST(Checkpoint, BlocksLowerTheStepPeak) {
+  auto peak_of = [](const std::string& policy) {
+    json config = json::parse(R"({"name": "resnet_cifar", "depth": 20})");
+    config["checkpoint"] = policy;
+    manual_seed(5);
+    auto m = models::build_model(config);
+    Tensor x = randn({16, 32, 32, 3}, 6);
+    std::vector<int64_t> labels(16, 1);
+    CachingAllocator& alloc = allocator_for(Device::cpu());
+    alloc.reset_peak();
+    size_t base = alloc.stats().allocated;
+    ops::cross_entropy(m->forward(x), Tensor::from_vector(labels, {16})).backward();
+    return static_cast<double>(alloc.stats().peak - base);
+  };
+  double plain = peak_of("none"), blocks = peak_of("blocks");
+  EXPECT_LT(blocks, 0.6 * plain) << "plain " << plain / (1 << 20) << " MiB, blocks " << blocks / (1 << 20) << " MiB";
 }
