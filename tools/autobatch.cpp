@@ -15,7 +15,14 @@ std::string AutoBatchResult::report() const {
   for (auto& [b, p] : measured) os << " " << b << "->" << static_cast<int64_t>(p / (1 << 20)) << "MiB";
   os << "; fit " << static_cast<int64_t>(fixed_bytes / (1 << 20)) << " MiB + "
      << static_cast<int64_t>(per_sample_bytes / (1 << 10)) << " KiB/sample; target "
-     << static_cast<int64_t>(target_bytes / (1 << 20)) << " MiB -> batch " << batch;
+     << static_cast<int64_t>(target_bytes / (1 << 20)) << " MiB";
+  for (int64_t b : backed_off) os << "; batch " << b << " did not fit, backed off";
+  os << " -> batch " << batch;
+  if (backed_off.empty() && batch == max_batch && line_batch > max_batch)
+    os << " (the cap; the line allows " << line_batch << ")";
+  if (checked_peak_bytes > 0)
+    os << " (measured " << static_cast<int64_t>(checked_peak_bytes / (1 << 20)) << " MiB, "
+       << static_cast<int64_t>(100 * checked_peak_bytes / free_bytes + 0.5) << "% of free)";
   return os.str();
 }
 
@@ -24,6 +31,7 @@ AutoBatchResult auto_batch(const std::function<double(int64_t)>& peak_bytes, dou
   KILN_CHECK(opt.fraction > 0 && opt.fraction <= 1, "AutoBatch fraction ", opt.fraction, " must be in (0, 1]");
   KILN_CHECK(free_bytes > 0, "AutoBatch: no free memory reported");
   AutoBatchResult r;
+  r.free_bytes = free_bytes;
   r.target_bytes = free_bytes * opt.fraction;
   for (int64_t b : opt.probes) {
     if (b > opt.max_batch) break;
@@ -53,9 +61,33 @@ AutoBatchResult auto_batch(const std::function<double(int64_t)>& peak_bytes, dou
     }
   }
   double b = (r.target_bytes - r.fixed_bytes) / r.per_sample_bytes;
-  int64_t batch = static_cast<int64_t>(std::floor(b));
-  batch = std::clamp(batch, opt.min_batch, opt.max_batch);
-  if (opt.multiple_of > 1) batch = std::max(opt.multiple_of, batch / opt.multiple_of * opt.multiple_of);
+  r.line_batch = static_cast<int64_t>(std::min(std::floor(b), 1e15));
+  r.max_batch = opt.max_batch;
+  auto round = [&](int64_t v) {
+    v = std::clamp(v, opt.min_batch, opt.max_batch);
+    if (opt.multiple_of > 1) v = std::max(opt.multiple_of, v / opt.multiple_of * opt.multiple_of);
+    return v;
+  };
+  int64_t batch = round(static_cast<int64_t>(std::floor(b)));
+  // Run the chosen batch for real (unless a probe already did): back off until it fits the target.
+  const double slack = 1.02;  // measurement noise, not a cliff
+  for (int tries = 0;; ++tries) {
+    double p = -1;
+    bool probed = false;
+    for (auto& [mb, mp] : r.measured)
+      if (mb == batch) probed = true, p = mp;
+    if (!probed) p = peak_bytes(batch);
+    if (p >= 0 && p <= r.target_bytes * slack) {
+      r.checked_peak_bytes = p;
+      break;
+    }
+    r.backed_off.push_back(batch);
+    const int64_t smaller = round(p < 0 ? batch * 3 / 4 : static_cast<int64_t>(std::floor(batch * r.target_bytes / p * 0.98)));
+    KILN_CHECK(tries < 12 && smaller < batch, "AutoBatch: batch ", batch, p < 0 ? " ran out of memory" : " overshot the target",
+               " and no smaller batch (at least ", opt.min_batch, ", a multiple of ", opt.multiple_of,
+               ") is left to try; ", r.report());
+    batch = smaller;
+  }
   r.batch = batch;
   return r;
 }

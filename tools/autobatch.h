@@ -3,8 +3,10 @@
 // training steps (forward, backward, optimizer state, loss scaling, workspaces) at a few batch
 // sizes with the allocator's peak counter, fits peak = fixed + per_sample * batch by least squares,
 // and takes the largest batch whose predicted peak stays within the fraction of what was free
-// before the model was built. A probe that runs out of memory is skipped and the fit uses the
-// others; the caller retries with a smaller batch if the first real step still runs out.
+// before the model was built. A probe that runs out of memory ends the probing and the fit uses the
+// others. The chosen batch is then run once for real: if it runs out of memory or overshoots the
+// target (the line missed a cliff: a workspace, another algorithm), the batch backs off in
+// proportion and is run again, until one fits.
 // Tests: tests/tools/autobatch_test.cpp.
 #pragma once
 #include <cstdint>
@@ -17,8 +19,12 @@ namespace kiln {
 struct AutoBatchResult {
   int64_t batch = 0;
   double fixed_bytes = 0, per_sample_bytes = 0;  // the fitted line
-  double target_bytes = 0;
+  double target_bytes = 0, free_bytes = 0;
   std::vector<std::pair<int64_t, double>> measured;  // (batch, peak bytes) per successful probe
+  int64_t line_batch = 0;  // the largest batch the fitted line allows, before the cap and rounding
+  int64_t max_batch = 0;   // the cap it was held to
+  double checked_peak_bytes = 0;                      // the chosen batch's own measured peak
+  std::vector<int64_t> backed_off;                    // batches tried after the fit that did not fit
   std::string report() const;                         // what was measured and chosen, for the log
 };
 
