@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -50,5 +51,14 @@ class Communicator {
 
 // One rank: every collective is the identity.
 std::unique_ptr<Communicator> make_single_rank_communicator();
+
+// `n` ranks that are threads of this process, one communicator each (rank i = element i); the
+// collectives meet in shared memory (contiguous CPU tensors, f32/f64/i64). Every rank must call
+// the same collectives in the same order, each from its own thread. A rank that waits past the
+// timeout throws an Error naming the ranks that did not arrive; abort() (called by a rank that
+// failed) wakes every waiting rank with an Error naming it. This runs the one-process,
+// several-replica trainer (train.device "0,1" drives its GPUs this way, with NCCL for the
+// gradients) on CPU replicas in tests.
+std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n);
 
 }  // namespace kiln

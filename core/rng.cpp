@@ -5,7 +5,7 @@
 namespace kiln {
 
 Generator& default_generator() {
-  static Generator gen(0);
+  thread_local Generator gen(0);
   return gen;
 }
 void manual_seed(uint64_t seed) { default_generator().manual_seed(seed); }

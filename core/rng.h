@@ -39,7 +39,9 @@ class Generator {
   RngState state_;
 };
 
-// The generator used by dropout and initialisers (one for the process; reseeded by the trainer).
+// The generator used by dropout and initialisers: one per thread (each data-parallel replica of a
+// one-process, several-GPU run is a thread with its own stream of numbers), seeded 0 when the
+// thread first uses it, reseeded by the trainer.
 Generator& default_generator();
 void manual_seed(uint64_t seed);
 

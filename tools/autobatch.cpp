@@ -22,7 +22,7 @@ std::string AutoBatchResult::report() const {
     os << " (the cap; the line allows " << line_batch << ")";
   if (checked_peak_bytes > 0)
     os << " (measured " << static_cast<int64_t>(checked_peak_bytes / (1 << 20)) << " MiB, "
-       << static_cast<int64_t>(100 * checked_peak_bytes / free_bytes + 0.5) << "% of free)";
+       << static_cast<int64_t>(100 * checked_peak_bytes / target_bytes + 0.5) << "% of the target)";
   return os.str();
 }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "tools/mpi_comm.h"
 
 #include <cstdlib>
@@ -18,6 +19,18 @@ bool launched_by_mpirun() {
     if (s && std::atoi(s) > 1) return true;
   }
   return false;
+}
+
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
+int local_size() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"})
+    if (const char* s = std::getenv(v)) return std::max(1, std::atoi(s));
+  return 1;
 }
 
 std::unique_ptr<Communicator> make_process_communicator() {

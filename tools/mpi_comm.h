@@ -12,6 +12,12 @@ namespace kiln {
 
 // True when this process was started by mpirun with more than one rank.
 bool launched_by_mpirun();
+// This process's rank among the ranks of its machine (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID or
+// SLURM_LOCALID; 0 when none is set): it picks the rank's GPU.
+int local_rank();
+// The number of ranks on this process's machine (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or
+// SLURM_NTASKS_PER_NODE; 1 when none is set): CPU ranks of one machine share its memory.
+int local_size();
 // MPI communicator over MPI_COMM_WORLD (initialises MPI once). Throws when kiln was built without MPI.
 std::unique_ptr<Communicator> make_mpi_communicator();
 // Ends every rank of an MPI job (MPI_Abort) when MPI is running; otherwise does nothing. Called by

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstring>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include "core/allocator.h"
 #include "core/autograd.h"
@@ -29,6 +32,7 @@
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/nccl_comm.h"
 #endif
 
 namespace fs = std::filesystem;
@@ -53,6 +57,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.stop_after = r.get("stop_after", o.stop_after, int64_t{0}, int64_t{100000});
   o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
   o.plots = r.get("plots", o.plots);
+  o.reuse_first_batch = r.get("reuse_first_batch", o.reuse_first_batch);
   o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
   if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
@@ -77,6 +82,7 @@ json TrainOptions::to_json() const {
               {"stop_after", stop_after},
               {"eval_every", eval_every},
               {"plots", plots},
+              {"reuse_first_batch", reuse_first_batch},
               {"comm_timeout_s", comm_timeout_s},
               {"autobatch_fraction", autobatch_fraction},
               {"loss_scaler", loss_scaler.to_json()}};
@@ -193,7 +199,10 @@ DType compute_dtype_of(const std::string& precision) {
   return DType::f32;
 }
 
-TrainResult train(const json& config_in, bool quiet) {
+namespace {
+// One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
+// the size is 1). Every replica runs this same loop; train() and train_replicas() start them.
+TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_ref, Device device) {
   json config = config_in;
   Sections s = read_sections(config);
   BatchRequest breq = read_batch(config["data"], s.train.autobatch_fraction);
@@ -201,14 +210,10 @@ TrainResult train(const json& config_in, bool quiet) {
   const DType compute = compute_dtype_of(opt.precision);
 
   // --- ranks and device -------------------------------------------------------------------------
-  std::unique_ptr<Communicator> comm = make_process_communicator();
+  Communicator* comm = &comm_ref;
   comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000)));
   const int rank = comm->rank(), world = comm->size();
   const bool lead = rank == 0;
-  std::vector<Device> devices = parse_device_list(opt.device);
-  KILN_CHECK(devices.size() == 1, "train.device = \"", opt.device, "\": several devices in one process need the CUDA "
-             "data-parallel trainer; use one device per process (mpirun -np N)");
-  Device device = devices[0];
   const bool show = lead && !quiet;
 #ifdef KILN_WITH_CUDA
   if (device.is_cuda()) cuda::set_cudnn_benchmark(opt.cudnn_benchmark);
@@ -240,6 +245,7 @@ TrainResult train(const json& config_in, bool quiet) {
   }
 
   // --- AutoBatch --------------------------------------------------------------------------------
+  double autobatch_target = 0;
   if (breq.auto_fraction > 0) {
     ImageShape shape = dcfg.transforms(Split::train).output_shape(train_set->image_shape());
     std::map<std::string, Tensor> saved;
@@ -268,16 +274,25 @@ TrainResult train(const json& config_in, bool quiet) {
 #ifdef KILN_WITH_CUDA
     if (device.is_cuda()) free_bytes = static_cast<double>(cuda_mem_get_info(device.index).first);
 #endif
+    // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
+    // of one machine share its RAM, so each plans with its share of what is free.
+    const int sharing = device.is_cpu() ? (launched_by_mpirun() ? local_size() : world) : 1;
+    free_bytes /= sharing;
     AutoBatchOptions ao;
     ao.fraction = breq.auto_fraction;
-    ao.multiple_of = world;
-    ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size());
+    ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size() / world);
     AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
-    int64_t per_rank = comm->all_reduce_min(ab.batch / world);
+    int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
     breq.global = per_rank * world;
+    autobatch_target = ab.target_bytes;
     for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
     default_generator().set_state(rng);
-    if (show) std::cout << ab.report() << (world > 1 ? " (global " + std::to_string(breq.global) + ")" : "") << "\n";
+    if (show)
+      std::cout << ab.report()
+                << (world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
+                                "; global batch " + std::to_string(breq.global) + " over " + std::to_string(world) + " ranks"
+                              : "")
+                << "\n";
   }
   KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
              world, " ranks");
@@ -346,6 +361,11 @@ TrainResult train(const json& config_in, bool quiet) {
   // --- epochs -----------------------------------------------------------------------------------
   TrainResult result;
   result.run_dir = run_dir;
+  result.batch = breq.global;
+  result.autobatch_target_bytes = autobatch_target;
+  CachingAllocator& device_alloc = allocator_for(device);
+  device_alloc.reset_peak();
+  const size_t weights_bytes = device_alloc.stats().allocated;
   const bool tty = Progress::stdout_is_tty();
   int64_t num_classes = train_set->num_classes();
   int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
@@ -359,7 +379,7 @@ TrainResult train(const json& config_in, bool quiet) {
     Batch b;
     int64_t i = 0;
     std::string fields;
-    for (; i < steps_per_epoch && train_loader.next(b); ++i) {
+    for (; i < steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || train_loader.next(b)); ++i) {
       double lr = schedule->lr_at(state.step);
       optimizer->set_lr(lr);
       Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
@@ -408,6 +428,7 @@ TrainResult train(const json& config_in, bool quiet) {
     result.images_per_s = tr[2] / train_time;
     result.data_wait_share = tr[3] / world / train_time;
     result.steps = state.step;
+    result.peak_bytes = static_cast<double>(device_alloc.stats().peak - weights_bytes);
     if (scaler) {
       result.skipped_steps = scaler->skipped_steps();
       result.loss_scale = scaler->scale();
@@ -471,6 +492,95 @@ TrainResult train(const json& config_in, bool quiet) {
   }
   comm->barrier();
   return result;
+}
+
+// The GPU a rank of an mpirun job trains on: its local rank's entry of train.device, or with the
+// default device the GPU numbered by its local rank; CPU ranks where the device is "cpu" or the
+// machine has no GPU.
+Device device_for_mpi_rank(const std::string& device_option, int rank) {
+  const int local = local_rank();
+  if (device_option.empty()) {
+    const int n = cuda_device_count();
+    if (n == 0) return Device::cpu();
+    KILN_CHECK(local < n, "rank ", rank, " is local rank ", local, " of its machine, which has ", n,
+               " GPU(s): start at most ", n, " ranks per machine (one GPU each), or train on CPU ranks with device=cpu");
+    return Device::cuda(local);
+  }
+  std::vector<Device> devices = parse_device_list(device_option);
+  if (devices.size() == 1 && devices[0].is_cpu()) return devices[0];
+  KILN_CHECK(local < static_cast<int>(devices.size()), "train.device = \"", device_option, "\" lists ", devices.size(),
+             " device(s) for the ranks of a machine, but rank ", rank, " is local rank ", local,
+             "; list one GPU per rank of a machine (device=0,1 for 2 ranks) or leave device unset");
+  return devices[static_cast<size_t>(local)];
+}
+}  // namespace
+
+TrainResult train_replicas(const json& config, const std::vector<Device>& devices,
+                           std::vector<std::unique_ptr<Communicator>> comms, bool quiet) {
+  KILN_CHECK(!devices.empty() && devices.size() == comms.size(), "train_replicas: ", devices.size(), " devices and ",
+             comms.size(), " communicators");
+  const size_t n = devices.size();
+  std::vector<TrainResult> results(n);
+  std::mutex mu;
+  std::exception_ptr first_error;  // the first replica to fail: the cause; the others follow from it
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        results[i] = train_replica(config, quiet, *comms[i], devices[i]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!first_error) {
+          first_error = std::current_exception();
+          for (auto& c : comms) c->abort(1);  // wake every replica waiting in a collective
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first_error) std::rethrow_exception(first_error);
+  return results[0];
+}
+
+TrainResult train(const json& config, bool quiet) {
+  const TrainOptions topt = TrainOptions::from_json(config.value("train", json::object()), "train");
+  const std::string& device_option = topt.device;
+  if (launched_by_mpirun()) {  // one replica per process
+    std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+    Device device = device_for_mpi_rank(device_option, mpi->rank());
+    if (device.is_cpu()) return train_replica(config, quiet, *mpi, device);
+#ifdef KILN_WITH_CUDA
+    // The gradients go over NCCL; MPI hands every rank rank 0's NCCL id.
+    Tensor id = Tensor::zeros({128}, DType::u8);
+    if (mpi->rank() == 0) {
+      std::string uid = cuda::NcclComm::unique_id();
+      std::memcpy(id.raw_data(), uid.data(), std::min<size_t>(uid.size(), 128));
+    }
+    mpi->broadcast(id, 0);
+    const int rank = mpi->rank(), size = mpi->size();
+    auto nccl = std::make_unique<cuda::NcclComm>(std::string(static_cast<const char*>(id.raw_data()), 128), size, rank,
+                                                 device.index, topt.comm_timeout_s);
+    std::unique_ptr<Communicator> comm = cuda::make_nccl_communicator(std::move(nccl), std::move(mpi));
+    return train_replica(config, quiet, *comm, device);
+#else
+    KILN_FAIL("unreachable: a CUDA device in a build without CUDA");
+#endif
+  }
+  std::vector<Device> devices = parse_device_list(device_option);
+  if (devices.size() == 1) {
+    std::unique_ptr<Communicator> comm = make_single_rank_communicator();
+    return train_replica(config, quiet, *comm, devices[0]);
+  }
+  // One process driving several GPUs: a replica per GPU, each on its own thread, NCCL between them.
+#ifdef KILN_WITH_CUDA
+  std::vector<int> indices;
+  for (const Device& d : devices) indices.push_back(d.index);
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& nc : cuda::NcclComm::create_local(indices)) comms.push_back(cuda::make_nccl_communicator(std::move(nc)));
+  return train_replicas(config, devices, std::move(comms), quiet);
+#else
+  KILN_FAIL("train.device = \"", device_option, "\": several devices need kiln built with CUDA");
+#endif
 }
 
 EvalResult evaluate(const json& config_in, const std::string& weights) {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/json_util.h"
 #include "optim/loss_scaler.h"
@@ -48,6 +50,10 @@ struct TrainOptions {
   int64_t log_every = 0;
   /// stop each epoch after this many steps; 0 = the whole epoch (default 0; for benchmarks and tests)
   int64_t max_steps_per_epoch = 0;
+  /// every step of an epoch trains on the epoch's first batch, held in memory, instead of reading the
+  /// loader: training at zero input-pipeline cost, to measure what the pipeline costs (compare the
+  /// images/s; tools/bench/bench_pipeline.sh); not a way to train (default false)
+  bool reuse_first_batch = false;
   /// end this invocation after N epochs in total, keeping the schedule of `epochs`; `resume=` continues
   /// (for time-limited jobs); 0 = run to `epochs` (default 0)
   int64_t stop_after = 0;
@@ -75,14 +81,31 @@ struct TrainResult {
   double train_loss = 0, train_acc = 0;
   double images_per_s = 0;
   double data_wait_share = 0;
+  int64_t batch = 0;  // the global batch trained with (AutoBatch's choice with batch=-1)
   int64_t steps = 0;
   int64_t skipped_steps = 0;  // fp16: steps skipped for a non-finite gradient (0 otherwise)
   double loss_scale = 0;      // fp16: the loss scale at the end (0 otherwise)
+  double peak_bytes = 0;  // the device allocator's peak during training, above the model's weights
+                          // (activations, gradients, optimizer state, workspaces; this rank's)
+  double autobatch_target_bytes = 0;  // with AutoBatch: the memory it aimed at (0 otherwise)
   std::string run_dir;
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
+//   - one device: this process trains alone;
+//   - train.device listing several GPUs ("0,1"): one replica per GPU, each on its own thread, with
+//     an NCCL communicator per GPU (the global batch split evenly between them);
+//   - started by mpirun: this process is one rank; its GPU is picked by its local rank (or it is a
+//     CPU rank), with NCCL between GPU ranks (MPI hands out the NCCL id) and MPI between CPU ranks.
+// Returns rank 0's result.
 TrainResult train(const json& config, bool quiet = false);
+
+// Runs one replica of `config` per device, each on its own thread with comms[i] (rank i of
+// comms.size()); returns rank 0's result. If a replica fails, every communicator is aborted so the
+// others stop too, and the first failure is rethrown. train() uses it with NCCL communicators; tests
+// run it on CPU replicas with make_thread_communicators (core/comm.h).
+TrainResult train_replicas(const json& config, const std::vector<Device>& devices,
+                           std::vector<std::unique_ptr<Communicator>> comms, bool quiet = false);
 
 struct EvalResult {
   double top1 = 0, top5 = 0, loss = 0;

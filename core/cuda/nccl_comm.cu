@@ -1,6 +1,7 @@
 // NCCL communicator, see nccl_comm.h. Communicators across processes are created non-blocking
 // (ncclConfig_t.blocking = 0) so that joining can time out; any call that answers ncclInProgress is
 // then polled to completion under the same timeout. Tests: tests/gpu/nccl_test.cpp.
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -13,7 +14,7 @@ namespace kiln::cuda {
 struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
   int rank = 0, size = 1, device = 0;
-  bool aborted = false;
+  std::atomic<bool> aborted{false};
   double op_timeout_s = 300.0;  // for calls that answer ncclInProgress (non-blocking communicators)
 
   std::string where() const {
@@ -21,10 +22,9 @@ struct NcclComm::Impl {
   }
 
   void do_abort() {
-    if (comm && !aborted) {
+    if (comm && !aborted.exchange(true)) {
       DeviceGuard g(device);
       ncclCommAbort(comm);
-      aborted = true;
     }
   }
 
@@ -140,7 +140,8 @@ void NcclComm::all_reduce(const Tensor& t, ReduceOp op) {
   if (t.numel() == 0) return;
   DeviceGuard g(impl_->device);
   ncclResult_t r = ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                                 op == ReduceOp::avg ? ncclAvg : ncclSum, impl_->comm, stream_of(impl_->device));
+                                 op == ReduceOp::avg ? ncclAvg : op == ReduceOp::min ? ncclMin : ncclSum, impl_->comm,
+                                 stream_of(impl_->device));
   impl_->settle(r, "all_reduce");
 }
 
@@ -165,6 +166,8 @@ void NcclComm::synchronize(double timeout_s) {
     cudaError_t e = cudaStreamQuery(s);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) CUDA_CHECK(e);
+    KILN_CHECK(!impl_->aborted, impl_->where(), ": the communicator was aborted (another replica failed) while "
+               "collectives were pending");
     ncclResult_t st = ncclSuccess;
     NCCL_CHECK(ncclCommGetAsyncError(impl_->comm, &st));
     if (st != ncclSuccess && st != ncclInProgress) impl_->settle(st, "a collective");

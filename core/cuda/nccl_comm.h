@@ -5,17 +5,19 @@
 //   - one process driving several GPUs: create_local({0, 1, ...}) (ncclCommInitAll), one thread per GPU;
 //   - several processes: rank 0 calls unique_id(), sends the bytes to every rank (MPI), each rank
 //     constructs NcclComm(id, nranks, rank, device, timeout).
+// abort() may be called from another thread than the one waiting in synchronize() (it unblocks it).
 // Plain C++ header (no NCCL types): include under #ifdef KILN_WITH_CUDA. Tests: tests/gpu/nccl_test.cpp.
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/comm.h"
 #include "core/tensor.h"
 
 namespace kiln::cuda {
 
-enum class ReduceOp { sum, avg };
+enum class ReduceOp { sum, avg, min };
 
 class NcclComm {
  public:
@@ -48,6 +50,15 @@ class NcclComm {
   explicit NcclComm(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// kiln::Communicator over an NcclComm, for data-parallel training on GPUs (tools/trainer.cpp): the
+// collectives take tensors on the communicator's device and run on its stream (after the kernels
+// that produced them); Work::wait() waits for the stream under the communicator's timeout, and a
+// timeout or NCCL error aborts the communicator and throws naming the rank. all_reduce_doubles and
+// all_reduce_min stage their few values through the device. `also` (optional) is kept alive with it
+// and aborted with it: the MPI communicator that handed out the NCCL id, so abort() ends the job.
+std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<NcclComm> nccl,
+                                                     std::unique_ptr<Communicator> also = nullptr);
 
 // Brackets collectives that one thread issues on several communicators (create_local without threads).
 void nccl_group_start();

@@ -1,5 +1,5 @@
-// Run by CTest under `mpirun -np 2` (tests/CMakeLists.txt): collectives and bucketed gradient
-// averaging across two CPU ranks.
+// Run by CTest under `mpirun -np 2` (tests/CMakeLists.txt): collectives, bucketed gradient
+// averaging, one data-parallel step and whole training runs across two CPU ranks.
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
@@ -7,7 +7,17 @@
 #include "core/ops/reduce.h"
 #include "optim/grad_sync.h"
 #include "tests/gradcheck.h"
+#include "core/io/safetensors.h"
+#include "core/ops/loss.h"
+#include "core/rng.h"
+#include "models/registry.h"
+#include "optim/sgd.h"
 #include "tools/mpi_comm.h"
+#include "tools/trainer.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 using namespace kiln;
 
@@ -62,4 +72,87 @@ TEST(Mpi, GradSyncEqualsCombinedBatch) {
     kiln::testing::expect_close(params[k].grad(), full[k], 1e-6, 1e-5, "param " + std::to_string(k));
   for (size_t i = 0; i < launched.size(); ++i) EXPECT_EQ(launched[i], i);
   EXPECT_EQ(sync.bucket_params(0).front(), params.size() - 1);  // last parameter first
+}
+
+// What the trainer does each step, by hand: the ranks start from different weights, rank 0's are
+// broadcast, each rank runs its half of the batch, GradSync averages, SGD steps. After the step
+// the parameters are bitwise identical on both ranks and equal one process's step on the whole batch.
+TEST(Mpi, OneStepEqualsTheCombinedBatchStepOnEveryRank) {
+  if (comm().size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  const int r = comm().rank();
+  json cfg = json::parse(R"({"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3, "padding": 1},
+      {"type": "relu"}, {"type": "flatten"}, {"type": "linear", "in_features": 64, "out_features": 3}]})");
+  Tensor x = kiln::testing::randn({8, 4, 4, 3}, 11);
+  Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 0, 1, 2, 2, 1}, {8});
+  auto sgd_of = [](std::shared_ptr<Module>& m) {
+    std::vector<ParamRef> ps;
+    for (auto& [n, p] : m->named_parameters()) ps.push_back({n, p, false});
+    SGDOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.weight_decay = 1e-3;
+    return std::make_unique<SGD>(ps, o);
+  };
+  manual_seed(100);  // the single-process reference: rank 0's initial weights, the whole batch
+  auto ref = models::build_model(cfg);
+  auto ref_opt = sgd_of(ref);
+  ops::cross_entropy(ref->forward(x), y).backward();
+  ref_opt->step();
+
+  manual_seed(100 + r);  // different on each rank until the broadcast
+  auto m = models::build_model(cfg);
+  for (auto& [n, p] : m->named_parameters()) comm().broadcast(p, 0);
+  auto opt = sgd_of(m);
+  std::vector<Tensor> ps;
+  for (auto& [n, p] : m->named_parameters()) ps.push_back(p);
+  GradSync sync(ps, comm());
+  ops::cross_entropy(m->forward(x.slice(0, 4 * r, 4 * r + 4)), y.slice(0, 4 * r, 4 * r + 4)).backward();
+  sync.finish();
+  opt->step();
+  std::map<std::string, Tensor> refp;
+  for (auto& [n, p] : ref->named_parameters()) refp[n] = p;
+  for (auto& [n, p] : m->named_parameters()) {
+    kiln::testing::expect_close(p, refp.at(n).to_double_vector(), 1e-6, 1e-5, n);
+    Tensor of0 = p.clone(), of1 = p.clone();  // every rank gets rank 0's and rank 1's values
+    comm().broadcast(of0, 0);
+    comm().broadcast(of1, 1);
+    EXPECT_EQ(of0.to_double_vector(), of1.to_double_vector()) << n << " differs between the ranks";
+  }
+}
+
+// `mpirun -np 2 kiln train`: the 2-rank run (global batch 32, 16 per rank) follows the 1-rank run of
+// the same config (a model without batch-norm): the same loss curve and final weights.
+TEST(Mpi, TrainingMatchesOneRank) {
+  if (comm().size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  const int r = comm().rank();
+  const std::string runs = ::testing::TempDir() + "kiln_mpi_train_" + std::to_string(r);
+  std::filesystem::remove_all(runs);
+  json c = json::parse(R"({
+    "model": {"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
+      {"type": "relu"}, {"type": "max_pool2d", "kernel_size": 2}, {"type": "flatten"},
+      {"type": "linear", "in_features": 128, "out_features": 4}]},
+    "data": {"source": "synthetic", "synthetic": {"size": 128, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
+             "train_transforms": [{"type": "horizontal_flip"}], "batch_size": 32, "workers": 1},
+    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4},
+    "schedule": {"name": "cosine", "warmup_epochs": 0.5},
+    "train": {"epochs": 3, "seed": 5, "plots": false, "comm_timeout_s": 60}
+  })");
+  c["train"]["runs_dir"] = runs;
+  c["name"] = "two_ranks";
+  TrainResult two = train(c, /*quiet=*/true);  // launched by mpirun: rank r of 2
+  c["name"] = "one_rank";
+  TrainResult one = train_replicas(c, {Device::cpu()}, make_thread_communicators(1), true);
+  EXPECT_NEAR(two.train_loss, one.train_loss, 1e-5);
+  EXPECT_NEAR(two.val_top1, one.val_top1, 1e-9);
+  EXPECT_EQ(two.steps, one.steps);
+  if (r == 0) {  // only rank 0 writes the run folder
+    auto w1 = load_safetensors(one.run_dir + "/last.safetensors").tensors;
+    auto w2 = load_safetensors(two.run_dir + "/last.safetensors").tensors;
+    for (auto& [name, t] : w1) kiln::testing::expect_close(w2.at(name), t.to_double_vector(), 1e-5, 1e-4, name);
+  } else {
+    EXPECT_TRUE(two.run_dir.empty());
+  }
+  comm().barrier();
 }
