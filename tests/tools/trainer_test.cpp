@@ -196,3 +196,23 @@ TEST(Trainer, Fp16DivergenceAbortsWithAdvice) {
   EXPECT_NE(m.find("non-finite"), std::string::npos) << m;
   EXPECT_NE(m.find("precision=bf16"), std::string::npos) << m;
 }
+
+// train.reuse_first_batch (the in-memory side of tools/bench/bench_pipeline.sh): every step of an
+// epoch trains on that epoch's first batch. The synthetic images are noise with random labels, so
+// the only thing to learn is the batch itself: 32 steps on the same 32 images fit them well above
+// chance, while 32 steps on 32 different batches stay at chance.
+TEST(Trainer, ReuseFirstBatchTrainsOnOneBatchPerEpoch) {
+  const std::vector<std::string> common = {"epochs=1", "data.synthetic.size=1024", "schedule.warmup_epochs=0",
+                                           "optim.weight_decay=0"};
+  json c = tiny_config(fresh_dir("reuse"));
+  apply_overrides(c, common);
+  apply_overrides(c, {"train.reuse_first_batch=true"});
+  TrainResult r = train(c, true);
+  json plain = tiny_config(fresh_dir("reuse_plain"));
+  apply_overrides(plain, common);
+  TrainResult p = train(plain, true);
+  EXPECT_EQ(r.steps, 32);
+  EXPECT_EQ(p.steps, 32);
+  EXPECT_GT(r.train_acc, p.train_acc + 0.1) << "reused " << r.train_acc << ", plain " << p.train_acc;
+  EXPECT_LT(p.train_acc, 0.35);
+}
