@@ -1,6 +1,9 @@
 // NCCL communicator, see nccl_comm.h. Communicators across processes are created non-blocking
 // (ncclConfig_t.blocking = 0) so that joining can time out; any call that answers ncclInProgress is
-// then polled to completion under the same timeout. Tests: tests/gpu/nccl_test.cpp.
+// then polled to completion under the same timeout. Collectives run on a communication stream of
+// their own, which first waits (an event) for what the compute stream has queued so far: a gradient
+// bucket's all-reduce then runs beside the rest of backward instead of between its kernels.
+// Tests: tests/gpu/nccl_test.cpp, tests/gpu/data_parallel_test.cpp.
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -16,6 +19,23 @@ struct NcclComm::Impl {
   int rank = 0, size = 1, device = 0;
   std::atomic<bool> aborted{false};
   double op_timeout_s = 300.0;  // for calls that answer ncclInProgress (non-blocking communicators)
+  cudaStream_t stream = nullptr;  // the collectives' stream (non-blocking, on `device`)
+  cudaEvent_t ready = nullptr;    // recorded on the compute stream before a collective
+  cudaEvent_t done = nullptr;     // recorded on `stream` after the latest collective
+
+  void make_stream() {
+    DeviceGuard g(device);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  }
+  // The stream a collective is queued on, ordered after everything on the compute stream so far.
+  cudaStream_t begin_collective() {
+    CUDA_CHECK(cudaEventRecord(ready, stream_of(device)));
+    CUDA_CHECK(cudaStreamWaitEvent(stream, ready, 0));
+    return stream;
+  }
+  void end_collective() { CUDA_CHECK(cudaEventRecord(done, stream)); }
 
   std::string where() const {
     return "NCCL rank " + std::to_string(rank) + " of " + std::to_string(size) + " on cuda:" + std::to_string(device);
@@ -101,6 +121,7 @@ NcclComm::NcclComm(const std::string& uid, int nranks, int rank, int device, dou
     detail::throw_nccl(r, "ncclCommInitRankConfig", __FILE__, __LINE__);
   }
   impl_->settle(ncclInProgress, "joining the communicator");  // polls until every rank has joined
+  impl_->make_stream();
 }
 
 std::vector<std::unique_ptr<NcclComm>> NcclComm::create_local(const std::vector<int>& devices) {
@@ -115,15 +136,20 @@ std::vector<std::unique_ptr<NcclComm>> NcclComm::create_local(const std::vector<
     impl->rank = static_cast<int>(i);
     impl->size = static_cast<int>(devices.size());
     impl->device = devices[i];
+    impl->make_stream();
     out.push_back(std::unique_ptr<NcclComm>(new NcclComm(std::move(impl))));
   }
   return out;
 }
 
 NcclComm::~NcclComm() {
-  if (!impl_ || !impl_->comm || impl_->aborted) return;
+  if (!impl_) return;
   DeviceGuard g(impl_->device);
-  ncclCommDestroy(impl_->comm);  // no throwing from a destructor; the process keeps going either way
+  // No throwing from a destructor; the process keeps going either way.
+  if (impl_->comm && !impl_->aborted) ncclCommDestroy(impl_->comm);
+  if (impl_->done) cudaEventDestroy(impl_->done);
+  if (impl_->ready) cudaEventDestroy(impl_->ready);
+  if (impl_->stream) cudaStreamDestroy(impl_->stream);
 }
 
 int NcclComm::rank() const { return impl_->rank; }
@@ -139,10 +165,11 @@ void NcclComm::all_reduce(const Tensor& t, ReduceOp op) {
              t.str());
   if (t.numel() == 0) return;
   DeviceGuard g(impl_->device);
+  cudaStream_t s = impl_->begin_collective();
   ncclResult_t r = ncclAllReduce(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()), nccl_type(t.dtype()),
-                                 op == ReduceOp::avg ? ncclAvg : op == ReduceOp::min ? ncclMin : ncclSum, impl_->comm,
-                                 stream_of(impl_->device));
+                                 op == ReduceOp::avg ? ncclAvg : op == ReduceOp::min ? ncclMin : ncclSum, impl_->comm, s);
   impl_->settle(r, "all_reduce");
+  impl_->end_collective();
 }
 
 void NcclComm::broadcast(const Tensor& t, int root) {
@@ -152,19 +179,24 @@ void NcclComm::broadcast(const Tensor& t, int root) {
   KILN_CHECK(root >= 0 && root < impl_->size, impl_->where(), ": broadcast root ", root, " out of range");
   if (t.numel() == 0) return;
   DeviceGuard g(impl_->device);
-  ncclResult_t r = ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, impl_->comm,
-                                 stream_of(impl_->device));
+  cudaStream_t s = impl_->begin_collective();
+  ncclResult_t r = ncclBroadcast(t.raw_data(), t.raw_data(), t.nbytes(), ncclUint8, root, impl_->comm, s);
   impl_->settle(r, "broadcast");
+  impl_->end_collective();
 }
 
 void NcclComm::synchronize(double timeout_s) {
   impl_->check_usable("synchronize");
   DeviceGuard g(impl_->device);
-  cudaStream_t s = stream_of(impl_->device);
+  cudaStream_t s = impl_->stream;
   auto start = std::chrono::steady_clock::now();
   while (true) {
     cudaError_t e = cudaStreamQuery(s);
-    if (e == cudaSuccess) return;
+    if (e == cudaSuccess) {
+      // Done; later work on the compute stream is ordered after the collectives as well.
+      CUDA_CHECK(cudaStreamWaitEvent(stream_of(impl_->device), impl_->done, 0));
+      return;
+    }
     if (e != cudaErrorNotReady) CUDA_CHECK(e);
     KILN_CHECK(!impl_->aborted, impl_->where(), ": the communicator was aborted (another replica failed) while "
                "collectives were pending");
