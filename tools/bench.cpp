@@ -257,7 +257,7 @@ int bench_train(const Args& args) {
       opt.step();
     }
   };
-  double ms = time_ms(step, [&] { (void)loss.item(); }, ints["warmup"], ints["steps"]);
+  double ms = time_ms(step, [&] { if (loss.defined()) (void)loss.item(); }, ints["warmup"], ints["steps"]);
   std::printf("%-10s %-7s %-5s %6s %12s %10s %10s\n", "model", "device", "dtype", "batch", "ms/step", "images/s",
               "last loss");
   std::printf("%-10s %-7s %-5s %6lld %12.2f %10.1f %10.4f\n", a["model"].c_str(), d.str().c_str(), a["precision"].c_str(),

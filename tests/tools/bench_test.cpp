@@ -37,6 +37,17 @@ TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
   EXPECT_TRUE(std::isfinite(loss) && loss > 0) << row;
 }
 
+// warmup=0 is accepted (the minimum): timing starts before any step has run.
+TEST(BenchTrain, NoWarmUpStepsIsFine) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=lenet", "size=28", "channels=1", "classes=10", "batch=2",
+                                       "steps=1", "warmup=0", "device=cpu", "precision=bf16"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\nlenet      cpu     bf16       2"), std::string::npos) << out;
+}
+
 TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
   try {
     cli::cmd_bench({"train", "modle=lenet"});
