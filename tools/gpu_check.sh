@@ -5,13 +5,16 @@
 #      the same op on the CPU (forward and backward), whole training steps (ResNet, LeNet; SGD, AdamW)
 #      on both devices;
 #   3. `kiln info`, `kiln bench matmul` (CPU and GPU rows, n=4096);
-#   4. tools/bench/bench_gpu.py: bf16/fp32 matmul 8192^3 TFLOPS and ResNet-50 training images/s,
-#      kiln vs PyTorch on this GPU (needs a python3 with torch+CUDA; the kiln columns run without);
+#   4. tools/bench/bench_gpu.py: bf16/fp32 matmul 8192^3 TFLOPS and ResNet-50 training images/s
+#      (fp32 batch 128; fp16 and bf16 batch 256), kiln vs PyTorch on this GPU (needs a python3 with torch+CUDA; the kiln columns run without);
 #   5. `kiln train configs/fashion_mnist_resnet20.json device=0 epochs=$EPOCHS` (default 3 of the
 #      config's 15, to fit the time box: the accuracy printed is after 3 epochs) on the Fashion-MNIST
 #      files in $FASHION_MNIST_ROOT (default /usr/share/datasets/fashion-mnist, then
 #      shared/fashion-mnist or data/fashion-mnist in the checkout); without them, the same model on
-#      synthetic 28x28x1 data (a speed figure only).
+#      synthetic 28x28x1 data (a speed figure only);
+#   6. the same in precision=fp16 (dynamic loss scaling: the skipped steps are printed; issue: <= 1%);
+#   7. AutoBatch on the device: ResNet-50 on synthetic 224x224 data with batch=-1 (60% of the free
+#      memory), 5 steps: prints what it measured and chose, then the training peak against the target.
 # The CPU comparison scripts in tools/bench/ (bench_ops.py, bench_train.py) are not run here.
 # Exits non-zero if any step fails; each step prints a header and its own output.
 # Environment: JOBS (default 16), CUDA_ARCHS (default 90: H100/H200 only, halves the build time),
@@ -126,6 +129,23 @@ JSON
     "${BUILD_DIR}/tools/kiln" train "${runs}/synthetic.json" device=0 train.runs_dir="${runs}" ||
       fail "kiln train synthetic resnet20"
   fi
+  if [[ -n "${root}" ]]; then
+    section "kiln train configs/fashion_mnist_resnet20.json device=0 precision=fp16 epochs=${EPOCHS}"
+    "${BUILD_DIR}/tools/kiln" train configs/fashion_mnist_resnet20.json device=0 epochs="${EPOCHS}" precision=fp16 \
+      data.root="${root}" train.runs_dir="${runs}" train.plots=false train.log_every=100 ||
+      fail "kiln train fashion_mnist_resnet20 fp16"
+  fi
+
+  section "AutoBatch: ResNet-50, synthetic 224x224, batch=-1, 5 steps"
+  cat >"${runs}/autobatch.json" <<'JSON'
+{"name": "autobatch_resnet50", "model": {"name": "resnet50", "num_classes": 1000},
+ "data": {"source": "synthetic", "synthetic": {"size": 4096, "height": 224, "width": 224, "channels": 3,
+          "num_classes": 1000}, "batch_size": -1, "workers": 8},
+ "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4},
+ "train": {"epochs": 1, "max_steps_per_epoch": 5, "plots": false, "log_every": 1, "cudnn_benchmark": true}}
+JSON
+  "${BUILD_DIR}/tools/kiln" train "${runs}/autobatch.json" device=0 train.runs_dir="${runs}" ||
+    fail "kiln train resnet50 batch=-1"
   rm -rf "${runs}"
 fi
 

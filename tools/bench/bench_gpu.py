@@ -11,8 +11,13 @@
       kiln: `kiln bench train model=resnet50 ... device=cuda:0 cudnn_benchmark=1` (NHWC)
       torch: torchvision's resnet50 (or the same network defined here when torchvision is
       missing), channels_last.
+  (c) the same ResNet-50 step in mixed precision, batch 256 (--amp-batch): fp16 and bf16.
+      kiln: `kiln bench train ... precision=fp16|bf16` (f32 master weights, low-precision
+      convolutions and activations; fp16 with dynamic loss scaling)
+      torch: torch.autocast(dtype=float16|bfloat16) + channels_last; fp16 with torch.cuda.amp.GradScaler.
 
 Usage: python3 tools/bench/bench_gpu.py [build-gpu/tools/kiln] [--n 8192] [--batch 128] [--steps 20]
+                                        [--amp-batch 256] [--skip-amp]
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
 Prints one table per part; exits non-zero when a side fails (the other side's figure is still shown).
 """
@@ -72,9 +77,10 @@ def torch_matmul(n, iters, warmup):
     return res
 
 
-def kiln_train(kiln, batch, steps, warmup):
+def kiln_train(kiln, batch, steps, warmup, precision="fp32"):
     out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
-                    "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1"], 420)
+                    "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
+                    f"precision={precision}"], 420)
     for line in (out or "").splitlines():
         f = line.split()
         if len(f) == 7 and f[0] == "resnet50":
@@ -116,9 +122,10 @@ def torch_resnet50(num_classes):
     return nn.Sequential(*layers), "ResNet-50 defined in bench_gpu.py (no torchvision)"
 
 
-def torch_train(batch, steps, warmup):
+def torch_train(batch, steps, warmup, precision="fp32"):
     import torch
     import torch.nn as nn
+    amp_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
     torch.backends.cudnn.benchmark = True
     torch.backends.cudnn.allow_tf32 = True         # convolutions: PyTorch's default
     torch.backends.cuda.matmul.allow_tf32 = False  # matmul: PyTorch's default
@@ -131,10 +138,23 @@ def torch_train(batch, steps, warmup):
     y = torch.randint(0, 1000, (batch,), device="cuda")
     loss_fn = nn.CrossEntropyLoss()
 
+    scaler = torch.cuda.amp.GradScaler() if precision == "fp16" else None
+
     def step():
         opt.zero_grad(set_to_none=True)
-        loss_fn(model(x), y).backward()
-        opt.step()
+        if amp_dtype is None:
+            loss_fn(model(x), y).backward()
+            opt.step()
+            return
+        with torch.autocast("cuda", dtype=amp_dtype):
+            loss = loss_fn(model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
 
     for _ in range(warmup):
         step()
@@ -161,6 +181,8 @@ def main():
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--amp-batch", type=int, default=256)
+    p.add_argument("--skip-amp", action="store_true", help="skip part (c)")
     a = p.parse_args()
     try:
         import torch
@@ -193,6 +215,20 @@ def main():
     print(f"{'model':10s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s}")
     ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
     print(f"{'resnet50':10s} {a.batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio}", flush=True)
+
+    if not a.skip_amp:
+        print(f"\n(c) ResNet-50 training, 224x224, batch {a.amp_batch}, mixed precision (torch: autocast + "
+              f"channels_last, GradScaler for fp16), {a.steps} timed steps after {a.warmup}")
+        rows = []
+        for prec in ("fp16", "bf16"):
+            k = kiln_train(a.kiln, a.amp_batch, a.steps, a.warmup, prec)
+            t = torch_train(a.amp_batch, a.steps, a.warmup, prec) if have_torch else None
+            failed |= k is None
+            rows.append((prec, k, t))
+        print(f"{'model':10s} {'dtype':6s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s}")
+        for prec, k, t in rows:
+            ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
+            print(f"{'resnet50':10s} {prec:6s} {a.amp_batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio}", flush=True)
     sys.exit(1 if failed else 0)
 
 
