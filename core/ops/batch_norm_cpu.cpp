@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/autograd.h"
@@ -37,6 +38,65 @@ namespace {
 
 constexpr int64_t kBlockRows = 256;
 constexpr int64_t kParallelMin = 32768;  // elements below which threads cost more than they save
+
+// Row r of an (M, C) tensor read as T: a pointer into the tensor when it holds T, else (bf16, the
+// activations of mixed precision, with T = float) the row converted into `buf`. Converting row by
+// row, in cache, replaces whole-tensor copies to f32 and back; the arithmetic and rounding are the
+// same.
+template <typename T>
+struct RowsIn {
+  const T* direct = nullptr;
+  const uint16_t* bf16 = nullptr;
+  int64_t C = 0;
+  explicit RowsIn(const Tensor& t) : C(t.size(-1)) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (t.dtype() == DType::bf16) {
+        bf16 = static_cast<const uint16_t*>(t.raw_data());
+        return;
+      }
+    }
+    direct = t.data<T>();
+  }
+  const T* row(int64_t r, T* buf) const {
+    if (direct) return direct + r * C;
+    const uint16_t* src = bf16 + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) buf[c] = bf16_to_float(src[c]);
+    return buf;
+  }
+};
+
+// The output side: row(r, buf) is where to write row r (the tensor itself, or `buf` for bf16);
+// commit(r, buf) stores a row written to `buf`.
+template <typename T>
+struct RowsOut {
+  T* direct = nullptr;
+  uint16_t* bf16 = nullptr;
+  int64_t C = 0;
+  explicit RowsOut(const Tensor& t) : C(t.size(-1)) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (t.dtype() == DType::bf16) {
+        bf16 = static_cast<uint16_t*>(t.raw_data());
+        return;
+      }
+    }
+    direct = t.data<T>();
+  }
+  T* row(int64_t r, T* buf) const { return direct ? direct + r * C : buf; }
+  void commit(int64_t r, const T* buf) const {
+    if (direct) return;
+    uint16_t* dst = bf16 + r * C;
+#pragma omp simd
+    for (int64_t c = 0; c < C; ++c) dst[c] = float_to_bf16(buf[c]);
+  }
+};
+
+// Whether the kernels below read and write `t` as it is (T itself, or bf16 rows converted on the
+// fly); anything else (f16) goes through a converted copy.
+template <typename T>
+bool rows_direct(const Tensor& t) {
+  return t.dtype() == dtype_of<T>::value || (std::is_same_v<T, float> && t.dtype() == DType::bf16);
+}
 
 // Two per-channel sums over M rows of C channels: body(r, a, b) adds row r's terms into the C-long
 // accumulators a and b (type T). Rows are summed in T within blocks of <= kBlockRows, blocks in double,
@@ -83,18 +143,24 @@ void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std:
 
 // out[r, c] = a[c] * u[r, c] + b[c] * v[r, c] + d[c] (v may be null: that term is dropped).
 template <typename T>
-void affine_rows(int64_t M, int64_t C, const T* u, const T* v, const T* a, const T* b, const T* d, T* out) {
-#pragma omp parallel for schedule(static) if (M * C > kParallelMin)
-  for (int64_t r = 0; r < M; ++r) {
-    const T* ur = u + r * C;
-    T* o = out + r * C;
-    if (v) {
-      const T* vr = v + r * C;
+void affine_rows(int64_t M, int64_t C, const RowsIn<T>& u, const RowsIn<T>* v, const T* a, const T* b, const T* d,
+                 const RowsOut<T>& out) {
+#pragma omp parallel if (M * C > kParallelMin)
+  {
+    std::vector<T> ub(C), vb(C), ob(C);  // this thread's row buffers (used for bf16 rows only)
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < M; ++r) {
+      const T* ur = u.row(r, ub.data());
+      T* o = out.row(r, ob.data());
+      if (v) {
+        const T* vr = v->row(r, vb.data());
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + b[c] * vr[c] + d[c];
-    } else {
+        for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + b[c] * vr[c] + d[c];
+      } else {
 #pragma omp simd
-      for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + d[c];
+        for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + d[c];
+      }
+      out.commit(r, o);
     }
   }
 }
@@ -110,18 +176,23 @@ std::vector<T> cast_vec(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
+// x: T, or bf16 with T = float (rows_direct); y has x's dtype.
 template <typename T>
 Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_batch_stats, double eps, BnSaved& s,
                   std::vector<double>& batch_var) {
-  const T* px = x.data<T>();
+  const RowsIn<T> rx(x);
   int64_t C = x.size(-1), M = x.numel() / C;
   if (use_batch_stats) {
     // NOTE: shifted by the first row: x0 lies a few std from the mean, so the one-pass
     // E[d^2] - E[d]^2 over d = x - x0 does not cancel catastrophically when |mean| >> std.
-    std::vector<T> x0(px, px + C);
+    std::vector<T> buf0(C);
+    const T* row0 = rx.row(0, buf0.data());
+    std::vector<T> x0(row0, row0 + C);
     std::vector<double> s1, s2;
     column_sums2<T>(M, C, [&](int64_t r, T* a, T* b) {
-      const T* xr = px + r * C;
+      thread_local std::vector<T> buf;
+      buf.resize(static_cast<size_t>(C));
+      const T* xr = rx.row(r, buf.data());
 #pragma omp simd
       for (int64_t c = 0; c < C; ++c) {
         T d = xr[c] - x0[c];
@@ -146,28 +217,32 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
     shift[c] = static_cast<T>(beta[c] - s.mean[c] * sc);
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  affine_rows<T>(M, C, px, nullptr, scale.data(), nullptr, shift.data(), y.data<T>());
+  affine_rows<T>(M, C, rx, nullptr, scale.data(), nullptr, shift.data(), RowsOut<T>(y));
   return y;
 }
 
-// Returns {dx, dgamma, dbeta} in the compute dtype; dx is undefined unless need_dx.
+// x, gy: T, or bf16 with T = float (rows_direct). Returns {dx (x's dtype), dgamma, dbeta (the
+// compute dtype T)}; dx is undefined unless need_dx.
 template <typename T>
 std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved& s, bool need_dx) {
-  const T* px = x.data<T>();
-  const T* pg = gy.data<T>();
+  const RowsIn<T> rx(x), rg(gy);
   int64_t C = x.size(-1), M = x.numel() / C;
   std::vector<T> mean = cast_vec<T>(s.mean);
   std::vector<double> sdy, sdyx;  // sum(dy), sum(dy * (x - mean))
   column_sums2<T>(M, C, [&](int64_t r, T* a, T* b) {
-    const T* xr = px + r * C;
-    const T* gr = pg + r * C;
+    thread_local std::vector<T> xbuf, gbuf;
+    xbuf.resize(static_cast<size_t>(C));
+    gbuf.resize(static_cast<size_t>(C));
+    const T* xr = rx.row(r, xbuf.data());
+    const T* gr = rg.row(r, gbuf.data());
 #pragma omp simd
     for (int64_t c = 0; c < C; ++c) {
       a[c] += gr[c];
       b[c] += gr[c] * (xr[c] - mean[c]);
     }
   }, sdy, sdyx);
-  Tensor dgamma = Tensor::empty({C}, x.dtype()), dbeta = Tensor::empty({C}, x.dtype());
+  const DType ct = dtype_of<T>::value;
+  Tensor dgamma = Tensor::empty({C}, ct), dbeta = Tensor::empty({C}, ct);
   std::vector<T> ca(C), cb(C), cd(C);
   for (int64_t c = 0; c < C; ++c) {
     double is = s.invstd[c], a = s.gamma[c] * is, sxhat = sdyx[c] * is;
@@ -182,8 +257,8 @@ std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved
   }
   if (!need_dx) return {Tensor(), dgamma, dbeta};
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
-  if (s.training) affine_rows<T>(M, C, pg, px, ca.data(), cb.data(), cd.data(), dx.data<T>());
-  else affine_rows<T>(M, C, pg, nullptr, ca.data(), nullptr, std::vector<T>(C, T(0)).data(), dx.data<T>());
+  if (s.training) affine_rows<T>(M, C, rg, &rx, ca.data(), cb.data(), cd.data(), RowsOut<T>(dx));
+  else affine_rows<T>(M, C, rg, nullptr, ca.data(), nullptr, std::vector<T>(C, T(0)).data(), RowsOut<T>(dx));
   return {dx, dgamma, dbeta};
 }
 
@@ -259,7 +334,13 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   }
 
   DType ct = nn::compute_dtype(x.dtype());
-  Tensor xc = nn::to_compute(x, ct);
+  // bf16 is read and written row by row (RowsIn/RowsOut); f16 goes through an f32 copy.
+  auto as_input = [ct](const Tensor& t) {
+    Tensor d = t.detach();
+    const bool direct = ct == DType::f64 ? rows_direct<double>(d) : rows_direct<float>(d);
+    return direct ? d.contiguous() : nn::to_compute(d, ct);
+  };
+  Tensor xc = as_input(x);
   BnSaved s;
   s.training = training;
   s.gamma = values_or(gamma, C, 1.0);
@@ -286,8 +367,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   DType gamma_t = gamma.defined() ? gamma.dtype() : ct, beta_t = beta.defined() ? beta.dtype() : ct;
   bool need_dx = x.requires_grad();
   return record("batch_norm", {x, gamma, beta}, y, [xd = x.detach(), s = std::move(s), gamma_t, beta_t, ct,
-                                                    need_dx](const Tensor& gy) {
-    Tensor xc = nn::to_compute(xd, ct), gc = nn::to_compute(gy, ct);
+                                                    need_dx, as_input](const Tensor& gy) {
+    Tensor xc = as_input(xd), gc = as_input(gy);
+    if (xc.dtype() != gc.dtype()) {  // e.g. bf16 x with an f32 gradient: both in the compute dtype
+      xc = nn::to_compute(xd, ct);
+      gc = nn::to_compute(gy, ct);
+    }
     std::vector<Tensor> g =
         nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx); });
     return grads{need_dx ? nn::from_compute(g[0], xd.dtype()) : Tensor(), nn::from_compute(g[1], gamma_t),

@@ -125,6 +125,18 @@ Tensor binary(const char* name, Bin op, const Tensor& a0, const Tensor& b0, F f)
     return binary_cuda(op, a0.detach(), b0.detach());
 #endif
   }
+  if (a0.dtype() == DType::bf16 && a0.shape() == b0.shape() && a0.is_contiguous() && b0.is_contiguous()) {
+    // Mixed precision's activations and their gradients: converted element by element in the loop
+    // (the same f32 arithmetic and rounding as converting the tensors, without the temporaries).
+    Tensor out = Tensor::empty(a0.shape(), DType::bf16, a0.device());
+    const uint16_t* pa = static_cast<const uint16_t*>(a0.raw_data());
+    const uint16_t* pb = static_cast<const uint16_t*>(b0.raw_data());
+    uint16_t* o = static_cast<uint16_t*>(out.raw_data());
+    const int64_t n = out.numel();
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(f(bf16_to_float(pa[i]), bf16_to_float(pb[i])));
+    return out;
+  }
   Tensor a = a0.dtype() == ct ? a0 : a0.detach().to(ct);
   Tensor b = b0.dtype() == ct ? b0 : b0.detach().to(ct);
   Shape shape = broadcast_shapes(a.shape(), b.shape());
@@ -142,6 +154,15 @@ Tensor unary(const char* name, const Tensor& a0, Un op, F f, double mul = 1.0, d
 #ifdef KILN_WITH_CUDA
     return unary_cuda(op, a0.detach(), mul, add);
 #endif
+  }
+  if (a0.dtype() == DType::bf16 && a0.is_contiguous()) {  // as in binary(): converted in the loop
+    Tensor out = Tensor::empty(a0.shape(), DType::bf16, a0.device());
+    const uint16_t* p = static_cast<const uint16_t*>(a0.raw_data());
+    uint16_t* o = static_cast<uint16_t*>(out.raw_data());
+    const int64_t n = out.numel();
+#pragma omp parallel for simd if (n > 32768)
+    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(static_cast<float>(f(bf16_to_float(p[i]))));
+    return out;
   }
   DType ct = a0.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor a = (a0.dtype() == ct ? a0.detach() : a0.detach().to(ct)).contiguous();

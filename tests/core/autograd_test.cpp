@@ -115,3 +115,24 @@ TEST(Autograd, ErrorsNameOpAndShapes) {
   }
   EXPECT_THROW(ops::add(Tensor::ones({2}), Tensor::ones({2}, DType::f64)), Error);
 }
+
+// Elementwise ops on bf16 tensors (mixed precision's activations) convert in their loops: exactly
+// the f32 op on the widened inputs, rounded once, for contiguous same-shape operands (threaded
+// sizes) and for broadcasting ones (the converting path).
+TEST(Elementwise, Bf16IsTheF32OpRoundedOnce) {
+  Tensor a = randn({4, 32, 32, 16}, 31).to(DType::bf16), b = randn({4, 32, 32, 16}, 32).to(DType::bf16);
+  Tensor af = a.to(DType::f32), bf = b.to(DType::f32);
+  auto same = [](const Tensor& got, const Tensor& f32, const char* what) {
+    EXPECT_EQ(got.dtype(), DType::bf16) << what;
+    EXPECT_EQ(got.to_double_vector(), f32.to(DType::bf16).to_double_vector()) << what;
+  };
+  same(ops::add(a, b), ops::add(af, bf), "add");
+  same(ops::mul(a, b), ops::mul(af, bf), "mul");
+  same(ops::div(a, b), ops::div(af, bf), "div");
+  same(ops::relu(a), ops::relu(af), "relu");
+  same(ops::relu_backward(a, b), ops::relu_backward(af, bf), "relu_backward");
+  same(ops::exp(a), ops::exp(af), "exp");
+  same(ops::mul_scalar(a, 0.3), ops::mul_scalar(af, 0.3), "mul_scalar");
+  Tensor row = randn({16}, 33).to(DType::bf16);
+  same(ops::add(a, row), ops::add(af, row.to(DType::f32)), "add, broadcast");
+}
