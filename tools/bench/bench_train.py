@@ -112,7 +112,7 @@ def main():
         ("resnet18", r18, (32, 32, 3), 10, 128, max(3, a.steps // 10), 1, "fp32"),
     ]
     if a.bf16:
-        cases.append(("resnet18", r18, (32, 32, 3), 10, 128, 2, 1, "bf16"))
+        cases.append(("resnet18", r18, (32, 32, 3), 10, 128, max(3, a.steps // 10), 1, "bf16"))
     if a.only:
         cases = [c for c in cases if c[0] == a.only]
     print(f"threads {a.threads}")
