@@ -6,6 +6,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
 #include "optim/grad_sync.h"
+#include "tests/data_parallel_config.h"
 #include "tests/gradcheck.h"
 #include "core/io/safetensors.h"
 #include "core/ops/loss.h"
@@ -128,19 +129,7 @@ TEST(Mpi, TrainingMatchesOneRank) {
   const int r = comm().rank();
   const std::string runs = ::testing::TempDir() + "kiln_mpi_train_" + std::to_string(r);
   std::filesystem::remove_all(runs);
-  json c = json::parse(R"({
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-      {"type": "relu"}, {"type": "max_pool2d", "kernel_size": 2}, {"type": "flatten"},
-      {"type": "linear", "in_features": 128, "out_features": 4}]},
-    "data": {"source": "synthetic", "synthetic": {"size": 128, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
-             "train_transforms": [{"type": "horizontal_flip"}], "batch_size": 32, "workers": 1},
-    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4},
-    "schedule": {"name": "cosine", "warmup_epochs": 0.5},
-    "train": {"epochs": 3, "seed": 5, "plots": false, "comm_timeout_s": 60}
-  })");
-  c["train"]["runs_dir"] = runs;
-  c["name"] = "two_ranks";
+  json c = kiln::testing::data_parallel_config(runs, "two_ranks", 60);
   TrainResult two = train(c, /*quiet=*/true);  // launched by mpirun: rank r of 2
   c["name"] = "one_rank";
   TrainResult one = train_replicas(c, {Device::cpu()}, make_thread_communicators(1), true);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "core/io/safetensors.h"
+#include "tests/data_parallel_config.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 #include "tools/config.h"
@@ -20,25 +21,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// No batch-norm and no dropout: then 2 replicas on 16 images each take exactly the step of one
-// replica on the 32 (batch-norm statistics are per replica, as in PyTorch's DDP).
 json plain_config(const std::string& runs, const std::string& name) {
-  json c = json::parse(R"({
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-      {"type": "relu"},
-      {"type": "max_pool2d", "kernel_size": 2},
-      {"type": "flatten"},
-      {"type": "linear", "in_features": 128, "out_features": 4}]},
-    "data": {"source": "synthetic", "synthetic": {"size": 128, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
-             "train_transforms": [{"type": "horizontal_flip"}], "batch_size": 32, "workers": 1},
-    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4},
-    "schedule": {"name": "cosine", "warmup_epochs": 0.5},
-    "train": {"epochs": 3, "seed": 5, "plots": false, "comm_timeout_s": 30}
-  })");
-  c["name"] = name;
-  c["train"]["runs_dir"] = runs;
-  return c;
+  return kiln::testing::data_parallel_config(runs, name, 30);
 }
 
 std::string fresh_dir(const std::string& name) {
