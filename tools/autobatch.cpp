@@ -31,7 +31,6 @@ AutoBatchResult auto_batch(const std::function<double(int64_t)>& peak_bytes, dou
   KILN_CHECK(opt.fraction > 0 && opt.fraction <= 1, "AutoBatch fraction ", opt.fraction, " must be in (0, 1]");
   KILN_CHECK(free_bytes > 0, "AutoBatch: no free memory reported");
   AutoBatchResult r;
-  r.free_bytes = free_bytes;
   r.target_bytes = free_bytes * opt.fraction;
   for (int64_t b : opt.probes) {
     if (b > opt.max_batch) break;

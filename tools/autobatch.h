@@ -19,7 +19,7 @@ namespace kiln {
 struct AutoBatchResult {
   int64_t batch = 0;
   double fixed_bytes = 0, per_sample_bytes = 0;  // the fitted line
-  double target_bytes = 0, free_bytes = 0;
+  double target_bytes = 0;
   std::vector<std::pair<int64_t, double>> measured;  // (batch, peak bytes) per successful probe
   int64_t line_batch = 0;  // the largest batch the fitted line allows, before the cap and rounding
   int64_t max_batch = 0;   // the cap it was held to

@@ -1,6 +1,6 @@
-#include <algorithm>
 #include "tools/mpi_comm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <deque>
 #include <string>
