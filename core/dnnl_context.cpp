@@ -57,12 +57,14 @@ bool native_compute(DType t) {
   return t == DType::bf16 ? bf16 : f16;
 }
 
+dnnl::primitive_attr make_attr() {
+  dnnl::primitive_attr r;
+  r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return r;
+}
+
 const dnnl::primitive_attr& attr() {
-  static const dnnl::primitive_attr a = [] {
-    dnnl::primitive_attr r;
-    r.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    return r;
-  }();
+  static const dnnl::primitive_attr a = make_attr();
   return a;
 }
 

@@ -37,7 +37,11 @@ dnnl::memory::data_type data_type(DType t);
 bool native_compute(DType t);
 
 // Attributes for every kiln primitive: the scratchpad is passed by execute() (user mode).
+// NOTE: copying a dnnl::primitive_attr copies a handle to the same attributes, so adding post-ops
+// to a copy of attr() would change every primitive created afterwards: use make_attr() for that.
 const dnnl::primitive_attr& attr();
+// A new attribute object with the settings of attr(), to add post-ops to.
+dnnl::primitive_attr make_attr();
 
 // Builds cache keys: CacheKey("conv_fwd").add(x.shape()).add(p.stride_h)... -> "conv_fwd|2,3,5,7|1|".
 class CacheKey {

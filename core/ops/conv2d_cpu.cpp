@@ -16,6 +16,9 @@
 // to the input dtype. The values equal a native low-precision conv with f32 accumulation (bf16 -> f32
 // is exact); only the speed differs.
 //
+// Where winograd::chosen() / im2col_chosen() say so (core/ops/winograd_cpu.h), the passes run
+// kiln's Winograd F(2x2,3x3) or the im2col weight gradient instead of oneDNN's direct kernels.
+//
 // CUDA tensors take cuDNN's forward, backward-data and backward-filter (core/cuda/conv2d_cuda.cu);
 // the dispatch and its autograd closure are conv2d_cuda() below (core/ops/dispatch.h).
 //
@@ -26,6 +29,7 @@
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/winograd_cpu.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -322,6 +326,19 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
 
   bool need_x = x0.requires_grad(), need_w = w0.requires_grad(), need_b = b0.defined() && b0.requires_grad();
   bool recording = needs_record({x0, w0, b0});
+  if (native && winograd::applicable(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
+                                     p.groups, g.bias, ct) &&
+      winograd::chosen(g.n, g.h, g.w, g.ic, g.oc, ct)) {
+    // Winograd F(2x2,3x3) for all three passes (core/ops/winograd_cpu.h).
+    Tensor y = winograd::forward(x, w);
+    if (!recording) return y;
+    return record("conv2d", {x0, w0, b0}, y,
+                  [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), dt, need_x, need_w](const Tensor& gy0) {
+                    Tensor gy = to_dtype(gy0, dt).contiguous();
+                    return grads{need_x ? winograd::backward_data(gy, ws) : Tensor(),
+                                 need_w ? winograd::backward_weights(gy, xs) : Tensor(), Tensor()};
+                  });
+  }
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   auto wr = std::make_shared<onednn::Reordered>();
@@ -330,10 +347,15 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   y = to_dtype(y, dt);
   if (!recording) return y;
   // Saved in the caller's dtype (half the memory for bf16); converted again in backward if needed.
-  return record("conv2d", {x0, w0, b0}, y, [g, x, w, wr, dt, need_x, need_w, need_b](const Tensor& gy0) {
+  // Strided 3x3 convolutions take their weight gradient as one GEMM (winograd_cpu.h, im2col).
+  const bool gemm_w = native && !g.bias &&
+                      winograd::im2col_chosen(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                                              p.dilation_w, p.groups, g.ic, g.oc, ct);
+  return record("conv2d", {x0, w0, b0}, y, [g, x, w, wr, dt, need_x, need_w, need_b, gemm_w](const Tensor& gy0) {
     Tensor gy = to_dtype(gy0, g.dtype).contiguous();
-    ConvGrads r =
-        backward_native(g, gy, to_dtype(x, g.dtype), to_dtype(w, g.dtype), wr.get(), need_x, need_w || need_b);
+    ConvGrads r = backward_native(g, gy, to_dtype(x, g.dtype), to_dtype(w, g.dtype), wr.get(), need_x,
+                                  (need_w && !gemm_w) || need_b);
+    if (need_w && gemm_w) r.gw = winograd::im2col_backward_weights(gy, x, g.p.stride_h, g.p.pad_h);
     Tensor gx = need_x ? to_dtype(r.gx, dt) : Tensor();
     Tensor gw = need_w ? to_dtype(r.gw, dt) : Tensor();
     Tensor gb = need_b ? to_dtype(r.gb, dt) : Tensor();

@@ -1,0 +1,760 @@
+// Winograd F(2x2, 3x3) on the CPU: transforms here, GEMMs in oneDNN's matmul. See winograd_cpu.h.
+//
+// Scratch layouts, per chunk of `tc` tiles (a tile t = (n, ty, tx) covers output rows 2ty, 2ty+1
+// and columns 2tx, 2tx+1; tiles are numbered n-major, then ty, then tx):
+//   V [16][tc][C]   transformed input tiles (operand dtype)  - the GEMM's A, row-major
+//   U [16][C][K]    transformed weights (operand dtype)     - the GEMM's B
+//   M [16][tc][K]   products, f32                           - the GEMM's C
+//   Z [16][tc][K]   transformed output-gradient tiles (backward-weights), read transposed
+//   dU [16][K][C]   f32, accumulated over chunks (matmul with a sum post-op)
+// Position p = 4 * i + j indexes the 4x4 transformed tile. Transform loops run over channels
+// innermost so they vectorize; tiles of a chunk are split across the OpenMP threads.
+#include "core/ops/winograd_cpu.h"
+
+#include <omp.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <type_traits>
+
+#include "core/dnnl_context.h"
+
+namespace kiln::ops::winograd {
+
+using dnnl::memory;
+
+namespace {
+
+std::atomic<int> g_mode{-1};
+std::atomic<int64_t> g_chunk_bytes{int64_t{8} << 20};
+// Scratch per thread for thread-private chunks (about the size of a core's L2).
+std::atomic<int64_t> g_private_bytes{int64_t{1536} << 10};
+
+// AVX-512 transforms where the CPU has AVX-512 BF16 (KILN_WINOGRAD_AVX512=0 turns them off, for
+// tests of the portable kernels and comparisons).
+bool use_avx512() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_WINOGRAD_AVX512");
+    if (e && std::string(e) == "0") return false;
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx512bf16") != 0;
+#else
+    return false;
+#endif
+  }();
+  return on;
+}
+
+Mode mode_from_env() {
+  const char* e = std::getenv("KILN_CONV_ALGO");
+  if (!e || !*e || std::string(e) == "auto") return Mode::automatic;
+  std::string s(e);
+  if (s == "direct") return Mode::direct;
+  if (s == "winograd") return Mode::winograd;
+  KILN_FAIL("KILN_CONV_ALGO=", s, ": accepted values are auto, direct and winograd");
+}
+
+// Element access: f32 as is, bf16 as its bits (round to nearest even on store).
+inline float ld(const float* p) { return *p; }
+inline float ld(const uint16_t* p) { return bf16_to_float(*p); }
+inline void st(float* p, float v) { *p = v; }
+inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }
+inline void st_(float* p, float v) { st(p, v); }
+inline void st_(uint16_t* p, float v) { st(p, v); }
+
+struct Tiles {
+  int64_t n, h, w, th, tw;
+  Tiles(int64_t n_, int64_t h_, int64_t w_) : n(n_), h(h_), w(w_), th((h_ + 1) / 2), tw((w_ + 1) / 2) {}
+  int64_t count() const { return n * th * tw; }
+  // The pixel (row, col) of image n, or nullptr outside the image (zero padding).
+  template <typename S>
+  S* at(S* base, int64_t n_, int64_t row, int64_t col, int64_t c) const {
+    return row >= 0 && row < h && col >= 0 && col < w ? base + ((n_ * h + row) * w + col) * c : nullptr;
+  }
+};
+
+// Tiles per chunk: the chunk's scratch (`bytes_per_tile` each) stays near g_chunk_bytes, so the
+// transforms and the GEMM work on data the last-level cache still holds, but never fewer than 128
+// tiles (the GEMMs get too thin).
+int64_t chunk_tiles(const Tiles& t, int64_t bytes_per_tile) {
+  int64_t c = std::max<int64_t>(128, g_chunk_bytes.load() / std::max<int64_t>(1, bytes_per_tile));
+  return std::min(c, t.count());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-tile and per-row kernels. Each comes twice: a portable loop (any x86-64) and an AVX-512 one
+// (16 channels per vector; bf16 rounding by vcvtneps2bf16, the same round-to-nearest-even as
+// float_to_bf16), taken when the CPU has AVX-512 BF16. Both compute the same f32 expressions in
+// the same order, so they give the same bits.
+//
+//   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
+//              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
+//   out_tile:  y[a][b][k] = (A^T m A)[a][b] of m[p][k], A^T = [1 1 1 0; 0 1 -1 -1] (nullptr: past the image)
+//   grad_tile: z[p][k] = (A g A^T)[p] of the 2x2 gradient g[a][b][k] (nullptr: past the image)
+//   wt_row:    u[p][l] = (G g G^T)[p] of 9 taps g[3r+s][l], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
+//   wgrad_row: o[3r+s][l] = (G^T u G)[r][s] of u[p][l]
+// Rows of the transformed tile are `plane` elements apart.
+
+template <typename S>
+void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
+  for (int64_t c = 0; c < C; ++c) {
+    float d[16];
+    for (int k = 0; k < 16; ++k) d[k] = src[k] ? ld(src[k] + c) : 0.0f;
+    float t[4][4];
+    for (int j = 0; j < 4; ++j) {
+      t[0][j] = d[j] - d[8 + j];
+      t[1][j] = d[4 + j] + d[8 + j];
+      t[2][j] = d[8 + j] - d[4 + j];
+      t[3][j] = d[4 + j] - d[12 + j];
+    }
+    for (int i = 0; i < 4; ++i) {
+      st(out + (4 * i + 0) * plane + c, t[i][0] - t[i][2]);
+      st(out + (4 * i + 1) * plane + c, t[i][1] + t[i][2]);
+      st(out + (4 * i + 2) * plane + c, t[i][2] - t[i][1]);
+      st(out + (4 * i + 3) * plane + c, t[i][1] - t[i][3]);
+    }
+  }
+}
+
+template <typename S>
+void out_tile(const float* m, int64_t plane, int64_t K, S* const* y) {
+  for (int64_t k = 0; k < K; ++k) {
+    float s[2][4];
+    for (int j = 0; j < 4; ++j) {
+      float a0 = m[j * plane + k], a1 = m[(4 + j) * plane + k], a2 = m[(8 + j) * plane + k],
+            a3 = m[(12 + j) * plane + k];
+      s[0][j] = a0 + a1 + a2;
+      s[1][j] = a1 - a2 - a3;
+    }
+    for (int a = 0; a < 2; ++a) {
+      if (y[2 * a]) st(y[2 * a] + k, s[a][0] + s[a][1] + s[a][2]);
+      if (y[2 * a + 1]) st(y[2 * a + 1] + k, s[a][1] - s[a][2] - s[a][3]);
+    }
+  }
+}
+
+template <typename S>
+void grad_tile(const S* const* g, int64_t K, S* out, int64_t plane) {
+  for (int64_t k = 0; k < K; ++k) {
+    float d[4];
+    for (int q = 0; q < 4; ++q) d[q] = g[q] ? ld(g[q] + k) : 0.0f;
+    float t[4][2] = {{d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {-d[2], -d[3]}};
+    for (int i = 0; i < 4; ++i) {
+      st(out + (4 * i + 0) * plane + k, t[i][0]);
+      st(out + (4 * i + 1) * plane + k, t[i][0] + t[i][1]);
+      st(out + (4 * i + 2) * plane + k, t[i][0] - t[i][1]);
+      st(out + (4 * i + 3) * plane + k, -t[i][1]);
+    }
+  }
+}
+
+template <typename S>
+void wt_row(const S* const* g, int64_t L, S* out, int64_t plane) {
+  for (int64_t l = 0; l < L; ++l) {
+    float v[9];
+    for (int q = 0; q < 9; ++q) v[q] = ld(g[q] + l);
+    float gg[4][3];
+    for (int s = 0; s < 3; ++s) {
+      gg[0][s] = v[s];
+      gg[1][s] = 0.5f * (v[s] + v[3 + s] + v[6 + s]);
+      gg[2][s] = 0.5f * (v[s] - v[3 + s] + v[6 + s]);
+      gg[3][s] = v[6 + s];
+    }
+    for (int a = 0; a < 4; ++a) {
+      st(out + (4 * a + 0) * plane + l, gg[a][0]);
+      st(out + (4 * a + 1) * plane + l, 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
+      st(out + (4 * a + 2) * plane + l, 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
+      st(out + (4 * a + 3) * plane + l, gg[a][2]);
+    }
+  }
+}
+
+template <typename S>
+void wgrad_row(const float* u, int64_t plane, int64_t L, S* const* out) {
+  for (int64_t l = 0; l < L; ++l) {
+    float h[3][4];
+    for (int b = 0; b < 4; ++b) {
+      float u0 = u[b * plane + l], u1 = u[(4 + b) * plane + l], u2 = u[(8 + b) * plane + l],
+            u3 = u[(12 + b) * plane + l];
+      h[0][b] = u0 + 0.5f * (u1 + u2);
+      h[1][b] = 0.5f * (u1 - u2);
+      h[2][b] = 0.5f * (u1 + u2) + u3;
+    }
+    for (int r = 0; r < 3; ++r) {
+      st(out[3 * r + 0] + l, h[r][0] + 0.5f * (h[r][1] + h[r][2]));
+      st(out[3 * r + 1] + l, 0.5f * (h[r][1] - h[r][2]));
+      st(out[3 * r + 2] + l, 0.5f * (h[r][1] + h[r][2]) + h[r][3]);
+    }
+  }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define KILN_WINOGRAD_AVX512 1
+#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+// NOTE: GCC 12 warns that the _mm512_undefined_* inside its own intrinsics may be used uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+KILN_AVX512 inline __mmask16 tail(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+}
+KILN_AVX512 inline __m512 vld(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+KILN_AVX512 inline __m512 vld(const uint16_t* p, __mmask16 m) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+}
+KILN_AVX512 inline void vst(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+KILN_AVX512 inline void vst(uint16_t* p, __m512 v, __mmask16 m) {
+  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+}
+
+template <typename S>
+KILN_AVX512 void in_tile_avx512(const S* const* src, int64_t C, S* out, int64_t plane) {
+  for (int64_t c = 0; c < C; c += 16) {
+    const __mmask16 m = tail(C - c);
+    __m512 d[16];
+    for (int k = 0; k < 16; ++k) d[k] = src[k] ? vld(src[k] + c, m) : _mm512_setzero_ps();
+    __m512 t[4][4];
+    for (int j = 0; j < 4; ++j) {
+      t[0][j] = _mm512_sub_ps(d[j], d[8 + j]);
+      t[1][j] = _mm512_add_ps(d[4 + j], d[8 + j]);
+      t[2][j] = _mm512_sub_ps(d[8 + j], d[4 + j]);
+      t[3][j] = _mm512_sub_ps(d[4 + j], d[12 + j]);
+    }
+    for (int i = 0; i < 4; ++i) {
+      vst(out + (4 * i + 0) * plane + c, _mm512_sub_ps(t[i][0], t[i][2]), m);
+      vst(out + (4 * i + 1) * plane + c, _mm512_add_ps(t[i][1], t[i][2]), m);
+      vst(out + (4 * i + 2) * plane + c, _mm512_sub_ps(t[i][2], t[i][1]), m);
+      vst(out + (4 * i + 3) * plane + c, _mm512_sub_ps(t[i][1], t[i][3]), m);
+    }
+  }
+}
+
+template <typename S>
+KILN_AVX512 void out_tile_avx512(const float* mp, int64_t plane, int64_t K, S* const* y) {
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail(K - k);
+    __m512 s[2][4];
+    for (int j = 0; j < 4; ++j) {
+      __m512 a0 = vld(mp + j * plane + k, m), a1 = vld(mp + (4 + j) * plane + k, m),
+             a2 = vld(mp + (8 + j) * plane + k, m), a3 = vld(mp + (12 + j) * plane + k, m);
+      s[0][j] = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
+      s[1][j] = _mm512_sub_ps(_mm512_sub_ps(a1, a2), a3);
+    }
+    for (int a = 0; a < 2; ++a) {
+      if (y[2 * a]) vst(y[2 * a] + k, _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]), m);
+      if (y[2 * a + 1]) vst(y[2 * a + 1] + k, _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]), m);
+    }
+  }
+}
+
+template <typename S>
+KILN_AVX512 void grad_tile_avx512(const S* const* g, int64_t K, S* out, int64_t plane) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; k += 16) {
+    const __mmask16 m = tail(K - k);
+    __m512 d[4];
+    for (int q = 0; q < 4; ++q) d[q] = g[q] ? vld(g[q] + k, m) : zero;
+    __m512 t[4][2] = {{d[0], d[1]},
+                      {_mm512_add_ps(d[0], d[2]), _mm512_add_ps(d[1], d[3])},
+                      {_mm512_sub_ps(d[0], d[2]), _mm512_sub_ps(d[1], d[3])},
+                      {_mm512_sub_ps(zero, d[2]), _mm512_sub_ps(zero, d[3])}};
+    for (int i = 0; i < 4; ++i) {
+      vst(out + (4 * i + 0) * plane + k, t[i][0], m);
+      vst(out + (4 * i + 1) * plane + k, _mm512_add_ps(t[i][0], t[i][1]), m);
+      vst(out + (4 * i + 2) * plane + k, _mm512_sub_ps(t[i][0], t[i][1]), m);
+      vst(out + (4 * i + 3) * plane + k, _mm512_sub_ps(zero, t[i][1]), m);
+    }
+  }
+}
+
+template <typename S>
+KILN_AVX512 void wt_row_avx512(const S* const* g, int64_t L, S* out, int64_t plane) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  for (int64_t l = 0; l < L; l += 16) {
+    const __mmask16 m = tail(L - l);
+    __m512 v[9];
+    for (int q = 0; q < 9; ++q) v[q] = vld(g[q] + l, m);
+    __m512 gg[4][3];
+    for (int s = 0; s < 3; ++s) {
+      gg[0][s] = v[s];
+      gg[1][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(v[s], v[3 + s]), v[6 + s]));
+      gg[2][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(v[s], v[3 + s]), v[6 + s]));
+      gg[3][s] = v[6 + s];
+    }
+    for (int a = 0; a < 4; ++a) {
+      vst(out + (4 * a + 0) * plane + l, gg[a][0], m);
+      vst(out + (4 * a + 1) * plane + l,
+          _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(gg[a][0], gg[a][1]), gg[a][2])), m);
+      vst(out + (4 * a + 2) * plane + l,
+          _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(gg[a][0], gg[a][1]), gg[a][2])), m);
+      vst(out + (4 * a + 3) * plane + l, gg[a][2], m);
+    }
+  }
+}
+
+template <typename S>
+KILN_AVX512 void wgrad_row_avx512(const float* u, int64_t plane, int64_t L, S* const* out) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  for (int64_t l = 0; l < L; l += 16) {
+    const __mmask16 m = tail(L - l);
+    __m512 h[3][4];
+    for (int b = 0; b < 4; ++b) {
+      __m512 u0 = vld(u + b * plane + l, m), u1 = vld(u + (4 + b) * plane + l, m),
+             u2 = vld(u + (8 + b) * plane + l, m), u3 = vld(u + (12 + b) * plane + l, m);
+      h[0][b] = _mm512_add_ps(u0, _mm512_mul_ps(half, _mm512_add_ps(u1, u2)));
+      h[1][b] = _mm512_mul_ps(half, _mm512_sub_ps(u1, u2));
+      h[2][b] = _mm512_add_ps(_mm512_mul_ps(half, _mm512_add_ps(u1, u2)), u3);
+    }
+    for (int r = 0; r < 3; ++r) {
+      vst(out[3 * r + 0] + l, _mm512_add_ps(h[r][0], _mm512_mul_ps(half, _mm512_add_ps(h[r][1], h[r][2]))), m);
+      vst(out[3 * r + 1] + l, _mm512_mul_ps(half, _mm512_sub_ps(h[r][1], h[r][2])), m);
+      vst(out[3 * r + 2] + l, _mm512_add_ps(_mm512_mul_ps(half, _mm512_add_ps(h[r][1], h[r][2])), h[r][3]), m);
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+// The kernels for S on this CPU.
+template <typename S>
+struct Kernels {
+  void (*in)(const S* const*, int64_t, S*, int64_t) = in_tile<S>;
+  void (*out)(const float*, int64_t, int64_t, S* const*) = out_tile<S>;
+  void (*grad)(const S* const*, int64_t, S*, int64_t) = grad_tile<S>;
+  void (*wt)(const S* const*, int64_t, S*, int64_t) = wt_row<S>;
+  void (*wgrad)(const float*, int64_t, int64_t, S* const*) = wgrad_row<S>;
+  Kernels() {
+#ifdef KILN_WINOGRAD_AVX512
+    if (use_avx512()) {
+      in = in_tile_avx512<S>;
+      out = out_tile_avx512<S>;
+      grad = grad_tile_avx512<S>;
+      wt = wt_row_avx512<S>;
+      wgrad = wgrad_row_avx512<S>;
+    }
+#endif
+  }
+};
+
+template <typename S>
+const Kernels<S>& kernels() {
+  static const Kernels<S> k;
+  return k;
+}
+
+bool parallel_worth(int64_t items, int64_t channels) { return items * channels * 16 > 32768; }
+
+// f(tt, n, ty, tx) for the tiles t0 + tt, tt in [0, tc), split across threads when `parallel`.
+template <typename F>
+void for_tiles(const Tiles& T, int64_t t0, int64_t tc, int64_t channels, bool parallel, F f) {
+#pragma omp parallel for schedule(static) if (parallel && parallel_worth(tc, channels))
+  for (int64_t tt = 0; tt < tc; ++tt) {
+    const int64_t t = t0 + tt, r = t % (T.th * T.tw);
+    f(tt, t / (T.th * T.tw), r / T.tw, r % T.tw);
+  }
+}
+
+// V[p][t - t0][c] for the tiles [t0, t0 + tc) of x (N, H, W, C).
+template <typename S>
+void input_transform(const S* x, const Tiles& T, int64_t C, int64_t t0, int64_t tc, S* V, bool parallel) {
+  const auto& ker = kernels<S>();
+  for_tiles(T, t0, tc, C, parallel, [&](int64_t tt, int64_t n, int64_t ty, int64_t tx) {
+    const S* src[16];
+    for (int i = 0; i < 4; ++i)
+      for (int j = 0; j < 4; ++j) src[4 * i + j] = T.at(x, n, 2 * ty - 1 + i, 2 * tx - 1 + j, C);
+    ker.in(src, C, V + tt * C, tc * C);
+  });
+}
+
+// y (N, H, W, K) at the tiles [t0, t0 + tc) from M[p][t - t0][k].
+template <typename S>
+void output_transform(const float* M, const Tiles& T, int64_t K, int64_t t0, int64_t tc, S* y, bool parallel) {
+  const auto& ker = kernels<S>();
+  for_tiles(T, t0, tc, K, parallel, [&](int64_t tt, int64_t n, int64_t ty, int64_t tx) {
+    S* dst[4];
+    for (int a = 0; a < 4; ++a) dst[a] = T.at(y, n, 2 * ty + a / 2, 2 * tx + a % 2, K);
+    ker.out(M + tt * K, tc * K, K, dst);
+  });
+}
+
+// Z[p][t - t0][k] for the 2x2 tiles of dy (N, H, W, K).
+template <typename S>
+void grad_transform(const S* dy, const Tiles& T, int64_t K, int64_t t0, int64_t tc, S* Z, bool parallel) {
+  const auto& ker = kernels<S>();
+  for_tiles(T, t0, tc, K, parallel, [&](int64_t tt, int64_t n, int64_t ty, int64_t tx) {
+    const S* g[4];
+    for (int a = 0; a < 4; ++a) g[a] = T.at(dy, n, 2 * ty + a / 2, 2 * tx + a % 2, K);
+    ker.grad(g, K, Z + tt * K, tc * K);
+  });
+}
+
+// dst[c][r] = src[r][c] for a rows x cols matrix, in 32 x 32 blocks.
+template <typename S>
+void transpose(const S* src, int64_t rows, int64_t cols, S* dst) {
+  constexpr int64_t B = 32;
+#pragma omp parallel for schedule(static) if (rows * cols > 65536)
+  for (int64_t r0 = 0; r0 < rows; r0 += B)
+    for (int64_t c0 = 0; c0 < cols; c0 += B)
+      for (int64_t c = c0; c < std::min(cols, c0 + B); ++c)
+        for (int64_t r = r0; r < std::min(rows, r0 + B); ++r) dst[c * rows + r] = src[r * cols + c];
+}
+
+// U[p][row][l] = (G g G^T)[p] for rows 0..rows-1, where g's 9 taps for a row are the vectors (over
+// l, length L) `taps(row, q)`, q = 3r + s.
+template <typename S, typename Taps>
+void transform_weight_rows(int64_t rows, int64_t L, Taps taps, S* U) {
+  const auto& ker = kernels<S>();
+#pragma omp parallel for schedule(static) if (parallel_worth(rows, L))
+  for (int64_t i = 0; i < rows; ++i) {
+    const S* g[9];
+    for (int q = 0; q < 9; ++q) g[q] = taps(i, q);
+    ker.wt(g, L, U + i * L, rows * L);
+  }
+}
+
+// The forward's B: U[p][c][k] with g[r][s] = w[k][r][s][c] (w is (K, 3, 3, C)). The weights are
+// first transposed to (3, 3, C, K), so every transform row is contiguous in k.
+template <typename S>
+void forward_weights(const S* w, int64_t K, int64_t C, S* wt, S* U) {
+  transpose(w, K, 9 * C, wt);  // wt[(3r+s) C + c][k]
+  transform_weight_rows<S>(C, K, [&](int64_t c, int q) { return wt + (q * C + c) * K; }, U);
+}
+
+// Backward-data's B: U[p][k][c] with g[r][s] = w[k][2-r][2-s][c], contiguous in c.
+template <typename S>
+void backward_data_weights(const S* w, int64_t K, int64_t C, S* U) {
+  transform_weight_rows<S>(K, C, [&](int64_t k, int q) { return w + (k * 9 + (8 - q)) * C; }, U);
+}
+
+// gw[k][r][s][c] = (G^T dU[.][k][c] G)[r][s].
+template <typename S>
+void weight_grad_transform(const float* dU, int64_t K, int64_t C, S* gw) {
+  const auto& ker = kernels<S>();
+#pragma omp parallel for schedule(static) if (parallel_worth(K, C))
+  for (int64_t k = 0; k < K; ++k) {
+    S* out[9];
+    for (int q = 0; q < 9; ++q) out[q] = gw + (k * 9 + q) * C;
+    ker.wgrad(dU + k * C, K * C, C, out);
+  }
+}
+
+using MatmulPrim = onednn::CachedPrimitive<dnnl::matmul>;
+
+// dst[16][m][n] (f32) (+)= op(a)[16][m][k] b[16][k][n]; op(a) reads a stored as [16][k][m] when
+// `a_transposed`. `accumulate` adds to dst (a sum post-op). `serial`: a primitive for one thread,
+// run by each thread of the thread-private chunks on its own data.
+struct Matmul {
+  std::shared_ptr<const MatmulPrim> p;
+  memory::desc a_md, b_md, c_md;
+  void run(const void* a, const void* b, void* c) const {
+    const dnnl::engine& e = onednn::engine();
+    onednn::SerialScope serial(serial_);
+    onednn::execute(p->prim, p->pd,
+                    {{DNNL_ARG_SRC, memory(a_md, e, const_cast<void*>(a))},
+                     {DNNL_ARG_WEIGHTS, memory(b_md, e, const_cast<void*>(b))},
+                     {DNNL_ARG_DST, memory(c_md, e, c)}});
+  }
+  bool serial_ = false;
+};
+
+Matmul batched_matmul(DType dtype, bool a_transposed, int64_t m, int64_t k, int64_t n, bool accumulate, bool serial,
+                      int64_t batch = 16) {
+  Matmul mm;
+  memory::data_type dt = onednn::data_type(dtype);
+  mm.a_md = memory::desc({batch, m, k}, dt, a_transposed ? memory::format_tag::acb : memory::format_tag::abc);
+  mm.b_md = memory::desc({batch, k, n}, dt, memory::format_tag::abc);
+  mm.c_md = memory::desc({batch, m, n}, memory::data_type::f32, memory::format_tag::abc);
+  mm.serial_ = serial || 2.0 * static_cast<double>(batch * m) * static_cast<double>(k) * static_cast<double>(n) <
+                             onednn::kSerialFlops;
+  onednn::SerialScope scope(mm.serial_);  // the key and the primitive see the thread count it runs with
+  onednn::CacheKey key("winograd_matmul");
+  key.add(Shape{batch, m, k, n, a_transposed ? 1 : 0, accumulate ? 1 : 0}).add(dtype);
+  mm.p = onednn::cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
+    try {
+      dnnl::primitive_attr attr = onednn::make_attr();  // not a copy of attr(): see dnnl_context.h
+      if (accumulate) {
+        dnnl::post_ops po;
+        po.append_sum(1.0f);
+        attr.set_post_ops(po);
+      }
+      return std::make_shared<const MatmulPrim>(
+          dnnl::matmul::primitive_desc(dnnl::matmul::desc(mm.a_md, mm.b_md, mm.c_md), attr, onednn::engine()));
+    } catch (const dnnl::error& e) {
+      KILN_FAIL("conv2d (winograd): oneDNN could not create a batched matmul ", batch, " x (", m, " x ", k, ") x (", k,
+                " x ", n, "): ", e.what());
+    }
+  });
+  return mm;
+}
+
+template <typename S>
+S* ptr(const Tensor& t) {
+  if constexpr (std::is_same_v<S, float>)
+    return t.data<float>();
+  else
+    return t.data_u16();
+}
+
+// Runs body(chunk, first tile, tiles, thread) over the chunks of `tiles` tiles: thread-private
+// (each OpenMP thread takes whole chunks, transforms and GEMM on one core, the chunk in its L2)
+// when `private_chunks`, else one chunk after the other with every thread in each step.
+// Exceptions inside the parallel region are carried out of it.
+template <typename F>
+void for_chunks(int64_t count, int64_t tiles, bool private_chunks, int nthr, F body) {
+  const int64_t chunks = (count + tiles - 1) / tiles;
+  if (!private_chunks) {
+    for (int64_t c = 0; c < chunks; ++c) body(c * tiles, std::min(tiles, count - c * tiles), 0);
+    return;
+  }
+  std::exception_ptr err;
+  std::atomic<bool> failed{false};
+#pragma omp parallel num_threads(nthr)
+  {
+    const int tid = omp_get_thread_num(), n = omp_get_num_threads();
+    for (int64_t c = tid; c < chunks && !failed.load(); c += n) {
+      try {
+        body(c * tiles, std::min(tiles, count - c * tiles), tid);
+      } catch (...) {
+#pragma omp critical(kiln_winograd_error)
+        if (!err) err = std::current_exception();
+        failed.store(true);
+      }
+    }
+  }
+  if (err) std::rethrow_exception(err);
+}
+
+// How to cut `count` tiles of `bytes_per_tile` scratch each: thread-private chunks where at least
+// 128 tiles fit the per-thread budget and every thread gets at least one chunk; else shared chunks.
+struct Plan {
+  bool private_chunks;
+  int nthr;
+  int64_t tiles;
+};
+Plan plan(const Tiles& T, int64_t bytes_per_tile) {
+  Plan p{false, omp_get_max_threads(), 0};
+  const int64_t fit = g_private_bytes.load() / std::max<int64_t>(1, bytes_per_tile);
+  if (p.nthr > 1 && !omp_in_parallel() && fit >= 128 && T.count() >= 2 * fit * p.nthr) {
+    p.private_chunks = true;
+    p.tiles = fit;
+  } else {
+    p.nthr = 1;
+    p.tiles = chunk_tiles(T, bytes_per_tile);
+  }
+  return p;
+}
+
+// y (N, H, W, K) = the 3x3 pad-1 convolution of x (N, H, W, C) with transformed weights U [16][C][K].
+template <typename S>
+Tensor convolve(const Tensor& x, const Tensor& U, int64_t K) {
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  const Tiles T(N, H, W);
+  Tensor y = Tensor::empty({N, H, W, K}, x.dtype());
+  const int64_t es = static_cast<int64_t>(sizeof(S));
+  const Plan pl = plan(T, 16 * (C * es + K * 4));
+  const int64_t last = T.count() - (T.count() - 1) / pl.tiles * pl.tiles;  // tiles in the last chunk
+  const Matmul full = batched_matmul(x.dtype(), false, pl.tiles, C, K, false, pl.private_chunks);
+  const Matmul tail = batched_matmul(x.dtype(), false, last, C, K, false, pl.private_chunks);
+  Tensor V = Tensor::empty({pl.nthr, 16, pl.tiles, C}, x.dtype());
+  Tensor M = Tensor::empty({pl.nthr, 16, pl.tiles, K}, DType::f32);
+  const S* xp = ptr<S>(x);
+  S* yp = ptr<S>(y);
+  for_chunks(T.count(), pl.tiles, pl.private_chunks, pl.nthr, [&](int64_t t0, int64_t tc, int tid) {
+    S* v = ptr<S>(V) + tid * 16 * pl.tiles * C;
+    float* m = M.data<float>() + tid * 16 * pl.tiles * K;
+    input_transform<S>(xp, T, C, t0, tc, v, !pl.private_chunks);
+    (tc == pl.tiles ? full : tail).run(v, ptr<S>(U), m);
+    output_transform<S>(m, T, K, t0, tc, yp, !pl.private_chunks);
+  });
+  return y;
+}
+
+template <typename S>
+Tensor weights_grad(const Tensor& gy, const Tensor& x) {
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3), K = gy.size(3);
+  const Tiles T(N, H, W);
+  const int64_t es = static_cast<int64_t>(sizeof(S));
+  const Plan pl = plan(T, 16 * (C + K) * es);
+  const int64_t last = T.count() - (T.count() - 1) / pl.tiles * pl.tiles;
+  const Matmul full = batched_matmul(x.dtype(), true, K, pl.tiles, C, true, pl.private_chunks);
+  const Matmul tail = batched_matmul(x.dtype(), true, K, last, C, true, pl.private_chunks);
+  Tensor V = Tensor::empty({pl.nthr, 16, pl.tiles, C}, x.dtype());
+  Tensor Z = Tensor::empty({pl.nthr, 16, pl.tiles, K}, x.dtype());
+  Tensor dU = Tensor::zeros({pl.nthr, 16, K, C}, DType::f32);  // one accumulator per thread
+  const S* xp = ptr<S>(x);
+  const S* gp = ptr<S>(gy);
+  for_chunks(T.count(), pl.tiles, pl.private_chunks, pl.nthr, [&](int64_t t0, int64_t tc, int tid) {
+    S* v = ptr<S>(V) + tid * 16 * pl.tiles * C;
+    S* z = ptr<S>(Z) + tid * 16 * pl.tiles * K;
+    input_transform<S>(xp, T, C, t0, tc, v, !pl.private_chunks);
+    grad_transform<S>(gp, T, K, t0, tc, z, !pl.private_chunks);
+    (tc == pl.tiles ? full : tail).run(z, v, dU.data<float>() + tid * 16 * K * C);
+  });
+  float* du = dU.data<float>();
+  const int64_t n = 16 * K * C;
+  for (int t = 1; t < pl.nthr; ++t) {
+    const float* o = du + t * n;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) du[i] += o[i];
+  }
+  Tensor gw = Tensor::empty({K, 3, 3, C}, x.dtype());
+  weight_grad_transform<S>(du, K, C, ptr<S>(gw));
+  return gw;
+}
+
+// gw (K, 3, 3, C) = dy^T col, col[(n, oy, ox)][(r, s, c)] = x[n][oy*st-pad+r][ox*st-pad+s][c]
+// (zero outside), over chunks of output pixels of about 8 MiB of col, accumulated in f32.
+template <typename S>
+Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t st, int64_t pad) {
+  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
+  const int64_t OH = gy.size(1), OW = gy.size(2), K = gy.size(3);
+  const int64_t P = N * OH * OW, row = 9 * C;
+  const int64_t es = static_cast<int64_t>(sizeof(S));
+  const int64_t pc_max = std::min(P, std::max<int64_t>(256, g_chunk_bytes.load() / (row * es)));
+  const int64_t last = P - (P - 1) / pc_max * pc_max;
+  const Matmul full = batched_matmul(x.dtype(), true, K, pc_max, row, true, false, 1);
+  const Matmul tail = batched_matmul(x.dtype(), true, K, last, row, true, false, 1);
+  Tensor col = Tensor::empty({pc_max, row}, x.dtype());
+  Tensor dW = Tensor::zeros({K, row}, DType::f32);
+  const S* xp = ptr<S>(x);
+  const S* gp = ptr<S>(gy);
+  S* cp = ptr<S>(col);
+  for (int64_t p0 = 0; p0 < P; p0 += pc_max) {
+    const int64_t pc = std::min(pc_max, P - p0);
+#pragma omp parallel for schedule(static) if (pc * row > 65536)
+    for (int64_t i = 0; i < pc; ++i) {
+      const int64_t q = p0 + i, n = q / (OH * OW), oy = q / OW % OH, ox = q % OW;
+      S* out = cp + i * row;
+      for (int r = 0; r < 3; ++r)
+        for (int s2 = 0; s2 < 3; ++s2) {
+          const int64_t iy = oy * st - pad + r, ix = ox * st - pad + s2;
+          S* o = out + (3 * r + s2) * C;
+          if (iy >= 0 && iy < H && ix >= 0 && ix < W)
+            std::memcpy(o, xp + ((n * H + iy) * W + ix) * C, static_cast<size_t>(C * es));
+          else
+            std::memset(o, 0, static_cast<size_t>(C * es));
+        }
+    }
+    (pc == pc_max ? full : tail).run(gp + p0 * K, cp, dW.data<float>());
+  }
+  Tensor gw = Tensor::empty({K, 3, 3, C}, x.dtype());
+  const float* d = dW.data<float>();
+  S* g = ptr<S>(gw);
+  const int64_t n = K * row;
+#pragma omp parallel for simd schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) st_(g + i, d[i]);
+  return gw;
+}
+
+void check(const Tensor& a, const char* what_a, const Tensor& b, const char* what_b) {
+  KILN_CHECK(a.device().is_cpu() && b.device().is_cpu() && a.is_contiguous() && b.is_contiguous() && a.dim() == 4 &&
+                 b.dim() == 4 && a.dtype() == b.dtype() && (a.dtype() == DType::f32 || a.dtype() == DType::bf16),
+             "conv2d (winograd): ", what_a, " ", a.str(), " and ", what_b, " ", b.str(),
+             " must be contiguous 4-D CPU tensors of one dtype, f32 or bf16");
+}
+
+}  // namespace
+
+Mode mode() {
+  int m = g_mode.load();
+  if (m < 0) {
+    m = static_cast<int>(mode_from_env());
+    g_mode.store(m);
+  }
+  return static_cast<Mode>(m);
+}
+
+void set_mode(Mode m) { g_mode.store(static_cast<int>(m)); }
+
+void set_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(std::max<int64_t>(1, bytes)); }
+
+void set_private_bytes(int64_t bytes) { g_private_bytes.store(std::max<int64_t>(0, bytes)); }
+
+bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype) {
+  return kh == 3 && kw == 3 && stride_h == 1 && stride_w == 1 && pad_h == 1 && pad_w == 1 && dil_h == 1 &&
+         dil_w == 1 && groups == 1 && !bias && (dtype == DType::f32 || dtype == DType::bf16);
+}
+
+bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype) {
+  switch (mode()) {
+    case Mode::direct:
+      return false;
+    case Mode::winograd:
+      return true;
+    case Mode::automatic:
+      break;
+  }
+  (void)n;
+  (void)h;
+  (void)w;
+  // Measured with `kiln bench winograd` (docs/precision.md): bf16 wins 1.2-1.5x from 64 channels
+  // (batch 32 and 128, 32x32 down to 4x4); f32, whose transformed tiles take twice the memory,
+  // loses at 64 channels and wins 1.3-1.7x from 128. Without AVX-512 BF16 the transforms run as
+  // portable loops, not measured to win: oneDNN's direct kernels stay.
+  if (!use_avx512()) return false;
+  if (dtype == DType::bf16) return ic >= 64 && oc >= 64;
+  return ic >= 128 && oc >= 128;
+}
+
+Tensor forward(const Tensor& x, const Tensor& w) {
+  check(x, "input", w, "weight");
+  KILN_CHECK(w.size(1) == 3 && w.size(2) == 3 && w.size(3) == x.size(3), "conv2d (winograd): weight ", w.str(),
+             " must be (K, 3, 3, C) for input ", x.str());
+  const int64_t K = w.size(0), C = w.size(3);
+  Tensor U = Tensor::empty({16, C, K}, x.dtype());
+  Tensor wt = Tensor::empty({9, C, K}, x.dtype());
+  if (x.dtype() == DType::f32) {
+    forward_weights<float>(w.data<float>(), K, C, wt.data<float>(), U.data<float>());
+    return convolve<float>(x, U, K);
+  }
+  forward_weights<uint16_t>(w.data_u16(), K, C, wt.data_u16(), U.data_u16());
+  return convolve<uint16_t>(x, U, K);
+}
+
+Tensor backward_data(const Tensor& gy, const Tensor& w) {
+  check(gy, "output gradient", w, "weight");
+  KILN_CHECK(w.size(1) == 3 && w.size(2) == 3 && w.size(0) == gy.size(3), "conv2d (winograd): weight ", w.str(),
+             " must be (K, 3, 3, C) for output gradient ", gy.str());
+  const int64_t K = w.size(0), C = w.size(3);
+  Tensor U = Tensor::empty({16, K, C}, gy.dtype());
+  if (gy.dtype() == DType::f32) {
+    backward_data_weights<float>(w.data<float>(), K, C, U.data<float>());
+    return convolve<float>(gy, U, C);
+  }
+  backward_data_weights<uint16_t>(w.data_u16(), K, C, U.data_u16());
+  return convolve<uint16_t>(gy, U, C);
+}
+
+Tensor backward_weights(const Tensor& gy, const Tensor& x) {
+  check(gy, "output gradient", x, "input");
+  KILN_CHECK(gy.size(0) == x.size(0) && gy.size(1) == x.size(1) && gy.size(2) == x.size(2),
+             "conv2d (winograd): output gradient ", gy.str(), " must match input ", x.str(), " in N, H and W");
+  return x.dtype() == DType::f32 ? weights_grad<float>(gy, x) : weights_grad<uint16_t>(gy, x);
+}
+
+bool im2col_chosen(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
+                   int64_t dil_h, int64_t dil_w, int64_t groups, int64_t ic, int64_t oc, DType dtype) {
+  if (mode() == Mode::direct || !use_avx512()) return false;
+  return kh == 3 && kw == 3 && stride_h == 2 && stride_w == 2 && pad_h == 1 && pad_w == 1 && dil_h == 1 &&
+         dil_w == 1 && groups == 1 && ic >= 64 && oc >= 64 && (dtype == DType::f32 || dtype == DType::bf16);
+}
+
+Tensor im2col_backward_weights(const Tensor& gy, const Tensor& x, int64_t stride, int64_t pad) {
+  check(gy, "output gradient", x, "input");
+  KILN_CHECK(gy.size(0) == x.size(0) && gy.size(1) == (x.size(1) + 2 * pad - 3) / stride + 1 &&
+                 gy.size(2) == (x.size(2) + 2 * pad - 3) / stride + 1,
+             "conv2d (im2col): output gradient ", gy.str(), " does not fit input ", x.str(), " with a 3x3 kernel, stride ",
+             stride, ", pad ", pad);
+  return x.dtype() == DType::f32 ? im2col_weights_grad<float>(gy, x, stride, pad)
+                                 : im2col_weights_grad<uint16_t>(gy, x, stride, pad);
+}
+
+}  // namespace kiln::ops::winograd

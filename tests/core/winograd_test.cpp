@@ -1,0 +1,246 @@
+// Winograd F(2x2,3x3) convolution (core/ops/winograd_cpu.cpp): the three passes against a
+// double-precision direct convolution (f32: tight; bf16: no worse than a few times oneDNN's direct
+// bf16 convolution on the same inputs), odd sizes, several chunks, and conv2d's routing.
+#include "core/ops/winograd_cpu.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/autograd.h"
+#include "core/dnnl_context.h"
+#include "core/ops/conv2d.h"
+#include "tests/gradcheck.h"
+
+using namespace kiln;
+using kiln::testing::expect_close;
+using kiln::testing::randn;
+namespace wg = kiln::ops::winograd;
+
+namespace {
+
+struct Geo {
+  const char* name;
+  int64_t n, h, w, c, k;
+};
+
+const std::vector<Geo>& geos() {
+  static const std::vector<Geo> g = {
+      {"even", 2, 6, 8, 5, 7},
+      {"odd", 2, 5, 7, 3, 4},                     // the last tile row and column hang over the image
+      {"one_pixel", 3, 1, 1, 4, 5},               // only the centre tap touches the image
+      {"one_row", 1, 1, 6, 6, 3},
+      {"channels_past_a_block", 1, 4, 3, 70, 66},  // transforms work in blocks of 64 channels
+      {"square", 1, 8, 8, 16, 16},
+  };
+  return g;
+}
+
+struct Ref {
+  std::vector<double> y, gx, gw;
+};
+
+// 3x3, stride 1, pad 1 convolution of x (N,H,W,C) with w (K,3,3,C), and its gradients for gy.
+Ref reference(const Geo& g, const std::vector<double>& x, const std::vector<double>& w, const std::vector<double>& gy) {
+  Ref r;
+  r.y.assign(g.n * g.h * g.w * g.k, 0.0);
+  r.gx.assign(x.size(), 0.0);
+  r.gw.assign(w.size(), 0.0);
+  for (int64_t n = 0; n < g.n; ++n)
+    for (int64_t i = 0; i < g.h; ++i)
+      for (int64_t j = 0; j < g.w; ++j)
+        for (int64_t o = 0; o < g.k; ++o) {
+          int64_t yi = ((n * g.h + i) * g.w + j) * g.k + o;
+          double acc = 0.0, d = gy[yi];
+          for (int64_t a = 0; a < 3; ++a)
+            for (int64_t b = 0; b < 3; ++b) {
+              int64_t ih = i - 1 + a, iw = j - 1 + b;
+              if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+              for (int64_t c = 0; c < g.c; ++c) {
+                int64_t xi = ((n * g.h + ih) * g.w + iw) * g.c + c;
+                int64_t wi = ((o * 3 + a) * 3 + b) * g.c + c;
+                acc += x[xi] * w[wi];
+                r.gx[xi] += d * w[wi];
+                r.gw[wi] += d * x[xi];
+              }
+            }
+          r.y[yi] = acc;
+        }
+  return r;
+}
+
+struct ModeGuard {
+  wg::Mode prev = wg::mode();
+  explicit ModeGuard(wg::Mode m) { wg::set_mode(m); }
+  ~ModeGuard() { wg::set_mode(prev); }
+};
+
+struct ChunkGuard {
+  explicit ChunkGuard(int64_t bytes) { wg::set_chunk_bytes(bytes); }
+  ~ChunkGuard() { wg::set_chunk_bytes(int64_t{8} << 20); }
+};
+
+void check_f32(const Geo& g, uint64_t seed) {
+  Tensor x = randn({g.n, g.h, g.w, g.c}, seed), w = randn({g.k, 3, 3, g.c}, seed + 1, DType::f32, 0.5);
+  Tensor gy = randn({g.n, g.h, g.w, g.k}, seed + 2);
+  Ref r = reference(g, x.to_double_vector(), w.to_double_vector(), gy.to_double_vector());
+  // The transforms scale values by up to 4 before the f32 GEMM, so the f32 bound of a direct
+  // convolution (2e-5 per summed product) is taken 4 times.
+  double tol = 8e-5 * static_cast<double>(9 * std::max(g.c, g.k) + 1);
+  expect_close(wg::forward(x, w), r.y, tol, 1e-5, std::string(g.name) + " y");
+  expect_close(wg::backward_data(gy, w), r.gx, tol, 1e-5, std::string(g.name) + " dx");
+  expect_close(wg::backward_weights(gy, x), r.gw, 8e-5 * static_cast<double>(g.n * g.h * g.w + 1), 1e-5,
+               std::string(g.name) + " dw");
+}
+
+// max |t - ref| / rms(ref)
+double rel_err(const Tensor& t, const std::vector<double>& ref) {
+  std::vector<double> v = t.to_double_vector();
+  double e = 0.0, s = 0.0;
+  for (size_t i = 0; i < v.size(); ++i) {
+    e = std::max(e, std::fabs(v[i] - ref[i]));
+    s += ref[i] * ref[i];
+  }
+  return e / std::sqrt(s / static_cast<double>(v.size()));
+}
+
+}  // namespace
+
+TEST(Winograd, F32MatchesDirectReference) {
+  uint64_t seed = 100;
+  for (const Geo& g : geos()) {
+    SCOPED_TRACE(g.name);
+    check_f32(g, seed += 10);
+  }
+}
+
+TEST(Winograd, SeveralChunksGiveTheSameAnswer) {
+  ChunkGuard tiny(1);  // 128 tiles per chunk: 3 x 8 x 8 x 4 = 192 tiles -> a full and a partial chunk
+  check_f32({"chunks", 3, 16, 16, 6, 5}, 7);
+}
+
+TEST(Winograd, ThreadPrivateChunksGiveTheSameAnswer) {
+  // 4 x 16 x 16 = 1024 tiles of 16 x (6 x 4 + 5 x 4) bytes (f32 forward): a budget of 128 tiles per
+  // thread gives each of 2 threads several chunks (the last one partial: W = 31).
+  const int prev = omp_get_max_threads();
+  omp_set_num_threads(2);
+  wg::set_private_bytes(128 * 16 * (6 + 5) * 4);
+  check_f32({"private", 4, 32, 31, 6, 5}, 9);
+  wg::set_private_bytes(int64_t{1536} << 10);
+  omp_set_num_threads(prev);
+}
+
+TEST(Winograd, Bf16ErrorIsCloseToDirectBf16) {
+  // The same bf16 inputs through oneDNN's direct bf16 kernels and through Winograd, both against
+  // the exact (double) convolution of those inputs. Winograd also rounds its transformed tiles to
+  // bf16, so it may be somewhat less accurate, but not by more than 3x, and within 4% of the
+  // output's RMS (bf16 keeps 8 bits: its own rounding is 0.4% of a value).
+  if (!onednn::native_compute(DType::bf16)) GTEST_SKIP() << "no native bf16 convolution on this CPU";
+  for (const Geo& g : {Geo{"c64", 2, 8, 8, 64, 64}, Geo{"odd_c96", 2, 7, 5, 96, 80}}) {
+    SCOPED_TRACE(g.name);
+    Tensor x = randn({g.n, g.h, g.w, g.c}, 1, DType::bf16), w = randn({g.k, 3, 3, g.c}, 2, DType::bf16, 0.1);
+    Tensor gy = randn({g.n, g.h, g.w, g.k}, 3, DType::bf16);
+    Ref r = reference(g, x.to_double_vector(), w.to_double_vector(), gy.to_double_vector());
+    Tensor dy, dx, dw;
+    {
+      ModeGuard direct(wg::Mode::direct);
+      Tensor xr = x.clone(), wr = w.clone();
+      xr.set_requires_grad(true);
+      wr.set_requires_grad(true);
+      dy = ops::conv2d(xr, wr, Tensor(), ops::Conv2dParams{1, 1, 1, 1, 1, 1, 1});
+      dy.backward(gy);
+      dx = xr.grad();
+      dw = wr.grad();
+    }
+    Tensor y = wg::forward(x, w), gx = wg::backward_data(gy, w), gw = wg::backward_weights(gy, x);
+    ASSERT_EQ(y.dtype(), DType::bf16);
+    ASSERT_EQ(gw.dtype(), DType::bf16);
+    struct Row {
+      const char* what;
+      const Tensor& wino;
+      const Tensor& direct;
+      const std::vector<double>& ref;
+    };
+    for (const Row& row : {Row{"y", y, dy, r.y}, Row{"dx", gx, dx, r.gx}, Row{"dw", gw, dw, r.gw}}) {
+      double ew = rel_err(row.wino, row.ref), ed = rel_err(row.direct, row.ref);
+      std::printf("%s %s: max error / rms: winograd %.4f, direct %.4f\n", g.name, row.what, ew, ed);
+      EXPECT_LE(ew, 0.04) << row.what << ": winograd " << ew << ", direct " << ed;
+      EXPECT_LE(ew, 3.0 * ed + 1e-3) << row.what << ": winograd " << ew << ", direct " << ed;
+    }
+  }
+}
+
+TEST(Winograd, Conv2dRoutesApplicableConvolutions) {
+  // Under mode winograd, conv2d's forward and both gradients are Winograd's, bit for bit.
+  ModeGuard on(wg::Mode::winograd);
+  Tensor x = randn({2, 6, 6, 8}, 5), w = randn({12, 3, 3, 8}, 6, DType::f32, 0.5), gy = randn({2, 6, 6, 12}, 7);
+  Tensor xr = x.clone(), wr = w.clone();
+  xr.set_requires_grad(true);
+  wr.set_requires_grad(true);
+  ops::Conv2dParams p{1, 1, 1, 1, 1, 1, 1};
+  Tensor y = ops::conv2d(xr, wr, Tensor(), p);
+  y.backward(gy);
+  auto same = [](const Tensor& a, const Tensor& b, const char* what) {
+    EXPECT_EQ(a.to_double_vector(), b.to_double_vector()) << what;
+  };
+  same(y, wg::forward(x, w), "y");
+  same(xr.grad(), wg::backward_data(gy, w), "dx");
+  same(wr.grad(), wg::backward_weights(gy, x), "dw");
+}
+
+// The weight gradient of a strided 3x3 convolution by im2col + GEMM, against the double loop.
+TEST(Im2colWeightsGrad, MatchesReferenceForStride2) {
+  struct G {
+    int64_t n, h, w, c, k, stride, pad;
+  };
+  ChunkGuard small(1);  // 256 output pixels per chunk: the larger case runs several chunks
+  for (const G& g : {G{2, 7, 6, 5, 4, 2, 1}, G{3, 16, 15, 8, 6, 2, 1}, G{1, 5, 5, 3, 2, 2, 0}}) {
+    SCOPED_TRACE(std::to_string(g.h) + "x" + std::to_string(g.w) + " stride " + std::to_string(g.stride));
+    const int64_t oh = (g.h + 2 * g.pad - 3) / g.stride + 1, ow = (g.w + 2 * g.pad - 3) / g.stride + 1;
+    Tensor x = randn({g.n, g.h, g.w, g.c}, 21), gy = randn({g.n, oh, ow, g.k}, 22);
+    std::vector<double> xv = x.to_double_vector(), gv = gy.to_double_vector(), ref(g.k * 9 * g.c, 0.0);
+    for (int64_t n = 0; n < g.n; ++n)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j)
+          for (int64_t o = 0; o < g.k; ++o)
+            for (int64_t a = 0; a < 3; ++a)
+              for (int64_t b = 0; b < 3; ++b) {
+                int64_t ih = i * g.stride - g.pad + a, iw = j * g.stride - g.pad + b;
+                if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                for (int64_t c = 0; c < g.c; ++c)
+                  ref[((o * 3 + a) * 3 + b) * g.c + c] +=
+                      gv[((n * oh + i) * ow + j) * g.k + o] * xv[((n * g.h + ih) * g.w + iw) * g.c + c];
+              }
+    Tensor gw = wg::im2col_backward_weights(gy, x, g.stride, g.pad);
+    ASSERT_EQ(gw.shape(), (Shape{g.k, 3, 3, g.c}));
+    expect_close(gw, ref, 2e-5 * static_cast<double>(g.n * oh * ow + 1), 1e-5, "dw");
+  }
+}
+
+TEST(Im2colWeightsGrad, Conv2dTakesItForStride2WhereChosen) {
+  ops::Conv2dParams p{2, 2, 1, 1, 1, 1, 1};
+  if (!wg::im2col_chosen(3, 3, 2, 2, 1, 1, 1, 1, 1, 64, 64, DType::f32))
+    GTEST_SKIP() << "not chosen on this CPU (it needs AVX-512 BF16)";
+  ModeGuard automatic(wg::Mode::automatic);
+  Tensor x = randn({2, 8, 8, 64}, 31), w = randn({64, 3, 3, 64}, 32, DType::f32, 0.1), gy = randn({2, 4, 4, 64}, 33);
+  Tensor wr = w.clone();
+  wr.set_requires_grad(true);
+  ops::conv2d(x, wr, Tensor(), p).backward(gy);
+  EXPECT_EQ(wr.grad().to_double_vector(), wg::im2col_backward_weights(gy, x, 2, 1).to_double_vector());
+}
+
+TEST(Winograd, ApplicableOnlyTo3x3Stride1Pad1WithoutBias) {
+  EXPECT_TRUE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, false, DType::bf16));
+  EXPECT_TRUE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, false, DType::f32));
+  EXPECT_FALSE(wg::applicable(3, 3, 2, 2, 1, 1, 1, 1, 1, false, DType::bf16));  // stride 2
+  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 0, 0, 1, 1, 1, false, DType::bf16));  // no padding
+  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, true, DType::bf16));   // bias
+  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 2, 2, 1, false, DType::bf16));  // dilation
+  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 2, false, DType::bf16));  // groups
+  EXPECT_FALSE(wg::applicable(1, 1, 1, 1, 0, 0, 1, 1, 1, false, DType::bf16));  // 1x1
+  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, false, DType::f16));
+  ModeGuard direct(wg::Mode::direct);
+  EXPECT_FALSE(wg::chosen(128, 32, 32, 64, 64, DType::bf16));
+}
