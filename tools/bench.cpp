@@ -3,10 +3,15 @@
 // `kiln bench conv [iters=10] [warmup=2] [device=...]`: a 3x3, 64->64, pad 1 conv2d with bias on a (32, 32, 32, 64)
 // NHWC batch, forward alone and forward + backward (data, weights, bias), fp32 and bf16.
 // `kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]
-//  [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]`: training throughput of a registry model
+//  [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=] [conv_algo=] [rounds=1]`: training
+// throughput of a registry model
 // on one synthetic batch (normal images, fixed labels) kept on the device: forward, cross-entropy,
 // backward, SGD (momentum 0.9, Nesterov, weight decay 5e-5) per step; prints images/s of the timed
 // steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
+// `kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]`: the 3x3 stride-1 convolutions of
+// the CIFAR ResNet-18 (32x32x64 ... 4x4x512) on the CPU, oneDNN's direct kernels against Winograd
+// F(2x2,3x3) (core/ops/winograd_cpu.h), per pass: forward, backward-data, backward-weights (each
+// backward pass is timed as forward + that pass through autograd, minus the forward).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -14,6 +19,7 @@
 // Times come from std::chrono::steady_clock around `iters` runs after `warmup` untimed ones.
 #include <omp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -26,6 +32,7 @@
 #include "core/ops/conv2d.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
+#include "core/ops/winograd_cpu.h"
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/loss_scaler.h"
@@ -193,7 +200,8 @@ int bench_train(const Args& args) {
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
-                                          {"cudnn_benchmark", "0"}};
+                                          {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
+                                          {"rounds", "1"}};
   std::map<std::string, int64_t> ints;
   for (const std::string& arg : args) {
     auto eq = arg.find('=');
@@ -205,11 +213,28 @@ int bench_train(const Args& args) {
     a[k] = arg.substr(eq + 1);
   }
   Args int_args;
-  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark"})
+  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds"})
     int_args.push_back(std::string(k) + "=" + a[k]);
   ints = parse_int_args("bench train", int_args,
                         {{"batch", 0}, {"size", 0}, {"channels", 0}, {"classes", 0}, {"steps", 0}, {"warmup", 0},
-                         {"cudnn_benchmark", 0}});
+                         {"cudnn_benchmark", 0}, {"rounds", 1}});
+  // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/ops/winograd_cpu.h); with
+  // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
+  std::vector<std::string> algos;
+  {
+    std::string list = a["conv_algo"], cur;
+    for (char c : list + ",") {
+      if (c != ',') {
+        cur += c;
+        continue;
+      }
+      if (cur.empty()) continue;
+      KILN_CHECK(cur == "auto" || cur == "direct" || cur == "winograd", "bench train: conv_algo=", list,
+                 ": accepted values are auto, direct and winograd (comma-separated)");
+      algos.push_back(cur);
+      cur.clear();
+    }
+  }
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
   const DType compute = compute_dtype_of(a["precision"]);
@@ -219,8 +244,9 @@ int bench_train(const Args& args) {
   if (d.is_cuda()) cuda::set_cudnn_benchmark(ints["cudnn_benchmark"] != 0);
 #endif
   manual_seed(0);
-  std::shared_ptr<Module> model =
-      models::build_model({{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}}, "model");
+  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};
+  if (!a["stem"].empty()) mj["stem"] = a["stem"];
+  std::shared_ptr<Module> model = models::build_model(mj, "model");
   model->to(d);
   model->train();
   std::vector<ParamRef> params;
@@ -257,11 +283,101 @@ int bench_train(const Args& args) {
       opt.step();
     }
   };
-  double ms = time_ms(step, [&] { if (loss.defined()) (void)loss.item(); }, ints["warmup"], ints["steps"]);
-  std::printf("%-10s %-7s %-5s %6s %12s %10s %10s\n", "model", "device", "dtype", "batch", "ms/step", "images/s",
-              "last loss");
-  std::printf("%-10s %-7s %-5s %6lld %12.2f %10.1f %10.4f\n", a["model"].c_str(), d.str().c_str(), a["precision"].c_str(),
-              (long long)batch, ms, static_cast<double>(batch) / (ms * 1e-3), loss.item());
+  namespace wg = ops::winograd;
+  const wg::Mode prev = wg::mode();
+  if (algos.empty()) algos.push_back("");
+  auto mode_of = [&](const std::string& n) {
+    return n == "direct" ? wg::Mode::direct : n == "winograd" ? wg::Mode::winograd : wg::Mode::automatic;
+  };
+  std::vector<std::vector<double>> times(algos.size());
+  for (int64_t r = 0; r < ints["rounds"]; ++r)
+    for (size_t i = 0; i < algos.size(); ++i) {
+      if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
+      times[i].push_back(time_ms(
+          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"]));
+    }
+  wg::set_mode(prev);
+  if (ints["rounds"] > 1)
+    std::printf("# ms/step and images/s: the median of %lld rounds; best: the fastest round\n",
+                static_cast<long long>(ints["rounds"]));
+  std::printf("%-10s %-7s %-5s %6s %-9s %12s %10s %10s %10s\n", "model", "device", "dtype", "batch", "conv_algo",
+              "ms/step", "images/s", "best", "last loss");
+  for (size_t i = 0; i < algos.size(); ++i) {
+    std::vector<double> t = times[i];
+    std::sort(t.begin(), t.end());
+    double ms = t[t.size() / 2];
+    std::printf("%-10s %-7s %-5s %6lld %-9s %12.2f %10.1f %10.1f %10.4f\n", a["model"].c_str(), d.str().c_str(),
+                a["precision"].c_str(), (long long)batch, algos[i].empty() ? "default" : algos[i].c_str(), ms,
+                static_cast<double>(batch) / (ms * 1e-3), static_cast<double>(batch) / (t.front() * 1e-3),
+                loss.item());
+  }
+  return 0;
+}
+
+int bench_winograd(Args args) {
+  std::map<std::string, int64_t> a;
+  std::string dtype = "bf16";
+  for (auto it = args.begin(); it != args.end();) {
+    if (it->rfind("dtype=", 0) == 0) {
+      dtype = it->substr(6);
+      it = args.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  KILN_CHECK(dtype == "bf16" || dtype == "fp32", "bench winograd: dtype=", dtype, ": accepted values are bf16 and fp32");
+  a = parse_int_args("bench winograd", args, {{"batch", 128}, {"iters", 5}, {"warmup", 1}});
+  const DType t = dtype == "bf16" ? DType::bf16 : DType::f32;
+  const int64_t N = a["batch"];
+  std::printf("# kiln bench winograd: 3x3 stride-1 pad-1 convolutions without bias, NHWC, %s, batch %lld, cpu, "
+              "%d threads; %lld warm-up + %lld timed runs\n",
+              dtype.c_str(), (long long)N, omp_get_max_threads(), (long long)a["warmup"], (long long)a["iters"]);
+  if (t == DType::bf16 && !onednn::native_compute(t))
+    std::printf("# this CPU has no native bf16 convolution: both algorithms run in f32 and round\n");
+  std::printf("%-16s %-9s %10s %10s %10s %10s %9s\n", "shape", "algo", "fwd ms", "bwd_d ms", "bwd_w ms", "total ms",
+              "speedup");
+  namespace wg = ops::winograd;
+  const wg::Mode prev = wg::mode();
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  for (int64_t hw : {32, 16, 8, 4}) {
+    const int64_t C = 64 * 32 / hw;
+    Generator gen(3);
+    Tensor x = rand_normal({N, hw, hw, C}, 0.0, 1.0, t, Device::cpu(), &gen);
+    Tensor w = rand_normal({C, 3, 3, C}, 0.0, 0.05, t, Device::cpu(), &gen);
+    Tensor gy = rand_normal({N, hw, hw, C}, 0.0, 1.0, t, Device::cpu(), &gen);
+    double direct_total = 0.0;
+    for (wg::Mode m : {wg::Mode::direct, wg::Mode::winograd}) {
+      wg::set_mode(m);
+      auto timed = [&](bool gx, bool gw) {
+        x.set_requires_grad(gx);
+        w.set_requires_grad(gw);
+        auto step = [&] {
+          if (!gx && !gw) {
+            NoGradGuard ng;
+            (void)ops::conv2d(x, w, Tensor(), p);
+            return;
+          }
+          x.zero_grad();
+          w.zero_grad();
+          ops::conv2d(x, w, Tensor(), p).backward(gy);
+        };
+        double ms = time_ms(step, [] {}, a["warmup"], a["iters"]);
+        x.set_requires_grad(false);
+        w.set_requires_grad(false);
+        return ms;
+      };
+      double f = timed(false, false), fd = timed(true, false), fw = timed(false, true);
+      double total = fd + fw - f;  // forward + backward-data + backward-weights
+      if (m == wg::Mode::direct) direct_total = total;
+      char shape[32];
+      std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)hw, (long long)hw, (long long)C);
+      std::printf("%-16s %-9s %10.2f %10.2f %10.2f %10.2f %9.2f\n", shape,
+                  m == wg::Mode::direct ? "direct" : "winograd", f, fd - f, fw - f, total, direct_total / total);
+      std::fflush(stdout);
+    }
+  }
+  wg::set_mode(prev);
   return 0;
 }
 
@@ -272,9 +388,11 @@ int cmd_bench(const Args& args) {
       "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
       "       kiln bench conv [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
       "       kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
-      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0]\n"
+      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
+      "                        [conv_algo=auto|direct|winograd[,...]] [rounds=1]\n"
       "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
       "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n"
+      "       kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]\n"
       "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
     std::cout << kUsage;
@@ -285,8 +403,9 @@ int cmd_bench(const Args& args) {
   if (args[0] == "conv") return bench_conv(rest);
   if (args[0] == "train") return bench_train(rest);
   if (args[0] == "checkpoint") return bench_checkpoint(rest);
+  if (args[0] == "winograd") return bench_winograd(rest);
   if (args[0] == "data") return bench_data_cmd(rest);  // tools/data_cmd.cpp
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, train, checkpoint, data (see kiln bench --help)");
+  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, train, checkpoint, winograd, data (see kiln bench --help)");
 }
 
 }  // namespace kiln::cli

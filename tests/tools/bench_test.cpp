@@ -26,9 +26,11 @@ TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
     if (line.rfind("lenet", 0) == 0) row = line;
   ASSERT_FALSE(row.empty()) << out;
   std::istringstream f(row);
-  std::string model, device, dtype;
-  double batch = 0, ms = 0, ips = 0, loss = 0;
-  f >> model >> device >> dtype >> batch >> ms >> ips >> loss;
+  std::string model, device, dtype, algo;
+  double batch = 0, ms = 0, ips = 0, best = 0, loss = 0;
+  f >> model >> device >> dtype >> batch >> algo >> ms >> ips >> best >> loss;
+  EXPECT_EQ(algo, "default");
+  EXPECT_NEAR(best, ips, 0.05 + 0.01 * ips);  // one round: the best is the median
   EXPECT_EQ(device, "cpu");
   EXPECT_EQ(dtype, "fp32");
   EXPECT_EQ(batch, 4);
@@ -65,4 +67,24 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
         << e.what();
   }
   EXPECT_THROW(cli::cmd_bench({"train", "precision=fp8"}), Error);
+  try {
+    cli::cmd_bench({"train", "model=lenet", "conv_algo=direct,fast"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("conv_algo=direct,fast: accepted values are auto, direct and winograd"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// conv_algo=direct,winograd: one row per algorithm, the rounds alternating between them.
+TEST(BenchTrain, ConvAlgoListGivesOneRowEach) {
+  ::testing::internal::CaptureStdout();
+  int rc = cli::cmd_bench({"train", "model=lenet", "size=28", "channels=1", "classes=10", "batch=2", "steps=1",
+                           "warmup=0", "device=cpu", "rounds=2", "conv_algo=direct,winograd"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("the median of 2 rounds"), std::string::npos) << out;
+  EXPECT_NE(out.find("\nlenet      cpu     fp32       2 direct"), std::string::npos) << out;
+  EXPECT_NE(out.find("\nlenet      cpu     fp32       2 winograd"), std::string::npos) << out;
 }

@@ -83,8 +83,9 @@ def kiln_train(kiln, batch, steps, warmup, precision="fp32"):
                     f"precision={precision}"], 420)
     for line in (out or "").splitlines():
         f = line.split()
-        if len(f) == 7 and f[0] == "resnet50":
-            return float(f[5])
+        # model device dtype batch conv_algo ms/step images/s best last-loss
+        if len(f) == 9 and f[0] == "resnet50":
+            return float(f[6])
     return None
 
 

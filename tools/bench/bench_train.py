@@ -18,12 +18,19 @@ kiln runs `kiln train` on a generated config with the synthetic source and reads
 images/s it prints for the second epoch (the first warms up). torch: Debian's python3-torch,
 torch.set_num_threads(--threads), the same steps after `--warmup` steps.
 
-Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30] [--bf16]
+The two sides run alternately, --rounds times each (default 3), and the table gives the median
+images/s of each side and the median of the per-round ratios, with the lowest and highest ratio:
+on a shared (virtual) machine the CPU's throughput drifts by 20-40% over minutes, so one pair of
+runs can mislead either way.
+
+Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30] [--rounds 3] [--bf16]
+       [--only lenet|resnet18] [--precision fp32|bf16]
 """
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,26 +109,34 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=3, help="alternating kiln/torch runs per case (median reported)")
     p.add_argument("--bf16", action="store_true", help="add the bf16 ResNet-18 row (torch autocast)")
     p.add_argument("--only", choices=["lenet", "resnet18"], help="run one network")
+    p.add_argument("--precision", choices=["fp32", "bf16"], help="run only the rows of this precision")
     a = p.parse_args()
     r18 = {"name": "resnet18", "stem": "cifar"}
     # (name, kiln model, input HWC, classes, batch, timed steps, torch warm-up steps, precision)
     cases = [
         ("lenet", {"name": "lenet", "dropout": 0.5}, (28, 28, 1), 10, 64, a.steps, a.warmup, "fp32"),
-        ("resnet18", r18, (32, 32, 3), 10, 128, max(3, a.steps // 10), 1, "fp32"),
+        ("resnet18", r18, (32, 32, 3), 10, 128, max(5, a.steps // 6), 1, "fp32"),
     ]
     if a.bf16:
-        cases.append(("resnet18", r18, (32, 32, 3), 10, 128, max(3, a.steps // 10), 1, "bf16"))
+        cases.append(("resnet18", r18, (32, 32, 3), 10, 128, max(5, a.steps // 6), 1, "bf16"))
     if a.only:
         cases = [c for c in cases if c[0] == a.only]
-    print(f"threads {a.threads}")
-    print(f"{'model':10s} {'precision':>9s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}")
+    if a.precision:
+        cases = [c for c in cases if c[7] == a.precision]
+    print(f"threads {a.threads}, {a.rounds} alternating rounds per case (medians; ratio range in brackets)")
+    print(f"{'model':10s} {'precision':>9s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}"
+          f"  {'range':>13s}")
     for name, model, shape, classes, batch, steps, warmup, prec in cases:
-        k = kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads, prec)
-        t = torch_rate(name, shape, classes, batch, steps, warmup, a.threads, prec)
-        print(f"{name:10s} {prec:>9s} {batch:6d} {k:12.1f} {t:12.1f} {k / t:11.2f}", flush=True)
-
+        ks, ts = [], []
+        for _ in range(max(1, a.rounds)):
+            ks.append(kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads, prec))
+            ts.append(torch_rate(name, shape, classes, batch, steps, warmup, a.threads, prec))
+        ratios = [k / t for k, t in zip(ks, ts)]
+        print(f"{name:10s} {prec:>9s} {batch:6d} {statistics.median(ks):12.1f} {statistics.median(ts):12.1f} "
+              f"{statistics.median(ratios):11.2f}  [{min(ratios):.2f}, {max(ratios):.2f}]", flush=True)
 
 if __name__ == "__main__":
     main()
