@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/bf16_rows.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
 
@@ -59,9 +60,7 @@ struct RowsIn {
   }
   const T* row(int64_t r, T* buf) const {
     if (direct) return direct + r * C;
-    const uint16_t* src = bf16 + r * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) buf[c] = bf16_to_float(src[c]);
+    if constexpr (std::is_same_v<T, float>) bf16_to_f32(bf16 + r * C, buf, C);
     return buf;
   }
 };
@@ -85,9 +84,7 @@ struct RowsOut {
   T* row(int64_t r, T* buf) const { return direct ? direct + r * C : buf; }
   void commit(int64_t r, const T* buf) const {
     if (direct) return;
-    uint16_t* dst = bf16 + r * C;
-#pragma omp simd
-    for (int64_t c = 0; c < C; ++c) dst[c] = float_to_bf16(buf[c]);
+    if constexpr (std::is_same_v<T, float>) f32_to_bf16(buf, bf16 + r * C, C);
   }
 };
 

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "core/autograd.h"
+#include "core/ops/bf16_rows.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
 
@@ -117,6 +118,9 @@ void binary_loop(const Tensor& out, const Tensor& a, const Tensor& b, F f) {
   }
 }
 
+// Elements per block of the bf16 paths (two f32 blocks on the stack: 16 KiB).
+constexpr int64_t kBf16Block = 2048;
+
 template <typename F>
 Tensor binary(const char* name, Bin op, const Tensor& a0, const Tensor& b0, F f) {
   DType ct = compute_dtype(a0.dtype(), b0.dtype());
@@ -126,15 +130,23 @@ Tensor binary(const char* name, Bin op, const Tensor& a0, const Tensor& b0, F f)
 #endif
   }
   if (a0.dtype() == DType::bf16 && a0.shape() == b0.shape() && a0.is_contiguous() && b0.is_contiguous()) {
-    // Mixed precision's activations and their gradients: converted element by element in the loop
+    // Mixed precision's activations and their gradients: converted block by block, in cache
     // (the same f32 arithmetic and rounding as converting the tensors, without the temporaries).
     Tensor out = Tensor::empty(a0.shape(), DType::bf16, a0.device());
     const uint16_t* pa = static_cast<const uint16_t*>(a0.raw_data());
     const uint16_t* pb = static_cast<const uint16_t*>(b0.raw_data());
     uint16_t* o = static_cast<uint16_t*>(out.raw_data());
-    const int64_t n = out.numel();
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(f(bf16_to_float(pa[i]), bf16_to_float(pb[i])));
+    const int64_t n = out.numel(), blocks = (n + kBf16Block - 1) / kBf16Block;
+#pragma omp parallel for if (n > 32768)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t i0 = blk * kBf16Block, len = std::min(kBf16Block, n - i0);
+      float fa[kBf16Block], fb[kBf16Block];
+      bf16_to_f32(pa + i0, fa, len);
+      bf16_to_f32(pb + i0, fb, len);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) fa[i] = f(fa[i], fb[i]);
+      f32_to_bf16(fa, o + i0, len);
+    }
     return out;
   }
   Tensor a = a0.dtype() == ct ? a0 : a0.detach().to(ct);
@@ -159,9 +171,16 @@ Tensor unary(const char* name, const Tensor& a0, Un op, F f, double mul = 1.0, d
     Tensor out = Tensor::empty(a0.shape(), DType::bf16, a0.device());
     const uint16_t* p = static_cast<const uint16_t*>(a0.raw_data());
     uint16_t* o = static_cast<uint16_t*>(out.raw_data());
-    const int64_t n = out.numel();
-#pragma omp parallel for simd if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) o[i] = float_to_bf16(static_cast<float>(f(bf16_to_float(p[i]))));
+    const int64_t n = out.numel(), blocks = (n + kBf16Block - 1) / kBf16Block;
+#pragma omp parallel for if (n > 32768)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t i0 = blk * kBf16Block, len = std::min(kBf16Block, n - i0);
+      float fa[kBf16Block];
+      bf16_to_f32(p + i0, fa, len);
+#pragma omp simd
+      for (int64_t i = 0; i < len; ++i) fa[i] = static_cast<float>(f(fa[i]));
+      f32_to_bf16(fa, o + i0, len);
+    }
     return out;
   }
   DType ct = a0.dtype() == DType::f64 ? DType::f64 : DType::f32;

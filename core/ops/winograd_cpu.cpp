@@ -83,16 +83,19 @@ struct Tiles {
 // Tiles per chunk: the chunk's scratch (`bytes_per_tile` each) stays near g_chunk_bytes, so the
 // transforms and the GEMM work on data the last-level cache still holds, but never fewer than 128
 // tiles (the GEMMs get too thin).
+// Chunks are balanced: 512 tiles at 170 per chunk run as 171 + 171 + 170, not 170 x 3 + 2.
 int64_t chunk_tiles(const Tiles& t, int64_t bytes_per_tile) {
   int64_t c = std::max<int64_t>(128, g_chunk_bytes.load() / std::max<int64_t>(1, bytes_per_tile));
-  return std::min(c, t.count());
+  if (c >= t.count()) return t.count();
+  const int64_t chunks = (t.count() + c - 1) / c;
+  return (t.count() + chunks - 1) / chunks;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Per-tile and per-row kernels. Each comes twice: a portable loop (any x86-64) and an AVX-512 one
-// (16 channels per vector; bf16 rounding by vcvtneps2bf16, the same round-to-nearest-even as
-// float_to_bf16), taken when the CPU has AVX-512 BF16. Both compute the same f32 expressions in
-// the same order, so they give the same bits.
+// (16 channels per vector, bf16 rounding exactly as float_to_bf16), taken when the CPU has AVX-512
+// BF16. Both compute the same f32 expressions in the same order, so they give the same bits
+// (Winograd.AvxAndPortableKernelsAgree).
 //
 //   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
 //              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
@@ -210,8 +213,17 @@ KILN_AVX512 inline __m512 vld(const uint16_t* p, __mmask16 m) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
 }
 KILN_AVX512 inline void vst(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
+// float_to_bf16 on 16 lanes, bit for bit (vcvtneps2bf16 would flush denormals to zero):
+// u + 0x7fff + ((u >> 16) & 1), high half; NaN: (u >> 16) | 0x40.
 KILN_AVX512 inline void vst(uint16_t* p, __m512 v, __mmask16 m) {
-  _mm256_mask_storeu_epi16(p, m, reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(v)));
+  const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
+      16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
+  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
 }
 
 template <typename S>
@@ -330,23 +342,29 @@ struct Kernels {
   void (*grad)(const S* const*, int64_t, S*, int64_t) = grad_tile<S>;
   void (*wt)(const S* const*, int64_t, S*, int64_t) = wt_row<S>;
   void (*wgrad)(const float*, int64_t, int64_t, S* const*) = wgrad_row<S>;
-  Kernels() {
+  explicit Kernels(bool simd) {
 #ifdef KILN_WINOGRAD_AVX512
-    if (use_avx512()) {
+    if (simd) {
       in = in_tile_avx512<S>;
       out = out_tile_avx512<S>;
       grad = grad_tile_avx512<S>;
       wt = wt_row_avx512<S>;
       wgrad = wgrad_row_avx512<S>;
     }
+#else
+    (void)simd;
 #endif
   }
 };
 
+std::atomic<int> g_simd{-1};  // -1: not decided yet (use_avx512())
+
 template <typename S>
 const Kernels<S>& kernels() {
-  static const Kernels<S> k;
-  return k;
+  static const Kernels<S> portable(false), simd(true);
+  int on = g_simd.load();
+  if (on < 0) g_simd.store(on = use_avx512() ? 1 : 0);
+  return on ? simd : portable;
 }
 
 bool parallel_worth(int64_t items, int64_t channels) { return items * channels * 16 > 32768; }
@@ -676,6 +694,12 @@ void set_mode(Mode m) { g_mode.store(static_cast<int>(m)); }
 void set_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(std::max<int64_t>(1, bytes)); }
 
 void set_private_bytes(int64_t bytes) { g_private_bytes.store(std::max<int64_t>(0, bytes)); }
+
+bool set_simd_kernels(bool on) {
+  if (on && !use_avx512()) return false;
+  g_simd.store(on ? 1 : 0);
+  return true;
+}
 
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                 int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype) {

@@ -37,6 +37,9 @@ void set_mode(Mode m);  // for tests and benchmarks; not thread-safe against run
 // thread-private chunks (default 1.5 MiB). Tuning and test knobs.
 void set_chunk_bytes(int64_t bytes);
 void set_private_bytes(int64_t bytes);
+// The AVX-512 transform kernels (default where the CPU has AVX-512 BF16) or the portable loops;
+// false when `on` is asked for on a CPU without them. For tests and comparisons.
+bool set_simd_kernels(bool on);
 
 // The geometry Winograd F(2x2,3x3) covers.
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
