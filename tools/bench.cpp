@@ -391,7 +391,7 @@ int cmd_bench(const Args& args) {
       "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|direct|winograd[,...]] [rounds=1]\n"
       "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
-      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks]\n"
+      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks] [rounds=1]\n"
       "       kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]\n"
       "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {

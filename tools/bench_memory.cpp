@@ -1,5 +1,5 @@
 // `kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [device=cpu]
-//                        [precision=fp32] [policies=none,blocks]`
+//                        [precision=fp32] [policies=none,blocks] [rounds=1]`
 // Gradient checkpointing's trade, measured: for each policy the same model (same seed, same input)
 // trains `steps` SGD steps on one synthetic batch, and the table gives milliseconds per step and the
 // allocator's peak during a step, above what lives between steps (weights, optimizer state):
@@ -9,6 +9,7 @@
 // and each policy's ratios against the first one. Peaks come from the device's caching allocator
 // (core/allocator.h), which counts every tensor kiln allocates; oneDNN's own scratch memory is
 // allocated through it too (user scratchpad).
+#include <algorithm>
 #include <chrono>
 #include <iomanip>
 #include <iostream>
@@ -34,7 +35,7 @@ namespace {
 
 struct MemoryBenchArgs {
   std::string model = "resnet50";
-  int64_t size = 224, batch = 32, steps = 3, warmup = 1, classes = 1000;
+  int64_t size = 224, batch = 32, steps = 3, warmup = 1, classes = 1000, rounds = 1;
   std::string device = "cpu", precision = "fp32";
   std::vector<std::string> policies = {"none", "blocks"};
 };
@@ -49,7 +50,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 
 MemoryBenchArgs parse(const Args& args) {
   MemoryBenchArgs a;
-  const char* accepted = "model, size, batch, steps, warmup, classes, device, precision, policies";
+  const char* accepted = "model, size, batch, steps, warmup, classes, device, precision, policies, rounds";
   for (const std::string& arg : args) {
     auto eq = arg.find('=');
     KILN_CHECK(eq != std::string::npos, "bench checkpoint: '", arg, "' is not key=value; accepted keys: ", accepted);
@@ -68,6 +69,7 @@ MemoryBenchArgs parse(const Args& args) {
     else if (k == "batch") a.batch = number(1);
     else if (k == "steps") a.steps = number(1);
     else if (k == "warmup") a.warmup = number(0);
+    else if (k == "rounds") a.rounds = number(1);
     else if (k == "classes") a.classes = number(2);
     else if (k == "device") a.device = v;
     else if (k == "precision") {
@@ -157,8 +159,21 @@ int bench_checkpoint(const Args& args) {
   std::cout << "# bench checkpoint: " << a.model << " " << a.size << "x" << a.size << "x3, batch " << a.batch << ", "
             << a.precision << ", " << device.str() << ", " << a.steps << " timed steps after " << a.warmup
             << " warm-up\n";
+  // rounds=N: the policies run N times in turn and ms/step is each policy's median, so a machine
+  // whose speed drifts over minutes (shared 2-core VMs: 20-40%) does not favour the one run first.
   std::vector<Row> rows;
-  for (const std::string& p : a.policies) rows.push_back(run_policy(a, p, device));
+  std::vector<std::vector<double>> ms(a.policies.size());
+  for (int64_t r = 0; r < a.rounds; ++r)
+    for (size_t i = 0; i < a.policies.size(); ++i) {
+      Row row = run_policy(a, a.policies[i], device);
+      ms[i].push_back(row.ms);
+      if (r == 0) rows.push_back(row);
+    }
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::sort(ms[i].begin(), ms[i].end());
+    rows[i].ms = ms[i][ms[i].size() / 2];
+  }
+  if (a.rounds > 1) std::cout << "# ms/step: the median of " << a.rounds << " alternating rounds\n";
   const double MiB = 1024.0 * 1024.0;
   std::cout << std::left << std::setw(10) << "policy" << std::right << std::setw(12) << "ms/step" << std::setw(16)
             << "step peak MiB" << std::setw(18) << "activations MiB" << std::setw(12) << "time x" << std::setw(14)

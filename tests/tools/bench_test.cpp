@@ -88,3 +88,22 @@ TEST(BenchTrain, ConvAlgoListGivesOneRowEach) {
   EXPECT_NE(out.find("\nlenet      cpu     fp32       2 direct"), std::string::npos) << out;
   EXPECT_NE(out.find("\nlenet      cpu     fp32       2 winograd"), std::string::npos) << out;
 }
+
+// bench checkpoint rounds=2: each policy runs twice in turn; one row per policy, ratios against the first.
+TEST(BenchCheckpoint, RoundsAlternateAndGiveOneRowPerPolicy) {
+  ::testing::internal::CaptureStdout();
+  int rc = cli::cmd_bench({"checkpoint", "model=resnet18", "size=32", "batch=2", "steps=1", "warmup=0", "classes=10",
+                           "rounds=2"});
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("# ms/step: the median of 2 alternating rounds"), std::string::npos) << out;
+  EXPECT_NE(out.find("\nnone "), std::string::npos) << out;
+  EXPECT_NE(out.find("\nblocks "), std::string::npos) << out;
+  try {
+    cli::cmd_bench({"checkpoint", "rounds=0"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'rounds=0': rounds takes a whole number >= 1"), std::string::npos)
+        << e.what();
+  }
+}
