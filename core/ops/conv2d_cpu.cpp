@@ -29,6 +29,7 @@
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/reduce.h"
 #include "core/ops/winograd_cpu.h"
 
 #ifdef KILN_WITH_CUDA
@@ -329,14 +330,17 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   if (native && winograd::applicable(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
                                      p.groups, g.bias, ct) &&
       winograd::chosen(g.n, g.h, g.w, g.ic, g.oc, ct)) {
-    // Winograd F(2x2,3x3) for all three passes (core/ops/winograd_cpu.h).
-    Tensor y = winograd::forward(x, w);
+    // Winograd F(2x2,3x3) for all three passes (core/ops/winograd_cpu.h); the bias gradient is dy
+    // summed over N, H, W.
+    Tensor y = winograd::forward(x, w, b);
     if (!recording) return y;
     return record("conv2d", {x0, w0, b0}, y,
-                  [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), dt, need_x, need_w](const Tensor& gy0) {
+                  [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), dt, need_x, need_w,
+                   need_b](const Tensor& gy0) {
                     Tensor gy = to_dtype(gy0, dt).contiguous();
                     return grads{need_x ? winograd::backward_data(gy, ws) : Tensor(),
-                                 need_w ? winograd::backward_weights(gy, xs) : Tensor(), Tensor()};
+                                 need_w ? winograd::backward_weights(gy, xs) : Tensor(),
+                                 need_b ? to_dtype(ops::sum(gy, {0, 1, 2}), dt) : Tensor()};
                   });
   }
   // Keep the forward's reordered weights for backward-data only when it wants the same layout

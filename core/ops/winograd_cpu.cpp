@@ -23,6 +23,7 @@
 #include <exception>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/dnnl_context.h"
 
@@ -99,7 +100,8 @@ int64_t chunk_tiles(const Tiles& t, int64_t bytes_per_tile) {
 //
 //   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
 //              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
-//   out_tile:  y[a][b][k] = (A^T m A)[a][b] of m[p][k], A^T = [1 1 1 0; 0 1 -1 -1] (nullptr: past the image)
+//   out_tile:  y[a][b][k] = (A^T m A)[a][b] (+ bias[k]) of m[p][k], A^T = [1 1 1 0; 0 1 -1 -1]
+//              (y nullptr: past the image; bias nullptr: none)
 //   grad_tile: z[p][k] = (A g A^T)[p] of the 2x2 gradient g[a][b][k] (nullptr: past the image)
 //   wt_row:    u[p][l] = (G g G^T)[p] of 9 taps g[3r+s][l], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
 //   wgrad_row: o[3r+s][l] = (G^T u G)[r][s] of u[p][l]
@@ -127,7 +129,7 @@ void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
 }
 
 template <typename S>
-void out_tile(const float* m, int64_t plane, int64_t K, S* const* y) {
+void out_tile(const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
   for (int64_t k = 0; k < K; ++k) {
     float s[2][4];
     for (int j = 0; j < 4; ++j) {
@@ -137,8 +139,13 @@ void out_tile(const float* m, int64_t plane, int64_t K, S* const* y) {
       s[1][j] = a1 - a2 - a3;
     }
     for (int a = 0; a < 2; ++a) {
-      if (y[2 * a]) st(y[2 * a] + k, s[a][0] + s[a][1] + s[a][2]);
-      if (y[2 * a + 1]) st(y[2 * a + 1] + k, s[a][1] - s[a][2] - s[a][3]);
+      float v0 = s[a][0] + s[a][1] + s[a][2], v1 = s[a][1] - s[a][2] - s[a][3];
+      if (bias) {
+        v0 += bias[k];
+        v1 += bias[k];
+      }
+      if (y[2 * a]) st(y[2 * a] + k, v0);
+      if (y[2 * a + 1]) st(y[2 * a + 1] + k, v1);
     }
   }
 }
@@ -249,7 +256,7 @@ KILN_AVX512 void in_tile_avx512(const S* const* src, int64_t C, S* out, int64_t 
 }
 
 template <typename S>
-KILN_AVX512 void out_tile_avx512(const float* mp, int64_t plane, int64_t K, S* const* y) {
+KILN_AVX512 void out_tile_avx512(const float* mp, int64_t plane, int64_t K, const float* bias, S* const* y) {
   for (int64_t k = 0; k < K; k += 16) {
     const __mmask16 m = tail(K - k);
     __m512 s[2][4];
@@ -260,8 +267,15 @@ KILN_AVX512 void out_tile_avx512(const float* mp, int64_t plane, int64_t K, S* c
       s[1][j] = _mm512_sub_ps(_mm512_sub_ps(a1, a2), a3);
     }
     for (int a = 0; a < 2; ++a) {
-      if (y[2 * a]) vst(y[2 * a] + k, _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]), m);
-      if (y[2 * a + 1]) vst(y[2 * a + 1] + k, _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]), m);
+      __m512 v0 = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
+      __m512 v1 = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
+      if (bias) {
+        const __m512 b = vld(bias + k, m);
+        v0 = _mm512_add_ps(v0, b);
+        v1 = _mm512_add_ps(v1, b);
+      }
+      if (y[2 * a]) vst(y[2 * a] + k, v0, m);
+      if (y[2 * a + 1]) vst(y[2 * a + 1] + k, v1, m);
     }
   }
 }
@@ -338,7 +352,7 @@ KILN_AVX512 void wgrad_row_avx512(const float* u, int64_t plane, int64_t L, S* c
 template <typename S>
 struct Kernels {
   void (*in)(const S* const*, int64_t, S*, int64_t) = in_tile<S>;
-  void (*out)(const float*, int64_t, int64_t, S* const*) = out_tile<S>;
+  void (*out)(const float*, int64_t, int64_t, const float*, S* const*) = out_tile<S>;
   void (*grad)(const S* const*, int64_t, S*, int64_t) = grad_tile<S>;
   void (*wt)(const S* const*, int64_t, S*, int64_t) = wt_row<S>;
   void (*wgrad)(const float*, int64_t, int64_t, S* const*) = wgrad_row<S>;
@@ -393,12 +407,13 @@ void input_transform(const S* x, const Tiles& T, int64_t C, int64_t t0, int64_t 
 
 // y (N, H, W, K) at the tiles [t0, t0 + tc) from M[p][t - t0][k].
 template <typename S>
-void output_transform(const float* M, const Tiles& T, int64_t K, int64_t t0, int64_t tc, S* y, bool parallel) {
+void output_transform(const float* M, const Tiles& T, int64_t K, int64_t t0, int64_t tc, const float* bias, S* y,
+                      bool parallel) {
   const auto& ker = kernels<S>();
   for_tiles(T, t0, tc, K, parallel, [&](int64_t tt, int64_t n, int64_t ty, int64_t tx) {
     S* dst[4];
     for (int a = 0; a < 4; ++a) dst[a] = T.at(y, n, 2 * ty + a / 2, 2 * tx + a % 2, K);
-    ker.out(M + tt * K, tc * K, K, dst);
+    ker.out(M + tt * K, tc * K, K, bias, dst);
   });
 }
 
@@ -569,9 +584,10 @@ Plan plan(const Tiles& T, int64_t bytes_per_tile) {
   return p;
 }
 
-// y (N, H, W, K) = the 3x3 pad-1 convolution of x (N, H, W, C) with transformed weights U [16][C][K].
+// y (N, H, W, K) = the 3x3 pad-1 convolution of x (N, H, W, C) with transformed weights U [16][C][K]
+// (+ bias, K floats, when given).
 template <typename S>
-Tensor convolve(const Tensor& x, const Tensor& U, int64_t K) {
+Tensor convolve(const Tensor& x, const Tensor& U, int64_t K, const float* bias = nullptr) {
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
   const Tiles T(N, H, W);
   Tensor y = Tensor::empty({N, H, W, K}, x.dtype());
@@ -589,7 +605,7 @@ Tensor convolve(const Tensor& x, const Tensor& U, int64_t K) {
     float* m = M.data<float>() + tid * 16 * pl.tiles * K;
     input_transform<S>(xp, T, C, t0, tc, v, !pl.private_chunks);
     (tc == pl.tiles ? full : tail).run(v, ptr<S>(U), m);
-    output_transform<S>(m, T, K, t0, tc, yp, !pl.private_chunks);
+    output_transform<S>(m, T, K, t0, tc, bias, yp, !pl.private_chunks);
   });
   return y;
 }
@@ -703,8 +719,9 @@ bool set_simd_kernels(bool on) {
 
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                 int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype) {
+  (void)bias;  // added in the output transform; its gradient is dy summed over N, H, W
   return kh == 3 && kw == 3 && stride_h == 1 && stride_w == 1 && pad_h == 1 && pad_w == 1 && dil_h == 1 &&
-         dil_w == 1 && groups == 1 && !bias && (dtype == DType::f32 || dtype == DType::bf16);
+         dil_w == 1 && groups == 1 && (dtype == DType::f32 || dtype == DType::bf16);
 }
 
 bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype) {
@@ -728,19 +745,28 @@ bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype
   return ic >= 128 && oc >= 128;
 }
 
-Tensor forward(const Tensor& x, const Tensor& w) {
+Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   check(x, "input", w, "weight");
   KILN_CHECK(w.size(1) == 3 && w.size(2) == 3 && w.size(3) == x.size(3), "conv2d (winograd): weight ", w.str(),
              " must be (K, 3, 3, C) for input ", x.str());
   const int64_t K = w.size(0), C = w.size(3);
+  KILN_CHECK(!b.defined() || (b.dtype() == x.dtype() && b.numel() == K), "conv2d (winograd): bias ", b.str(),
+             " must hold ", K, " values of the input's dtype");
+  std::vector<float> bias;
+  if (b.defined()) {
+    bias.resize(static_cast<size_t>(K));
+    Tensor bf = b.dtype() == DType::f32 ? b.contiguous() : b.to(DType::f32);
+    std::memcpy(bias.data(), bf.data<float>(), bias.size() * sizeof(float));
+  }
+  const float* bp = b.defined() ? bias.data() : nullptr;
   Tensor U = Tensor::empty({16, C, K}, x.dtype());
   Tensor wt = Tensor::empty({9, C, K}, x.dtype());
   if (x.dtype() == DType::f32) {
     forward_weights<float>(w.data<float>(), K, C, wt.data<float>(), U.data<float>());
-    return convolve<float>(x, U, K);
+    return convolve<float>(x, U, K, bp);
   }
   forward_weights<uint16_t>(w.data_u16(), K, C, wt.data_u16(), U.data_u16());
-  return convolve<uint16_t>(x, U, K);
+  return convolve<uint16_t>(x, U, K, bp);
 }
 
 Tensor backward_data(const Tensor& gy, const Tensor& w) {

@@ -1,5 +1,5 @@
-// Winograd F(2x2, 3x3) convolution on the CPU, for 3x3 / stride 1 / pad 1 / dilation 1 / one group
-// without bias, NHWC activations and ohwi weights (kiln's layouts), f32 or bf16.
+// Winograd F(2x2, 3x3) convolution on the CPU, for 3x3 / stride 1 / pad 1 / dilation 1 / one group,
+// with or without bias, NHWC activations and ohwi weights (kiln's layouts), f32 or bf16.
 //
 // Each 2x2 output tile is computed from a 4x4 input tile as A^T [(G g G^T) . (B^T d B)] A, so the
 // 9 multiply-adds per output pixel and channel pair become 16/4 = 4: 2.25x fewer. The channel
@@ -48,8 +48,9 @@ bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int6
 // under mode().
 bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype);
 
-// x (N, H, W, C), w (K, 3, 3, C) -> y (N, H, W, K). Contiguous CPU tensors of one dtype (f32, bf16).
-Tensor forward(const Tensor& x, const Tensor& w);
+// x (N, H, W, C), w (K, 3, 3, C) [+ b (K)] -> y (N, H, W, K). Contiguous CPU tensors of one dtype
+// (f32, bf16); the bias is added in f32 before the result's rounding.
+Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b = Tensor());
 // gy (N, H, W, K), w (K, 3, 3, C) -> gx (N, H, W, C).
 Tensor backward_data(const Tensor& gy, const Tensor& w);
 // gy (N, H, W, K), x (N, H, W, C) -> gw (K, 3, 3, C).

@@ -249,12 +249,37 @@ TEST(Im2colWeightsGrad, Conv2dTakesItForStride2WhereChosen) {
   EXPECT_EQ(wr.grad().to_double_vector(), wg::im2col_backward_weights(gy, x, 2, 1).to_double_vector());
 }
 
-TEST(Winograd, ApplicableOnlyTo3x3Stride1Pad1WithoutBias) {
+TEST(Winograd, BiasIsAddedAndItsGradientIsDySummed) {
+  // conv2d under mode winograd with a bias: y = the reference convolution + b; db = dy summed over
+  // N, H, W; dx and dw as without bias.
+  ModeGuard on(wg::Mode::winograd);
+  const Geo g{"bias", 2, 5, 6, 7, 9};
+  Tensor x = randn({g.n, g.h, g.w, g.c}, 51), w = randn({g.k, 3, 3, g.c}, 52, DType::f32, 0.5);
+  Tensor b = randn({g.k}, 53), gy = randn({g.n, g.h, g.w, g.k}, 54);
+  Ref r = reference(g, x.to_double_vector(), w.to_double_vector(), gy.to_double_vector());
+  std::vector<double> bv = b.to_double_vector(), db(g.k, 0.0), gv = gy.to_double_vector();
+  for (size_t i = 0; i < r.y.size(); ++i) {
+    r.y[i] += bv[i % g.k];
+    db[i % g.k] += gv[i];
+  }
+  Tensor xr = x.clone(), wr = w.clone(), br = b.clone();
+  for (Tensor* t : {&xr, &wr, &br}) t->set_requires_grad(true);
+  Tensor y = ops::conv2d(xr, wr, br, ops::Conv2dParams{1, 1, 1, 1, 1, 1, 1});
+  y.backward(gy);
+  double tol = 8e-5 * static_cast<double>(9 * std::max(g.c, g.k) + 1);
+  expect_close(y, r.y, tol, 1e-5, "y");
+  expect_close(xr.grad(), r.gx, tol, 1e-5, "dx");
+  expect_close(wr.grad(), r.gw, 8e-5 * static_cast<double>(g.n * g.h * g.w + 1), 1e-5, "dw");
+  expect_close(br.grad(), db, 1e-4, 1e-5, "db");
+  EXPECT_EQ(y.to_double_vector(), wg::forward(x, w, b).to_double_vector());  // it was Winograd's
+}
+
+TEST(Winograd, ApplicableOnlyTo3x3Stride1Pad1) {
   EXPECT_TRUE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, false, DType::bf16));
   EXPECT_TRUE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, false, DType::f32));
   EXPECT_FALSE(wg::applicable(3, 3, 2, 2, 1, 1, 1, 1, 1, false, DType::bf16));  // stride 2
   EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 0, 0, 1, 1, 1, false, DType::bf16));  // no padding
-  EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, true, DType::bf16));   // bias
+  EXPECT_TRUE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 1, true, DType::bf16));    // with bias too
   EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 2, 2, 1, false, DType::bf16));  // dilation
   EXPECT_FALSE(wg::applicable(3, 3, 1, 1, 1, 1, 1, 1, 2, false, DType::bf16));  // groups
   EXPECT_FALSE(wg::applicable(1, 1, 1, 1, 0, 0, 1, 1, 1, false, DType::bf16));  // 1x1
