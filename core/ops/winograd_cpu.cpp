@@ -7,14 +7,11 @@
 //   M [16][tc][K]   products, f32                           - the GEMM's C
 //   Z [16][tc][K]   transformed output-gradient tiles (backward-weights), read transposed
 //   dU [16][K][C]   f32, accumulated over chunks (matmul with a sum post-op)
-// Position p = 4 * i + j indexes the 4x4 transformed tile. Transform loops run over channels
-// innermost so they vectorize; tiles of a chunk are split across the OpenMP threads.
+// Position p = 4 * i + j indexes the 4x4 transformed tile. The per-tile transform kernels are in
+// winograd_kernels.h; here, the drivers that walk the tiles, the chunking and the GEMMs.
 #include "core/ops/winograd_cpu.h"
 
 #include <omp.h>
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -26,10 +23,12 @@
 #include <vector>
 
 #include "core/dnnl_context.h"
+#include "core/ops/winograd_kernels.h"
 
 namespace kiln::ops::winograd {
 
 using dnnl::memory;
+using namespace kernels;
 
 namespace {
 
@@ -62,14 +61,6 @@ Mode mode_from_env() {
   KILN_FAIL("KILN_CONV_ALGO=", s, ": accepted values are auto, direct and winograd");
 }
 
-// Element access: f32 as is, bf16 as its bits (round to nearest even on store).
-inline float ld(const float* p) { return *p; }
-inline float ld(const uint16_t* p) { return bf16_to_float(*p); }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }
-inline void st_(float* p, float v) { st(p, v); }
-inline void st_(uint16_t* p, float v) { st(p, v); }
-
 struct Tiles {
   int64_t n, h, w, th, tw;
   Tiles(int64_t n_, int64_t h_, int64_t w_) : n(n_), h(h_), w(w_), th((h_ + 1) / 2), tw((w_ + 1) / 2) {}
@@ -91,285 +82,6 @@ int64_t chunk_tiles(const Tiles& t, int64_t bytes_per_tile) {
   const int64_t chunks = (t.count() + c - 1) / c;
   return (t.count() + chunks - 1) / chunks;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Per-tile and per-row kernels. Each comes twice: a portable loop (any x86-64) and an AVX-512 one
-// (16 channels per vector, bf16 rounding exactly as float_to_bf16), taken when the CPU has AVX-512
-// BF16. Both compute the same f32 expressions in the same order, so they give the same bits
-// (Winograd.AvxAndPortableKernelsAgree).
-//
-//   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
-//              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
-//   out_tile:  y[a][b][k] = (A^T m A)[a][b] (+ bias[k]) of m[p][k], A^T = [1 1 1 0; 0 1 -1 -1]
-//              (y nullptr: past the image; bias nullptr: none)
-//   grad_tile: z[p][k] = (A g A^T)[p] of the 2x2 gradient g[a][b][k] (nullptr: past the image)
-//   wt_row:    u[p][l] = (G g G^T)[p] of 9 taps g[3r+s][l], G = [1 0 0; .5 .5 .5; .5 -.5 .5; 0 0 1]
-//   wgrad_row: o[3r+s][l] = (G^T u G)[r][s] of u[p][l]
-// Rows of the transformed tile are `plane` elements apart.
-
-template <typename S>
-void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
-  for (int64_t c = 0; c < C; ++c) {
-    float d[16];
-    for (int k = 0; k < 16; ++k) d[k] = src[k] ? ld(src[k] + c) : 0.0f;
-    float t[4][4];
-    for (int j = 0; j < 4; ++j) {
-      t[0][j] = d[j] - d[8 + j];
-      t[1][j] = d[4 + j] + d[8 + j];
-      t[2][j] = d[8 + j] - d[4 + j];
-      t[3][j] = d[4 + j] - d[12 + j];
-    }
-    for (int i = 0; i < 4; ++i) {
-      st(out + (4 * i + 0) * plane + c, t[i][0] - t[i][2]);
-      st(out + (4 * i + 1) * plane + c, t[i][1] + t[i][2]);
-      st(out + (4 * i + 2) * plane + c, t[i][2] - t[i][1]);
-      st(out + (4 * i + 3) * plane + c, t[i][1] - t[i][3]);
-    }
-  }
-}
-
-template <typename S>
-void out_tile(const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
-  for (int64_t k = 0; k < K; ++k) {
-    float s[2][4];
-    for (int j = 0; j < 4; ++j) {
-      float a0 = m[j * plane + k], a1 = m[(4 + j) * plane + k], a2 = m[(8 + j) * plane + k],
-            a3 = m[(12 + j) * plane + k];
-      s[0][j] = a0 + a1 + a2;
-      s[1][j] = a1 - a2 - a3;
-    }
-    for (int a = 0; a < 2; ++a) {
-      float v0 = s[a][0] + s[a][1] + s[a][2], v1 = s[a][1] - s[a][2] - s[a][3];
-      if (bias) {
-        v0 += bias[k];
-        v1 += bias[k];
-      }
-      if (y[2 * a]) st(y[2 * a] + k, v0);
-      if (y[2 * a + 1]) st(y[2 * a + 1] + k, v1);
-    }
-  }
-}
-
-template <typename S>
-void grad_tile(const S* const* g, int64_t K, S* out, int64_t plane) {
-  for (int64_t k = 0; k < K; ++k) {
-    float d[4];
-    for (int q = 0; q < 4; ++q) d[q] = g[q] ? ld(g[q] + k) : 0.0f;
-    float t[4][2] = {{d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {-d[2], -d[3]}};
-    for (int i = 0; i < 4; ++i) {
-      st(out + (4 * i + 0) * plane + k, t[i][0]);
-      st(out + (4 * i + 1) * plane + k, t[i][0] + t[i][1]);
-      st(out + (4 * i + 2) * plane + k, t[i][0] - t[i][1]);
-      st(out + (4 * i + 3) * plane + k, -t[i][1]);
-    }
-  }
-}
-
-template <typename S>
-void wt_row(const S* const* g, int64_t L, S* out, int64_t plane) {
-  for (int64_t l = 0; l < L; ++l) {
-    float v[9];
-    for (int q = 0; q < 9; ++q) v[q] = ld(g[q] + l);
-    float gg[4][3];
-    for (int s = 0; s < 3; ++s) {
-      gg[0][s] = v[s];
-      gg[1][s] = 0.5f * (v[s] + v[3 + s] + v[6 + s]);
-      gg[2][s] = 0.5f * (v[s] - v[3 + s] + v[6 + s]);
-      gg[3][s] = v[6 + s];
-    }
-    for (int a = 0; a < 4; ++a) {
-      st(out + (4 * a + 0) * plane + l, gg[a][0]);
-      st(out + (4 * a + 1) * plane + l, 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
-      st(out + (4 * a + 2) * plane + l, 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
-      st(out + (4 * a + 3) * plane + l, gg[a][2]);
-    }
-  }
-}
-
-template <typename S>
-void wgrad_row(const float* u, int64_t plane, int64_t L, S* const* out) {
-  for (int64_t l = 0; l < L; ++l) {
-    float h[3][4];
-    for (int b = 0; b < 4; ++b) {
-      float u0 = u[b * plane + l], u1 = u[(4 + b) * plane + l], u2 = u[(8 + b) * plane + l],
-            u3 = u[(12 + b) * plane + l];
-      h[0][b] = u0 + 0.5f * (u1 + u2);
-      h[1][b] = 0.5f * (u1 - u2);
-      h[2][b] = 0.5f * (u1 + u2) + u3;
-    }
-    for (int r = 0; r < 3; ++r) {
-      st(out[3 * r + 0] + l, h[r][0] + 0.5f * (h[r][1] + h[r][2]));
-      st(out[3 * r + 1] + l, 0.5f * (h[r][1] - h[r][2]));
-      st(out[3 * r + 2] + l, 0.5f * (h[r][1] + h[r][2]) + h[r][3]);
-    }
-  }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#define KILN_WINOGRAD_AVX512 1
-#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
-// NOTE: GCC 12 warns that the _mm512_undefined_* inside its own intrinsics may be used uninitialized.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-KILN_AVX512 inline __mmask16 tail(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-}
-KILN_AVX512 inline __m512 vld(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-KILN_AVX512 inline __m512 vld(const uint16_t* p, __mmask16 m) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
-}
-KILN_AVX512 inline void vst(float* p, __m512 v, __mmask16 m) { _mm512_mask_storeu_ps(p, m, v); }
-// float_to_bf16 on 16 lanes, bit for bit (vcvtneps2bf16 would flush denormals to zero):
-// u + 0x7fff + ((u >> 16) & 1), high half; NaN: (u >> 16) | 0x40.
-KILN_AVX512 inline void vst(uint16_t* p, __m512 v, __mmask16 m) {
-  const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
-  __m512i r = _mm512_srli_epi32(
-      _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(hi, _mm512_set1_epi32(1)))),
-      16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  r = _mm512_mask_or_epi32(r, nan, hi, _mm512_set1_epi32(0x40));
-  _mm256_mask_storeu_epi16(p, m, _mm512_cvtepi32_epi16(r));
-}
-
-template <typename S>
-KILN_AVX512 void in_tile_avx512(const S* const* src, int64_t C, S* out, int64_t plane) {
-  for (int64_t c = 0; c < C; c += 16) {
-    const __mmask16 m = tail(C - c);
-    __m512 d[16];
-    for (int k = 0; k < 16; ++k) d[k] = src[k] ? vld(src[k] + c, m) : _mm512_setzero_ps();
-    __m512 t[4][4];
-    for (int j = 0; j < 4; ++j) {
-      t[0][j] = _mm512_sub_ps(d[j], d[8 + j]);
-      t[1][j] = _mm512_add_ps(d[4 + j], d[8 + j]);
-      t[2][j] = _mm512_sub_ps(d[8 + j], d[4 + j]);
-      t[3][j] = _mm512_sub_ps(d[4 + j], d[12 + j]);
-    }
-    for (int i = 0; i < 4; ++i) {
-      vst(out + (4 * i + 0) * plane + c, _mm512_sub_ps(t[i][0], t[i][2]), m);
-      vst(out + (4 * i + 1) * plane + c, _mm512_add_ps(t[i][1], t[i][2]), m);
-      vst(out + (4 * i + 2) * plane + c, _mm512_sub_ps(t[i][2], t[i][1]), m);
-      vst(out + (4 * i + 3) * plane + c, _mm512_sub_ps(t[i][1], t[i][3]), m);
-    }
-  }
-}
-
-template <typename S>
-KILN_AVX512 void out_tile_avx512(const float* mp, int64_t plane, int64_t K, const float* bias, S* const* y) {
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = tail(K - k);
-    __m512 s[2][4];
-    for (int j = 0; j < 4; ++j) {
-      __m512 a0 = vld(mp + j * plane + k, m), a1 = vld(mp + (4 + j) * plane + k, m),
-             a2 = vld(mp + (8 + j) * plane + k, m), a3 = vld(mp + (12 + j) * plane + k, m);
-      s[0][j] = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-      s[1][j] = _mm512_sub_ps(_mm512_sub_ps(a1, a2), a3);
-    }
-    for (int a = 0; a < 2; ++a) {
-      __m512 v0 = _mm512_add_ps(_mm512_add_ps(s[a][0], s[a][1]), s[a][2]);
-      __m512 v1 = _mm512_sub_ps(_mm512_sub_ps(s[a][1], s[a][2]), s[a][3]);
-      if (bias) {
-        const __m512 b = vld(bias + k, m);
-        v0 = _mm512_add_ps(v0, b);
-        v1 = _mm512_add_ps(v1, b);
-      }
-      if (y[2 * a]) vst(y[2 * a] + k, v0, m);
-      if (y[2 * a + 1]) vst(y[2 * a + 1] + k, v1, m);
-    }
-  }
-}
-
-template <typename S>
-KILN_AVX512 void grad_tile_avx512(const S* const* g, int64_t K, S* out, int64_t plane) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (int64_t k = 0; k < K; k += 16) {
-    const __mmask16 m = tail(K - k);
-    __m512 d[4];
-    for (int q = 0; q < 4; ++q) d[q] = g[q] ? vld(g[q] + k, m) : zero;
-    __m512 t[4][2] = {{d[0], d[1]},
-                      {_mm512_add_ps(d[0], d[2]), _mm512_add_ps(d[1], d[3])},
-                      {_mm512_sub_ps(d[0], d[2]), _mm512_sub_ps(d[1], d[3])},
-                      {_mm512_sub_ps(zero, d[2]), _mm512_sub_ps(zero, d[3])}};
-    for (int i = 0; i < 4; ++i) {
-      vst(out + (4 * i + 0) * plane + k, t[i][0], m);
-      vst(out + (4 * i + 1) * plane + k, _mm512_add_ps(t[i][0], t[i][1]), m);
-      vst(out + (4 * i + 2) * plane + k, _mm512_sub_ps(t[i][0], t[i][1]), m);
-      vst(out + (4 * i + 3) * plane + k, _mm512_sub_ps(zero, t[i][1]), m);
-    }
-  }
-}
-
-template <typename S>
-KILN_AVX512 void wt_row_avx512(const S* const* g, int64_t L, S* out, int64_t plane) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  for (int64_t l = 0; l < L; l += 16) {
-    const __mmask16 m = tail(L - l);
-    __m512 v[9];
-    for (int q = 0; q < 9; ++q) v[q] = vld(g[q] + l, m);
-    __m512 gg[4][3];
-    for (int s = 0; s < 3; ++s) {
-      gg[0][s] = v[s];
-      gg[1][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(v[s], v[3 + s]), v[6 + s]));
-      gg[2][s] = _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(v[s], v[3 + s]), v[6 + s]));
-      gg[3][s] = v[6 + s];
-    }
-    for (int a = 0; a < 4; ++a) {
-      vst(out + (4 * a + 0) * plane + l, gg[a][0], m);
-      vst(out + (4 * a + 1) * plane + l,
-          _mm512_mul_ps(half, _mm512_add_ps(_mm512_add_ps(gg[a][0], gg[a][1]), gg[a][2])), m);
-      vst(out + (4 * a + 2) * plane + l,
-          _mm512_mul_ps(half, _mm512_add_ps(_mm512_sub_ps(gg[a][0], gg[a][1]), gg[a][2])), m);
-      vst(out + (4 * a + 3) * plane + l, gg[a][2], m);
-    }
-  }
-}
-
-template <typename S>
-KILN_AVX512 void wgrad_row_avx512(const float* u, int64_t plane, int64_t L, S* const* out) {
-  const __m512 half = _mm512_set1_ps(0.5f);
-  for (int64_t l = 0; l < L; l += 16) {
-    const __mmask16 m = tail(L - l);
-    __m512 h[3][4];
-    for (int b = 0; b < 4; ++b) {
-      __m512 u0 = vld(u + b * plane + l, m), u1 = vld(u + (4 + b) * plane + l, m),
-             u2 = vld(u + (8 + b) * plane + l, m), u3 = vld(u + (12 + b) * plane + l, m);
-      h[0][b] = _mm512_add_ps(u0, _mm512_mul_ps(half, _mm512_add_ps(u1, u2)));
-      h[1][b] = _mm512_mul_ps(half, _mm512_sub_ps(u1, u2));
-      h[2][b] = _mm512_add_ps(_mm512_mul_ps(half, _mm512_add_ps(u1, u2)), u3);
-    }
-    for (int r = 0; r < 3; ++r) {
-      vst(out[3 * r + 0] + l, _mm512_add_ps(h[r][0], _mm512_mul_ps(half, _mm512_add_ps(h[r][1], h[r][2]))), m);
-      vst(out[3 * r + 1] + l, _mm512_mul_ps(half, _mm512_sub_ps(h[r][1], h[r][2])), m);
-      vst(out[3 * r + 2] + l, _mm512_add_ps(_mm512_mul_ps(half, _mm512_add_ps(h[r][1], h[r][2])), h[r][3]), m);
-    }
-  }
-}
-#pragma GCC diagnostic pop
-#endif
-
-// The kernels for S on this CPU.
-template <typename S>
-struct Kernels {
-  void (*in)(const S* const*, int64_t, S*, int64_t) = in_tile<S>;
-  void (*out)(const float*, int64_t, int64_t, const float*, S* const*) = out_tile<S>;
-  void (*grad)(const S* const*, int64_t, S*, int64_t) = grad_tile<S>;
-  void (*wt)(const S* const*, int64_t, S*, int64_t) = wt_row<S>;
-  void (*wgrad)(const float*, int64_t, int64_t, S* const*) = wgrad_row<S>;
-  explicit Kernels(bool simd) {
-#ifdef KILN_WINOGRAD_AVX512
-    if (simd) {
-      in = in_tile_avx512<S>;
-      out = out_tile_avx512<S>;
-      grad = grad_tile_avx512<S>;
-      wt = wt_row_avx512<S>;
-      wgrad = wgrad_row_avx512<S>;
-    }
-#else
-    (void)simd;
-#endif
-  }
-};
 
 std::atomic<int> g_simd{-1};  // -1: not decided yet (use_avx512())
 
@@ -643,10 +355,10 @@ Tensor weights_grad(const Tensor& gy, const Tensor& x) {
   return gw;
 }
 
-// gw (K, 3, 3, C) = dy^T col, col[(n, oy, ox)][(r, s, c)] = x[n][oy*st-pad+r][ox*st-pad+s][c]
+// gw (K, 3, 3, C) = dy^T col, col[(n, oy, ox)][(r, s, c)] = x[n][oy*stride-pad+r][ox*stride-pad+s][c]
 // (zero outside), over chunks of output pixels of about 8 MiB of col, accumulated in f32.
 template <typename S>
-Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t st, int64_t pad) {
+Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t stride, int64_t pad) {
   const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
   const int64_t OH = gy.size(1), OW = gy.size(2), K = gy.size(3);
   const int64_t P = N * OH * OW, row = 9 * C;
@@ -668,7 +380,7 @@ Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t st, int64_
       S* out = cp + i * row;
       for (int r = 0; r < 3; ++r)
         for (int s2 = 0; s2 < 3; ++s2) {
-          const int64_t iy = oy * st - pad + r, ix = ox * st - pad + s2;
+          const int64_t iy = oy * stride - pad + r, ix = ox * stride - pad + s2;
           S* o = out + (3 * r + s2) * C;
           if (iy >= 0 && iy < H && ix >= 0 && ix < W)
             std::memcpy(o, xp + ((n * H + iy) * W + ix) * C, static_cast<size_t>(C * es));
@@ -683,7 +395,7 @@ Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t st, int64_
   S* g = ptr<S>(gw);
   const int64_t n = K * row;
 #pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) st_(g + i, d[i]);
+  for (int64_t i = 0; i < n; ++i) st(g + i, d[i]);
   return gw;
 }
 
