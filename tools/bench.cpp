@@ -220,21 +220,10 @@ int bench_train(const Args& args) {
                          {"cudnn_benchmark", 0}, {"rounds", 1}});
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/ops/winograd_cpu.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
-  std::vector<std::string> algos;
-  {
-    std::string list = a["conv_algo"], cur;
-    for (char c : list + ",") {
-      if (c != ',') {
-        cur += c;
-        continue;
-      }
-      if (cur.empty()) continue;
-      KILN_CHECK(cur == "auto" || cur == "direct" || cur == "winograd", "bench train: conv_algo=", list,
-                 ": accepted values are auto, direct and winograd (comma-separated)");
-      algos.push_back(cur);
-      cur.clear();
-    }
-  }
+  std::vector<std::string> algos = split_commas(a["conv_algo"]);
+  for (const std::string& n : algos)
+    KILN_CHECK(n == "auto" || n == "direct" || n == "winograd", "bench train: conv_algo=", a["conv_algo"],
+               ": accepted values are auto, direct and winograd (comma-separated)");
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
   const DType compute = compute_dtype_of(a["precision"]);

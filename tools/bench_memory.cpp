@@ -40,14 +40,6 @@ struct MemoryBenchArgs {
   std::vector<std::string> policies = {"none", "blocks"};
 };
 
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string part; std::getline(ss, part, ',');)
-    if (!part.empty()) out.push_back(part);
-  return out;
-}
-
 MemoryBenchArgs parse(const Args& args) {
   MemoryBenchArgs a;
   const char* accepted = "model, size, batch, steps, warmup, classes, device, precision, policies, rounds";
@@ -152,6 +144,14 @@ std::string fixed(double v, int digits) {
 }
 
 }  // namespace
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string part; std::getline(ss, part, ',');)
+    if (!part.empty()) out.push_back(part);
+  return out;
+}
 
 int bench_checkpoint(const Args& args) {
   MemoryBenchArgs a = parse(args);

@@ -11,6 +11,8 @@ using Args = std::vector<std::string>;
 int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
 int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp
+// "a,b,,c" -> {"a", "b", "c"} (empty parts dropped), for comma-separated arguments. tools/bench_memory.cpp
+std::vector<std::string> split_commas(const std::string& s);
 int cmd_train(const Args& args);  // tools/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/train_cmd.cpp
 int cmd_data(const Args& args);   // tools/data_cmd.cpp

@@ -329,7 +329,7 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   bool recording = needs_record({x0, w0, b0});
   if (native && winograd::applicable(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
                                      p.groups, g.bias, ct) &&
-      winograd::chosen(g.n, g.h, g.w, g.ic, g.oc, ct)) {
+      winograd::chosen(g.ic, g.oc, ct)) {
     // Winograd F(2x2,3x3) for all three passes (core/ops/winograd_cpu.h); the bias gradient is dy
     // summed over N, H, W.
     Tensor y = winograd::forward(x, w, b);

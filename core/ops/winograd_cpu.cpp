@@ -20,7 +20,6 @@
 #include <exception>
 #include <string>
 #include <type_traits>
-#include <vector>
 
 #include "core/dnnl_context.h"
 #include "core/ops/winograd_kernels.h"
@@ -390,13 +389,7 @@ Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t stride, in
     }
     (pc == pc_max ? full : tail).run(gp + p0 * K, cp, dW.data<float>());
   }
-  Tensor gw = Tensor::empty({K, 3, 3, C}, x.dtype());
-  const float* d = dW.data<float>();
-  S* g = ptr<S>(gw);
-  const int64_t n = K * row;
-#pragma omp parallel for simd schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) st(g + i, d[i]);
-  return gw;
+  return dW.reshape({K, 3, 3, C}).to(x.dtype());
 }
 
 void check(const Tensor& a, const char* what_a, const Tensor& b, const char* what_b) {
@@ -436,7 +429,7 @@ bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int6
          dil_w == 1 && groups == 1 && (dtype == DType::f32 || dtype == DType::bf16);
 }
 
-bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype) {
+bool chosen(int64_t ic, int64_t oc, DType dtype) {
   switch (mode()) {
     case Mode::direct:
       return false;
@@ -445,9 +438,6 @@ bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype
     case Mode::automatic:
       break;
   }
-  (void)n;
-  (void)h;
-  (void)w;
   // Measured with `kiln bench winograd` (docs/precision.md): bf16 wins 1.2-1.5x from 64 channels
   // (batch 32 and 128, 32x32 down to 4x4); f32, whose transformed tiles take twice the memory,
   // loses at 64 channels and wins 1.3-1.7x from 128. Without AVX-512 BF16 the transforms run as
@@ -464,13 +454,8 @@ Tensor forward(const Tensor& x, const Tensor& w, const Tensor& b) {
   const int64_t K = w.size(0), C = w.size(3);
   KILN_CHECK(!b.defined() || (b.dtype() == x.dtype() && b.numel() == K), "conv2d (winograd): bias ", b.str(),
              " must hold ", K, " values of the input's dtype");
-  std::vector<float> bias;
-  if (b.defined()) {
-    bias.resize(static_cast<size_t>(K));
-    Tensor bf = b.dtype() == DType::f32 ? b.contiguous() : b.to(DType::f32);
-    std::memcpy(bias.data(), bf.data<float>(), bias.size() * sizeof(float));
-  }
-  const float* bp = b.defined() ? bias.data() : nullptr;
+  const Tensor bias = b.defined() ? b.to(DType::f32).contiguous() : Tensor();  // added in f32
+  const float* bp = b.defined() ? bias.data<float>() : nullptr;
   Tensor U = Tensor::empty({16, C, K}, x.dtype());
   Tensor wt = Tensor::empty({9, C, K}, x.dtype());
   if (x.dtype() == DType::f32) {

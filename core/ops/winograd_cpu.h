@@ -17,8 +17,8 @@
 // GEMMs accumulate in f32 and the output transform runs in f32 before the single rounding of the
 // result. Tests (tests/core/winograd_test.cpp) bound the error against an f32 direct convolution.
 //
-// conv2d (core/ops/conv2d_cpu.cpp) takes this path where `chosen()` says so; `kiln bench conv
-// algo=both` compares it with oneDNN's direct kernels layer by layer. See docs/precision.md.
+// conv2d (core/ops/conv2d_cpu.cpp) takes this path where `chosen()` says so; `kiln bench winograd`
+// compares it with oneDNN's direct kernels layer by layer. See docs/precision.md.
 #pragma once
 #include <cstdint>
 
@@ -44,9 +44,8 @@ bool set_simd_kernels(bool on);
 // The geometry Winograd F(2x2,3x3) covers.
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                 int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype);
-// Whether conv2d takes Winograd for an applicable convolution of x (n, h, w, ic) to oc channels,
-// under mode().
-bool chosen(int64_t n, int64_t h, int64_t w, int64_t ic, int64_t oc, DType dtype);
+// Whether conv2d takes Winograd for an applicable convolution of ic to oc channels, under mode().
+bool chosen(int64_t ic, int64_t oc, DType dtype);
 
 // x (N, H, W, C), w (K, 3, 3, C) [+ b (K)] -> y (N, H, W, K). Contiguous CPU tensors of one dtype
 // (f32, bf16); the bias is added in f32 before the result's rounding.
