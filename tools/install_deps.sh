@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-dev libgtest-dev
       zlib1g-dev libjpeg-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
-      ocl-icd-opencl-dev)  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
+      ocl-icd-opencl-dev xz-utils)  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

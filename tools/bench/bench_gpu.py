@@ -16,10 +16,12 @@
       convolutions and activations; fp16 with dynamic loss scaling)
       torch: torch.autocast(dtype=float16|bfloat16) + channels_last; fp16 with torch.cuda.amp.GradScaler.
 
-Usage: python3 tools/bench/bench_gpu.py [build-gpu/tools/kiln] [--n 8192] [--batch 128] [--steps 20]
-                                        [--amp-batch 256] [--skip-amp]
+Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 128] [--steps 20]
+                                        [--amp-batch 256] [--skip-amp] [--skip-matmul] [--summary FILE]
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
-Prints one table per part; exits non-zero when a side fails (the other side's figure is still shown).
+Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
+(the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
+`blocked%` column of `kiln bench train`, where printed.
 """
 import argparse
 import os
@@ -77,16 +79,36 @@ def torch_matmul(n, iters, warmup):
     return res
 
 
-def kiln_train(kiln, batch, steps, warmup, precision="fp32"):
-    out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
-                    "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
-                    f"precision={precision}"], 420)
+def parse_table(out, first_column):
+    """The rows of a kiln bench table as dicts keyed by its header's column names (robust to added columns)."""
+    header, rows = None, []
     for line in (out or "").splitlines():
         f = line.split()
-        # model device dtype batch conv_algo ms/step images/s best last-loss
-        if len(f) == 9 and f[0] == "resnet50":
-            return float(f[6])
-    return None
+        if not f or line.startswith("#"):
+            continue
+        if f[0] == "model" and header is None:
+            # "last loss" is two words in the header; the blocked share may follow as "blocked%".
+            header = [c for c in line.replace("last loss", "last_loss").split()]
+            continue
+        if header and f[0] == first_column and len(f) == len(header):
+            rows.append(dict(zip(header, f)))
+    return rows
+
+
+def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120):
+    """images/s and the share of the step the host spent blocked (None where kiln does not print it)."""
+    out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
+                    "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
+                    f"precision={precision}"], timeout)
+    rows = parse_table(out, "resnet50")
+    if not rows:
+        return None, None
+    r = rows[0]
+    blocked = None
+    for k in r:
+        if "blocked" in k:
+            blocked = float(r[k].rstrip("%"))
+    return float(r["images/s"]), blocked
 
 
 def torch_resnet50(num_classes):
@@ -170,13 +192,13 @@ def torch_train(batch, steps, warmup, precision="fp32"):
     return rate
 
 
-def fmt(v, f="{:.1f}"):
-    return "failed" if v is None else f.format(v)
+def fmt(v, f="{:.1f}", missing="failed"):
+    return missing if v is None else f.format(v)
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("kiln", nargs="?", default=os.environ.get("KILN", "build-gpu/tools/kiln"))
+    p.add_argument("kiln", nargs="?", default=os.environ.get("KILN", "kiln-gpu/bin/kiln"))
     p.add_argument("--n", type=int, default=8192)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--batch", type=int, default=128)
@@ -184,6 +206,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--amp-batch", type=int, default=256)
     p.add_argument("--skip-amp", action="store_true", help="skip part (c)")
+    p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
+    p.add_argument("--summary", help="also write one line per figure to this file")
     a = p.parse_args()
     try:
         import torch
@@ -196,41 +220,62 @@ def main():
     except ImportError:
         have_torch = False
         print("no torch in this python: torch columns skipped")
-    failed = False
+    summary = []
 
+    def fig(line):
+        summary.append(line)
+        if a.summary:
+            with open(a.summary, "w") as f:
+                f.write("\n".join(summary) + "\n")
+
+    ok = True
+    if not a.skip_matmul:
+        ok &= part_matmul(a, have_torch, fig)
+    ok &= part_resnet50(a, have_torch, fig)
+    sys.exit(0 if ok else 1)
+
+
+def part_matmul(a, have_torch, fig):
     print(f"\n(a) matmul {a.n}^3, {a.iters} timed runs after 3 warm-up")
     km = kiln_matmul(a.kiln, a.n, a.iters, 3)
     tm = torch_matmul(a.n, a.iters, 3) if have_torch else {}
     print(f"{'dtype':6s} {'kiln TFLOPS':>12s} {'torch TFLOPS':>13s} {'kiln/torch':>11s}")
+    ok = True
     for dt in ("bf16", "fp32"):
         k, t = km.get(dt), tm.get(dt)
-        failed |= k is None
-        ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
-        print(f"{dt:6s} {fmt(k, '{:12.1f}'):>12s} {fmt(t, '{:13.1f}'):>13s} {ratio}", flush=True)
+        ok &= k is not None
+        ratio = f"{k / t:.2f}" if k and t else "-"
+        print(f"{dt:6s} {fmt(k, '{:12.1f}'):>12s} {fmt(t, '{:13.1f}'):>13s} {ratio:>11s}", flush=True)
+        fig(f"matmul {a.n}^3 {dt}: kiln {fmt(k)} TFLOPS, torch {fmt(t)} TFLOPS, kiln/torch {ratio}")
+    return ok
 
-    print(f"\n(b) ResNet-50 training, 224x224, batch {a.batch}, fp32 (TF32 convolutions), "
-          f"{a.steps} timed steps after {a.warmup}")
-    k = kiln_train(a.kiln, a.batch, a.steps, a.warmup)
-    t = torch_train(a.batch, a.steps, a.warmup) if have_torch else None
-    failed |= k is None
-    print(f"{'model':10s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s}")
-    ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
-    print(f"{'resnet50':10s} {a.batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio}", flush=True)
 
-    if not a.skip_amp:
-        print(f"\n(c) ResNet-50 training, 224x224, batch {a.amp_batch}, mixed precision (torch: autocast + "
-              f"channels_last, GradScaler for fp16), {a.steps} timed steps after {a.warmup}")
-        rows = []
-        for prec in ("fp16", "bf16"):
-            k = kiln_train(a.kiln, a.amp_batch, a.steps, a.warmup, prec)
-            t = torch_train(a.amp_batch, a.steps, a.warmup, prec) if have_torch else None
-            failed |= k is None
-            rows.append((prec, k, t))
-        print(f"{'model':10s} {'dtype':6s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s}")
-        for prec, k, t in rows:
-            ratio = f"{k / t:11.2f}" if k and t else f"{'-':>11s}"
-            print(f"{'resnet50':10s} {prec:6s} {a.amp_batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio}", flush=True)
-    sys.exit(1 if failed else 0)
+def part_resnet50(a, have_torch, fig):
+    """(b) fp32 at --batch, (c) fp16 and bf16 at --amp-batch: kiln and torch alternate, one row each."""
+    runs = [("fp32", a.batch)] + ([] if a.skip_amp else [("fp16", a.amp_batch), ("bf16", a.amp_batch)])
+    print(f"\n(b, c) ResNet-50 training, 224x224, {a.steps} timed steps after {a.warmup}; fp32 with TF32 "
+          f"convolutions; torch fp16/bf16: autocast + channels_last, GradScaler for fp16")
+    rows, ok = [], True
+    for prec, batch in runs:
+        k, blocked = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
+        t = None
+        if have_torch:
+            try:
+                t = torch_train(batch, a.steps, a.warmup, prec)
+            except Exception as e:  # noqa: BLE001 -- the kiln figure still counts
+                print(f"  torch {prec} failed: {e}")
+        ok &= k is not None
+        rows.append((prec, batch, k, t, blocked))
+        ratio = f"{k / t:.2f}" if k and t else "-"
+        fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, torch {fmt(t)} img/s, kiln/torch {ratio}, "
+            f"kiln host blocked {fmt(blocked, '{:.2f}%', 'n/a')} of the step")
+    print(f"{'model':10s} {'dtype':6s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s} "
+          f"{'blocked':>8s}")
+    for prec, batch, k, t, blocked in rows:
+        ratio = f"{k / t:.2f}" if k and t else "-"
+        print(f"{'resnet50':10s} {prec:6s} {batch:6d} {fmt(k):>11s} {fmt(t):>12s} {ratio:>11s} "
+              f"{fmt(blocked, '{:.2f}%', 'n/a'):>8s}", flush=True)
+    return ok
 
 
 if __name__ == "__main__":
