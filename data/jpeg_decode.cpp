@@ -58,8 +58,13 @@ void cmyk_row_to_rgb(const uint8_t* cmyk, int64_t w, uint8_t* rgb) {
 
 thread_local std::vector<uint8_t> t_cmyk_row;
 
-// 0: decoded; 1: libjpeg error (message in err); 3: out of memory for the image.
-int full(const uint8_t* data, size_t size, int64_t channels, int denom, Image& out, ErrorMgr& err) {
+// Decodes the whole image at 1/denom (want == nullptr) or only the box *want at full size (region
+// decoding; then *got is where the box lies in `out`).
+// 0: decoded; 1: libjpeg error (message in err); 2: a CMYK/YCCK region, left to the full decode;
+// 3: out of memory for the image.
+// NOTE: one function for both, as setjmp must stay in the frame that runs libjpeg.
+int run(const uint8_t* data, size_t size, int64_t channels, int denom, const CropBox* want, Image& out, CropBox* got,
+        ErrorMgr& err) {
   jpeg_decompress_struct cinfo;
   install(cinfo, err);
   if (setjmp(err.jump)) {
@@ -70,10 +75,42 @@ int full(const uint8_t* data, size_t size, int64_t channels, int denom, Image& o
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  if (cmyk && want) {
+    jpeg_destroy_decompress(&cinfo);
+    return 2;
+  }
   cinfo.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
-  cinfo.scale_num = 1;
-  cinfo.scale_denom = static_cast<unsigned>(denom);
+  if (!want) {
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = static_cast<unsigned>(denom);
+  }
   jpeg_start_decompress(&cinfo);
+  if (want) {
+    // NOTE: the crop's first and last columns are upsampled from chroma without their outer
+    // neighbour (edge replication), so they differ from a full decode: widen the request by one
+    // iMCU on each side, so that the box's columns are exactly the full decode's.
+    const int64_t margin = int64_t{cinfo.max_h_samp_factor} * DCTSIZE;
+    const int64_t x0 = std::max<int64_t>(0, want->left - margin);
+    const int64_t x1 = std::min<int64_t>(cinfo.output_width, want->left + want->w + margin);
+    JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
+    if (x > 0 || w < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x, &w);  // aligns x down to an iMCU
+    if (want->top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(want->top));
+    out.resize(want->h, w, channels);  // at most the full image's size, which the caller's checks allowed
+    for (int64_t y = 0; y < want->h;) {
+      JSAMPROW row = out.data() + y * static_cast<int64_t>(w) * channels;
+      const JDIMENSION n = jpeg_read_scanlines(&cinfo, &row, 1);
+      if (n == 0) {  // as below
+        std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(want->top + y));
+        jpeg_destroy_decompress(&cinfo);
+        return 1;
+      }
+      y += n;
+    }
+    jpeg_abort_decompress(&cinfo);  // the rows below the box are not needed
+    jpeg_destroy_decompress(&cinfo);
+    *got = {0, want->left - static_cast<int64_t>(x), want->h, want->w};
+    return 0;
+  }
   const int64_t w = cinfo.output_width, hh = cinfo.output_height;
   bool allocated = true;
   try {
@@ -89,8 +126,11 @@ int full(const uint8_t* data, size_t size, int64_t channels, int denom, Image& o
   for (int64_t y = 0; y < hh;) {
     uint8_t* dst = out.data() + y * w * channels;
     JSAMPROW row = cmyk ? t_cmyk_row.data() : dst;
-    const JDIMENSION got = jpeg_read_scanlines(&cinfo, &row, 1);
-    if (got == 0) continue;  // cannot happen with a memory source; libjpeg warns (an error here) instead
+    if (jpeg_read_scanlines(&cinfo, &row, 1) == 0) {  // not with a memory source (libjpeg warns first), but bounded
+      std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(y));
+      jpeg_destroy_decompress(&cinfo);
+      return 1;
+    }
     if (cmyk) {
       cmyk_row_to_rgb(t_cmyk_row.data(), w, channels == 3 ? dst : t_cmyk_row.data());
       if (channels == 1) rgb_to_grey(t_cmyk_row.data(), w, dst);
@@ -101,50 +141,12 @@ int full(const uint8_t* data, size_t size, int64_t channels, int denom, Image& o
   jpeg_destroy_decompress(&cinfo);
   return 0;
 }
-
-// 0: decoded; 1: libjpeg error (message in err); 2: a colour space this path leaves to decode_image.
-int region(const uint8_t* data, size_t size, int64_t channels, const CropBox& want, Image& out, CropBox& got,
-           ErrorMgr& err) {
-  jpeg_decompress_struct cinfo;
-  install(cinfo, err);
-  if (setjmp(err.jump)) {
-    jpeg_destroy_decompress(&cinfo);
-    return 1;
-  }
-  jpeg_create_decompress(&cinfo);
-  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
-  jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    jpeg_destroy_decompress(&cinfo);
-    return 2;
-  }
-  cinfo.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
-  jpeg_start_decompress(&cinfo);
-  // NOTE: the crop's first and last columns are upsampled from chroma without their outer
-  // neighbour (edge replication), so they differ from a full decode: widen the request by one iMCU
-  // on each side, so that the box's columns are exactly the full decode's.
-  const int64_t margin = int64_t{cinfo.max_h_samp_factor} * DCTSIZE;
-  const int64_t x0 = std::max<int64_t>(0, want.left - margin);
-  const int64_t x1 = std::min<int64_t>(cinfo.output_width, want.left + want.w + margin);
-  JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
-  if (x > 0 || w < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x, &w);  // aligns x down to an iMCU
-  if (want.top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(want.top));
-  out.resize(want.h, w, channels);  // at most the full image's size, which the caller's checks allowed
-  for (int64_t y = 0; y < want.h;) {
-    JSAMPROW row = out.data() + y * static_cast<int64_t>(w) * channels;
-    y += jpeg_read_scanlines(&cinfo, &row, 1);
-  }
-  jpeg_abort_decompress(&cinfo);  // the rows below the box are not needed
-  jpeg_destroy_decompress(&cinfo);
-  got = {0, want.left - static_cast<int64_t>(x), want.h, want.w};
-  return 0;
-}
 }  // namespace
 
 void decode_jpeg(const uint8_t* data, size_t size, const std::string& name, int64_t channels, int scale_denom,
                  const ImageHeader& h, Image& out) {
   ErrorMgr err{};
-  const int rc = full(data, size, channels, scale_denom, out, err);
+  const int rc = run(data, size, channels, scale_denom, nullptr, out, nullptr, err);
   KILN_CHECK(rc != 3, name, ": out of memory for the decoded ", h.width, "x", h.height, " JPEG image");
   KILN_CHECK(rc == 0, name, ": damaged JPEG image (", h.width, "x", h.height, "): libjpeg: ", err.message);
 }
@@ -157,7 +159,7 @@ bool decode_jpeg_region(const uint8_t* data, size_t size, const std::string& nam
              name, ": box (top ", want.top, ", left ", want.left, ", ", want.h, "x", want.w, ") is outside the ", h.width,
              "x", h.height, " image");
   ErrorMgr err{};
-  const int rc = region(data, size, o.channels, want, out, got, err);
+  const int rc = run(data, size, o.channels, 1, &want, out, &got, err);
   if (rc == 1) out.resize(0, 0, o.channels);  // never a half-written image
   KILN_CHECK(rc != 1, name, ": damaged JPEG image (", h.width, "x", h.height, "): libjpeg: ", err.message);
   return rc == 0;

@@ -28,7 +28,7 @@
 //
 // Batch buffers come from empty_pinned() (page-locked when CUDA is present, so the trainer's copy
 // to the GPU is asynchronous); a worker waits for the copies that read a buffer before refilling it. stop() (also called by the destructor) joins the workers at any point of an
-// epoch. Tests: tests/data/loader_test.cpp.
+// epoch. Tests: tests/data/loader_test.cpp, tests/data/hardened_input_test.cpp (reports).
 #pragma once
 #include <condition_variable>
 #include <cstdint>

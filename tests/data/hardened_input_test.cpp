@@ -4,17 +4,21 @@
 // refused before decoding, only regular files are opened (a FIFO does not hang the loader, a
 // directory in a list file is named), a .gz IDX file inflates no further than its header declares,
 // skipped samples are reported per split with their paths and max_bad_fraction applies per split,
-// and the decoder libraries print nothing.
+// the decoder libraries print nothing, and CMYK JPEGs decode to RGB.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <gtest/gtest.h>
+#include <jpeglib.h>
 
 #include "data/config.h"
 #include "data/file_io.h"
@@ -328,4 +332,53 @@ TEST(DecoderMessages, NothingIsPrintedOnStderr) {
   for (size_t i = 0; i < errors.size(); ++i) EXPECT_HAS(errors[i], "bad.img: ") << "case " << i;
   EXPECT_EQ(text_error, "(no error)");
   EXPECT_TRUE(std::equal(p.px.begin(), p.px.end(), img.data()));
+}
+
+namespace {
+// A CMYK JPEG (as Photoshop writes: Adobe's inverted CMYK) of h x w with every pixel `cmyk`.
+std::vector<uint8_t> cmyk_jpeg(int h, int w, std::array<uint8_t, 4> cmyk) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(w);
+  cinfo.image_height = static_cast<JDIMENSION>(h);
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 98, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<uint8_t> row(static_cast<size_t>(w) * 4);
+  for (int x = 0; x < w; ++x) std::copy(cmyk.begin(), cmyk.end(), row.begin() + 4 * x);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> out(buf, buf + size);
+  std::free(buf);
+  return out;
+}
+}  // namespace
+
+// CMYK JPEGs decode to RGB as OpenCV did (R = K - (255 - C) K / 256), and region decoding leaves
+// them to the full decode.
+TEST(HardenedDecode, CmykJpegDecodesToRgb) {
+  const auto jpg = cmyk_jpeg(16, 24, {255, 128, 0, 200});
+  Image img;
+  decode_image(jpg.data(), jpg.size(), "cmyk.jpg", {}, img);
+  ASSERT_EQ(img.shape(), (ImageShape{16, 24, 3}));
+  const int want[3] = {200 - ((0 * 200) >> 8), 200 - ((127 * 200) >> 8), 200 - ((255 * 200) >> 8)};
+  for (int c = 0; c < 3; ++c) EXPECT_NEAR(img.at(5, 7, c), want[c], 3) << c;
+  DecodeOptions grey;
+  grey.channels = 1;
+  decode_image(jpg.data(), jpg.size(), "cmyk.jpg", grey, img);
+  EXPECT_NEAR(img.at(5, 7, 0), (want[0] * 4899 + want[1] * 9617 + want[2] * 1868) >> 14, 3);
+  CropBox got;
+  EXPECT_FALSE(decode_jpeg_region(jpg.data(), jpg.size(), "cmyk.jpg", {}, read_image_header(jpg.data(), jpg.size(), "c"),
+                                  {0, 0, 4, 4}, img, got));
 }
