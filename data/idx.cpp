@@ -28,21 +28,39 @@ uint32_t be32(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) << 24 | static_cast<uint32_t>(p[1]) << 16 | static_cast<uint32_t>(p[2]) << 8 | p[3];
 }
 
-// Reads an IDX file of unsigned bytes with one of the accepted dimension counts; `what` describes
-// the expected content for messages ("images", "labels").
-IdxArray read_idx(const std::string& path, const std::vector<int>& accepted_ndims, const char* what) {
-  std::vector<uint8_t> bytes = read_file_bytes(path);
+// Throws unless d[0, n) starts with the magic number of an IDX file of unsigned bytes with one of
+// the accepted dimension counts; `what` describes the expected content ("images", "labels").
+void check_idx_magic(const std::string& path, const uint8_t* d, size_t n, const std::vector<int>& accepted_ndims,
+                     const char* what) {
   std::string accepted;
   for (int nd : accepted_ndims) accepted += (accepted.empty() ? "" : " or ") + hex32(0x0800u + static_cast<uint32_t>(nd));
-  KILN_CHECK(bytes.size() >= 4, path, ": not an IDX ", what, " file: ", bytes.size(), " bytes, shorter than the 4-byte magic number ",
+  KILN_CHECK(n >= 4, path, ": not an IDX ", what, " file: ", n, " bytes, shorter than the 4-byte magic number ",
              accepted);
-  uint32_t magic = be32(bytes.data());
-  int nd = bytes[3];
-  bool ok = bytes[0] == 0 && bytes[1] == 0 && bytes[2] == 0x08;
   bool nd_ok = false;
-  for (int a : accepted_ndims) nd_ok |= nd == a;
-  KILN_CHECK(ok && nd_ok, path, ": not an IDX ", what, " file: magic number ", hex32(magic), ", expected ", accepted,
-             " (type 0x08 = unsigned byte, last byte = number of dimensions)");
+  for (int a : accepted_ndims) nd_ok |= d[3] == a;
+  KILN_CHECK(d[0] == 0 && d[1] == 0 && d[2] == 0x08 && nd_ok, path, ": not an IDX ", what, " file: magic number ",
+             hex32(be32(d)), ", expected ", accepted, " (type 0x08 = unsigned byte, last byte = number of dimensions)");
+}
+
+// Reads an IDX file of unsigned bytes with one of the accepted dimension counts.
+IdxArray read_idx(const std::string& path, const std::vector<int>& accepted_ndims, const char* what) {
+  // A .gz file inflates no further than the size its header declares (a gzip bomb stops there).
+  const ContentBound declared = [&](const uint8_t* d, size_t n) -> uint64_t {
+    if (n < 4) return 0;
+    check_idx_magic(path, d, n, accepted_ndims, what);
+    const size_t header = 4 + 4 * size_t{d[3]};
+    if (n < header) return 0;
+    uint64_t total = 1;
+    for (size_t k = 0; k < d[3]; ++k) {
+      const uint64_t dim = be32(d + 4 + 4 * k);
+      if (dim != 0 && total > (uint64_t{1} << 40) / dim) return uint64_t{1} << 40;  // more than any file holds
+      total *= dim;
+    }
+    return header + total;
+  };
+  std::vector<uint8_t> bytes = read_file_bytes(path, declared);
+  check_idx_magic(path, bytes.data(), bytes.size(), accepted_ndims, what);
+  const int nd = bytes[3];
   size_t header = 4 + 4 * static_cast<size_t>(nd);
   KILN_CHECK(bytes.size() >= header, path, ": truncated IDX header: ", bytes.size(), " bytes, the ", nd,
              " dimensions need ", header);

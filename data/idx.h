@@ -2,7 +2,8 @@
 // plain or gzip (read directly with zlib). Images: magic 0x00000803 (unsigned bytes, 3 dims:
 // count, rows, cols) or 0x00000804 (4 dims, last = channels); labels: 0x00000801 (1 dim). Both files
 // are read whole at construction (47 MB for MNIST's training images); get_into() then copies one
-// image out, so concurrent calls are safe. Tests: tests/data/sources_test.cpp.
+// image out, so concurrent calls are safe. A .gz file inflates no further than its header declares.
+// Tests: tests/data/sources_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
 #include <memory>
 #include <string>

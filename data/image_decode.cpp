@@ -1,13 +1,11 @@
-// Header-checked OpenCV decoding (see image_decode.h).
+// Header-checked decoding, dispatched by format (see image_decode.h and image_codecs.h).
 #include "data/image_decode.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
+#include <algorithm>
 
 #include "core/check.h"
+#include "data/file_io.h"
+#include "data/image_codecs.h"
 
 namespace kiln {
 
@@ -21,7 +19,7 @@ int reduction_factor(const ImageHeader& h, int64_t min_side) {
 }
 
 namespace {
-// The header, after the checks every decode makes: channels, pixel limit, truncation.
+// The header, after the checks every decode makes: channels, pixel limit, truncation, plausibility.
 ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o) {
   KILN_CHECK(o.channels == 1 || o.channels == 3, name, ": decoding to ", o.channels, " channels; accepted: 1 or 3");
   const ImageHeader h = read_image_header(data, size, name);
@@ -29,55 +27,27 @@ ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& 
              h.height, " = ", h.width * h.height, " pixels is over the limit of ", o.max_pixels,
              " (data.max_image_pixels, a guard against decompression bombs); raise it to accept this image");
   check_image_complete(data, size, h, name);
+  check_plausible_size(data, size, h, name);
   return h;
 }
 }  // namespace
 
 void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out) {
-  const ImageHeader h = checked_header(data, size, name, o);
-
-  const int f = reduction_factor(h, o.min_side);
-  int flags = cv::IMREAD_IGNORE_ORIENTATION;
-  if (o.channels == 3)
-    flags |= f == 8 ? cv::IMREAD_REDUCED_COLOR_8 : f == 4 ? cv::IMREAD_REDUCED_COLOR_4 : f == 2 ? cv::IMREAD_REDUCED_COLOR_2 : cv::IMREAD_COLOR;
-  else
-    flags |= f == 8 ? cv::IMREAD_REDUCED_GRAYSCALE_8
-             : f == 4 ? cv::IMREAD_REDUCED_GRAYSCALE_4
-             : f == 2 ? cv::IMREAD_REDUCED_GRAYSCALE_2
-                      : cv::IMREAD_GRAYSCALE;
-  thread_local cv::Mat m;
   try {
-    cv::imdecode(cv::Mat(1, static_cast<int>(size), CV_8U, const_cast<uint8_t*>(data)), flags, &m);
-  } catch (const cv::Exception& e) {
-    KILN_FAIL(name, ": ", image_format_name(h.format), " decoder failed: ", e.what());
+    const ImageHeader h = checked_header(data, size, name, o);
+    switch (h.format) {
+      case ImageFormat::jpeg: decode_jpeg(data, size, name, o.channels, reduction_factor(h, o.min_side), h, out); break;
+      case ImageFormat::png: decode_png(data, size, name, o.channels, h, out); break;
+      case ImageFormat::webp: decode_webp(data, size, name, o.channels, h, out); break;
+      case ImageFormat::bmp: decode_bmp(data, size, name, o.channels, h, out); break;
+    }
+  } catch (...) {
+    out.resize(0, 0, o.channels);  // a failed decode leaves no pixels behind, of this file or an earlier one
+    throw;
   }
-  KILN_CHECK(!m.empty(), name, ": damaged ", image_format_name(h.format), " image (", h.width, "x", h.height,
-             " in its header); OpenCV could not decode it");
-  KILN_CHECK(m.depth() == CV_8U && m.channels() == o.channels, name, ": decoded to an unexpected OpenCV type ",
-             m.type());
-  out.resize(m.rows, m.cols, o.channels);
-  cv::Mat dst(m.rows, m.cols, o.channels == 3 ? CV_8UC3 : CV_8UC1, out.data());
-  if (o.channels == 3) cv::cvtColor(m, dst, cv::COLOR_BGR2RGB);
-  else m.copyTo(dst);
 }
 
-void read_whole_file(const std::string& path, std::vector<uint8_t>& buf) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  KILN_CHECK(f, "cannot open ", path, ": ", std::strerror(errno));
-  std::fseek(f, 0, SEEK_END);
-  const long n = std::ftell(f);
-  std::fseek(f, 0, SEEK_SET);
-  if (n < 0) {
-    std::fclose(f);
-    KILN_FAIL("cannot read ", path, " (not a regular file?)");
-  }
-  buf.resize(static_cast<size_t>(n));
-  const size_t got = n > 0 ? std::fread(buf.data(), 1, buf.size(), f) : 0;
-  const int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  KILN_CHECK(got == buf.size(), "read error on ", path, ": got ", got, " of ", n, " bytes",
-             err ? std::string(": ") + std::strerror(err) : std::string());
-}
+void read_whole_file(const std::string& path, std::vector<uint8_t>& buf) { read_regular_file(path, buf); }
 
 namespace {
 thread_local std::vector<uint8_t> t_file_buf;

@@ -1,20 +1,26 @@
-// Decoding of JPEG, PNG, BMP and WebP files into uint8 HWC images with OpenCV (cv::imdecode of
-// the file's bytes), RGB order (OpenCV's BGR is swapped) or one grey channel.
+// Decoding of JPEG, PNG, BMP and WebP files into uint8 HWC images, RGB or one grey channel, with
+// the libraries made for each format (data/image_codecs.h): libjpeg-turbo, libpng, libwebp, and
+// kiln's own reader for uncompressed BMPs. OpenCV is not involved (kiln links only its core and
+// imgproc). A decode either fills `out` with this file's pixels or throws kiln::Error naming the
+// file; nothing is printed by the decoders (their warnings are errors or dropped, see
+// image_codecs.h).
 //
 // Before any pixel is decoded the header is parsed (data/image_header.h):
 //   - an image of more than max_pixels pixels is refused (a decompression bomb guard; PIL's limit
 //     89478485 is the default), the error naming the file and its dimensions;
-//   - a truncated JPEG or PNG is an error (OpenCV would print a warning and return a partial image).
-// EXIF orientation is ignored (IMREAD_IGNORE_ORIENTATION), as PIL and torchvision's ImageFolder do.
+//   - a truncated JPEG or PNG is an error;
+//   - a declared size the file cannot plausibly hold is an error (check_plausible_size).
+// EXIF orientation is ignored, as PIL and torchvision's ImageFolder do.
 //
 // Reduced-size decoding: with min_side > 0, a JPEG is decoded at 1/f of its size (libjpeg's DCT
-// scaling, IMREAD_REDUCED_*_f; faster, and an area-like filter) for the largest f in {2, 4, 8}
-// whose reduced shorter side ceil(short / f) is still >= min_side. Other formats always decode at
-// full size. Pipeline::min_source_side() (data/pipeline.h) computes min_side for a pipeline.
+// scaling; faster, and an area-like filter) for the largest f in {2, 4, 8} whose reduced shorter
+// side ceil(short / f) is still >= min_side. Other formats always decode at full size.
+// Pipeline::min_source_side() (data/pipeline.h) computes min_side for a pipeline.
 //
-// Region decoding (decode_jpeg_region, data/jpeg_region.cpp) decodes only a box of a JPEG with
+// Region decoding (decode_jpeg_region, data/jpeg_decode.cpp) decodes only a box of a JPEG with
 // libjpeg-turbo; the loader uses it for a first random_resized_crop (docs/data.md).
-// Tests: tests/data/image_file_test.cpp.
+// Files are read with read_regular_file (data/file_io.h): only regular files are opened.
+// Tests: tests/data/image_file_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -39,13 +45,14 @@ int reduction_factor(const ImageHeader& h, int64_t min_side);
 // Decodes the encoded image in data[0, size) into `out` (reusing its buffer). Errors name `name`.
 void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out);
 
-// Reads `path` whole into `buf` (reused). Errors name the file (missing, unreadable).
+// Reads `path` whole into `buf` (reused). Errors name the file (missing, unreadable, not a regular
+// file: a directory, a named pipe, a device).
 void read_whole_file(const std::string& path, std::vector<uint8_t>& buf);
 
 // read_whole_file + decode_image, with a per-thread buffer.
 void load_image(const std::string& path, const DecodeOptions& o, Image& out);
 
-// Region decoding (data/jpeg_region.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
+// Region decoding (data/jpeg_decode.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
 // the full image of header `h`) and the iMCU columns around it, into `out`; `got` is where `want`
 // lies in `out`. Returns false, decoding nothing, for CMYK/YCCK JPEGs (left to decode_image).
 // The pixels equal a full decode's (tests: tests/data/image_file_test.cpp). No reduced decoding.

@@ -7,8 +7,8 @@
 //   list file    one "<path> <label>" per line; the label is the last whitespace-separated field,
 //                the path the rest (so it may hold spaces); a relative path is relative to the list
 //                file's folder; blank lines and lines starting with '#' are skipped.
-// Both read only names at open time; a missing or damaged image is an error (naming the file) when
-// its sample is loaded, which the loader can skip (data.skip_bad_samples, data/loader.h).
+// Both read only names at open time; a missing, damaged or non-regular (FIFO, directory) image is an
+// error (naming the file) when its sample is loaded, which the loader can skip (data.skip_bad_samples, data/loader.h).
 // Tests: tests/data/image_file_test.cpp.
 #pragma once
 #include <memory>

@@ -1,6 +1,7 @@
 // Header parsers and truncation checks for JPEG, PNG, BMP and WebP (see image_header.h).
 #include "data/image_header.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/check.h"
@@ -108,22 +109,58 @@ ImageHeader read_image_header(const uint8_t* d, size_t n, const std::string& nam
   return h;
 }
 
+namespace {
+// The offset just past the first start-of-scan marker (0 when none) and the first start-of-frame
+// marker met before it, walking the marker segments as parse_jpeg does.
+struct JpegLayout {
+  size_t sos = 0;
+  uint8_t sof = 0;
+};
+JpegLayout jpeg_layout(const uint8_t* d, size_t n) {
+  JpegLayout l;
+  size_t p = 2;
+  while (p + 4 <= n) {
+    while (p < n && d[p] != 0xFF) ++p;
+    while (p < n && d[p] == 0xFF) ++p;
+    if (p + 2 >= n) break;
+    const uint8_t m = d[p++];
+    if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;
+    if (m == 0xDA) {
+      l.sos = p;
+      break;
+    }
+    if (is_sof(m) && l.sof == 0) l.sof = m;
+    p += be16(d + p);
+  }
+  return l;
+}
+}  // namespace
+
+void check_plausible_size(const uint8_t* d, size_t n, const ImageHeader& h, const std::string& name) {
+  const int64_t pixels = h.width * h.height;
+  if (h.format == ImageFormat::jpeg) {
+    const JpegLayout l = jpeg_layout(d, n);
+    if (l.sos == 0) return;  // check_image_complete names it
+    const bool arithmetic = l.sof >= 0xC9;
+    const int64_t per_byte = arithmetic ? 262144 : 16384;
+    const int64_t scan = static_cast<int64_t>(n - l.sos);
+    KILN_CHECK(pixels <= scan * per_byte + 65536, name, ": JPEG header claims ", h.width, "x", h.height, " = ", pixels,
+               " pixels, but its image data is only ", scan, " bytes (at most ", per_byte,
+               " pixels a byte are possible); a damaged or crafted file");
+  } else if (h.format == ImageFormat::png && n >= 26) {
+    const int depth = d[24], type = d[25];
+    const int samples = type == 2 ? 3 : type == 4 ? 2 : type == 6 ? 4 : 1;  // 0 grey, 3 palette: 1
+    const uint64_t row = 1 + (static_cast<uint64_t>(h.width) * static_cast<uint64_t>(std::max(depth, 1) * samples) + 7) / 8;
+    const uint64_t raw = row * static_cast<uint64_t>(h.height);
+    KILN_CHECK(raw <= uint64_t{n} * 1032 + 1024, name, ": PNG header claims ", h.width, "x", h.height, " (", raw,
+               " bytes of filtered rows), more than the ", n, "-byte file can hold (deflate inflates at most 1032:1); ",
+               "a damaged or crafted file");
+  }
+}
+
 void check_image_complete(const uint8_t* d, size_t n, const ImageHeader& h, const std::string& name) {
   if (h.format == ImageFormat::jpeg) {
-    // The first start-of-scan, walking the marker segments as parse_jpeg does.
-    size_t p = 2, sos = 0;
-    while (p + 4 <= n) {
-      while (p < n && d[p] != 0xFF) ++p;
-      while (p < n && d[p] == 0xFF) ++p;
-      if (p + 2 >= n) break;
-      const uint8_t m = d[p++];
-      if (m == 0xD8 || m == 0x01 || (m >= 0xD0 && m <= 0xD7)) continue;
-      if (m == 0xDA) {
-        sos = p;
-        break;
-      }
-      p += be16(d + p);
-    }
+    const size_t sos = jpeg_layout(d, n).sos;
     KILN_CHECK(sos > 0, name, ": truncated JPEG (", n, " bytes, no start-of-scan marker: the file ends before its image data)");
     for (size_t i = n - 1; i > sos; --i)
       if (d[i] == 0xD9 && d[i - 1] == 0xFF) return;

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <map>
 #include <numeric>
 
@@ -91,6 +92,7 @@ struct DataLoader::State {
   std::exception_ptr error;  // rethrown by next() until the next start_epoch()
   LoaderStats stats;
   int64_t epoch_bad = 0;  // bad samples of the current epoch (skip_bad_samples)
+  std::vector<std::string> epoch_bad_names;  // the first LoaderStats::kMaxBadNames errors of them
 
   bool can_claim(int64_t prefetch) const {
     return active && !failed && next_claim < num_batches && next_claim < next_deliver + prefetch;
@@ -214,6 +216,7 @@ void DataLoader::start_epoch(int64_t epoch) {
     st.failed = false;
     st.error = nullptr;
     st.epoch_bad = 0;
+    st.epoch_bad_names.clear();
     st.active = st.started = true;
     // The ring: `prefetch` batches in flight plus the one the consumer holds.
     const size_t want = o_.workers > 0 ? static_cast<size_t>(o_.prefetch) + 1 : 1;
@@ -282,9 +285,11 @@ DataLoader::Loaded DataLoader::load(int64_t idx, uint64_t epoch, Sample& sample)
       ++st.epoch_bad;
       ++st.stats.skipped;
       if (st.stats.bad_samples.size() < LoaderStats::kMaxBadNames) st.stats.bad_samples.push_back(e.what());
+      if (st.epoch_bad_names.size() < LoaderStats::kMaxBadNames) st.epoch_bad_names.push_back(e.what());
       KILN_CHECK(static_cast<double>(st.epoch_bad) <= o_.max_bad_fraction * static_cast<double>(per_rank_), st.epoch_bad,
                  " bad samples in this epoch, over data.max_bad_fraction = ", o_.max_bad_fraction, " of its ", per_rank_,
-                 " samples; the latest: ", e.what());
+                 " samples (", dataset_->name(), shard_.world_size > 1 ? ", this rank's share" : "",
+                 "); the latest: ", e.what());
     }
   }
   // The replacement: the next dataset index that loads (a pure function of idx, so any thread
@@ -347,6 +352,7 @@ bool DataLoader::next(Batch& out) {
   State& st = *st_;
   int64_t b = 0;
   int slot = -1;
+  std::string report;
   {
     std::unique_lock<std::mutex> lk(st.mu);
     KILN_CHECK(st.started, "DataLoader::next: call start_epoch(epoch) first (", dataset_->name(), ")");
@@ -380,14 +386,28 @@ bool DataLoader::next(Batch& out) {
       slot = r.slot;
     }
     ++st.next_deliver;
+    if (st.next_deliver == st.num_batches && st.epoch_bad > 0) {  // every sample of the epoch is loaded
+      report = detail::cat(dataset_->name(), ": skipped ", st.epoch_bad, " bad sample(s) of ", per_rank_, " in epoch ",
+                           st.epoch + 1,
+                           shard_.world_size > 1 ? detail::cat(" on rank ", shard_.rank, " of ", shard_.world_size) : "",
+                           " (data.skip_bad_samples; more than data.max_bad_fraction = ", o_.max_bad_fraction,
+                           " of them fails the epoch)", st.epoch_bad > static_cast<int64_t>(st.epoch_bad_names.size()) ? "; the first:" : ":");
+      for (const std::string& m : st.epoch_bad_names) report += "\n  " + m;
+    }
     st.stats.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     st.stats.batches += 1;
     st.stats.samples += std::min(o_.batch_size, per_rank_ - b * o_.batch_size);
   }
   st.work_cv.notify_all();  // one more batch may be claimed
   make_batch(b, slot, out);
+  if (!report.empty()) {
+    if (reporter_) reporter_(report);
+    else std::cerr << "kiln: warning: " << report << std::endl;
+  }
   return true;
 }
+
+void DataLoader::set_reporter(Reporter r) { reporter_ = std::move(r); }
 
 void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
   State& st = *st_;

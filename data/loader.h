@@ -20,16 +20,20 @@
 // original message. With skip_bad_samples, a sample whose source fails (an unreadable or damaged
 // file; not a transform error) is replaced deterministically by the next readable dataset index and
 // augmented as that index would be; LoaderStats counts them and keeps the first messages, and more
-// than max_bad_fraction of the epoch's samples fails the epoch. Batch::indices keeps the planned
-// index of a replaced sample.
+// than max_bad_fraction of the epoch's samples fails the epoch. Each loader counts its own split
+// (the validation loader has its own limit). When the last batch of an epoch is delivered, a loader
+// that skipped samples in it reports them (dataset name with its split, count, the first paths and
+// errors) through its reporter, by default one "kiln: warning: ..." block on stderr. Batch::indices
+// keeps the planned index of a replaced sample.
 //
 // Batch buffers come from empty_pinned() (page-locked when CUDA is present, so the trainer's copy
 // to the GPU is asynchronous); a worker waits for the copies that read a buffer before refilling it. stop() (also called by the destructor) joins the workers at any point of an
-// epoch. Tests: tests/data/loader_test.cpp.
+// epoch. Tests: tests/data/loader_test.cpp, tests/data/hardened_input_test.cpp (reports).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -94,7 +98,7 @@ struct LoaderStats {
   int64_t batches = 0;
   int64_t samples = 0;
   int64_t skipped = 0;                   // bad samples replaced (skip_bad_samples)
-  std::vector<std::string> bad_samples;  // the errors of the first kMaxBadNames of them
+  std::vector<std::string> bad_samples;  // the errors of the first kMaxBadNames of them (each names the file)
   static constexpr size_t kMaxBadNames = 5;
 };
 
@@ -128,6 +132,10 @@ class DataLoader {
   LoaderStats stats() const;
   void reset_stats();
 
+  // Receives the end-of-epoch report of skipped samples (see above); null = the default, stderr.
+  using Reporter = std::function<void(const std::string& report)>;
+  void set_reporter(Reporter r);
+
   struct State;  // internal; shared with the delivered batches, which hold their buffer slots
 
  private:
@@ -157,6 +165,7 @@ class DataLoader {
   // The caller's workspace when workers == 0.
   Pipeline::Workspace sync_ws_;
   Sample sync_sample_;
+  Reporter reporter_;
 };
 
 }  // namespace kiln

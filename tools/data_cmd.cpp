@@ -14,15 +14,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 
 #include "core/check.h"
 #include "data/bench.h"
 #include "data/config.h"
+#include "data/image_encode.h"
 #include "tools/commands.h"
 #include "tools/config.h"
 
@@ -95,9 +93,8 @@ int data_export(const Args& args) {
   dj.erase("val_transforms");
   DataConfig dc = DataConfig::from_json(dj, "data", false);
 
-  const std::vector<int> params =
-      format == "png" ? std::vector<int>{cv::IMWRITE_PNG_COMPRESSION, 3}
-                      : std::vector<int>{cv::IMWRITE_JPEG_QUALITY, static_cast<int>(quality)};
+  JpegEncodeOptions jpeg;
+  jpeg.quality = static_cast<int>(quality);
   const std::string ext = format == "png" ? ".png" : ".jpg";
   for (Split split : splits) {
     auto ds = make_dataset(dc, split);
@@ -111,8 +108,6 @@ int data_export(const Args& args) {
     };
     std::vector<int64_t> per_class(static_cast<size_t>(k), 0);
     Sample s;
-    std::vector<uchar> buf;
-    cv::Mat bgr;
     for (int64_t i = 0; i < count; ++i) {
       const int64_t idx = limit > 0 ? i * n / count : i;
       ds->get_into(idx, s);
@@ -120,14 +115,10 @@ int data_export(const Args& args) {
                  " channels; export writes 1 or 3");
       const fs::path dir = fs::path(out) / split_name(split) / padded(s.label, width);
       if (per_class[static_cast<size_t>(s.label)]++ == 0) fs::create_directories(dir);
-      cv::Mat m(static_cast<int>(s.image.h), static_cast<int>(s.image.w), s.image.c == 3 ? CV_8UC3 : CV_8UC1,
-                s.image.data());
-      if (s.image.c == 3) cv::cvtColor(m, bgr, cv::COLOR_RGB2BGR);
-      KILN_CHECK(cv::imencode(ext, s.image.c == 3 ? bgr : m, buf, params), "cannot encode sample ", idx, " as ", format);
+      const std::string what = ds->name() + ": sample " + std::to_string(idx);
       const std::string file = (dir / (padded(idx, iwidth) + ext)).string();
-      std::ofstream f(file, std::ios::binary);
-      f.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-      KILN_CHECK(f.good(), "cannot write ", file);
+      write_file(file, format == "png" ? encode_png(s.image.data(), s.image.h, s.image.w, s.image.c, 3, what)
+                                       : encode_jpeg(s.image.data(), s.image.h, s.image.w, s.image.c, jpeg, what));
     }
     int64_t empty = 0;
     for (int64_t c : per_class) empty += c == 0;

@@ -3,7 +3,7 @@
 # what is missing. The CUDA backend is built when /usr/local/cuda (nvcc, cuDNN 9, NCCL) is present.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-dev libgtest-dev
-      zlib1g-dev libjpeg-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
+      zlib1g-dev libjpeg-dev libpng-dev libwebp-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
       ocl-icd-opencl-dev xz-utils)  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
 missing=()
 for p in "${pkgs[@]}"; do

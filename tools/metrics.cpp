@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 #include <sstream>
 
 #include "core/check.h"
+#include "data/image_encode.h"
 
 namespace fs = std::filesystem;
 
@@ -135,7 +135,9 @@ void save_plot_png(const std::string& path, const std::string& title,
     cv::line(img, {W - R - 170, ly - 5}, {W - R - 145, ly - 5}, c, 2);
     cv::putText(img, series[s].first, {W - R - 140, ly}, font, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
   }
-  KILN_CHECK(cv::imwrite(path, img), "cannot write plot ", path);
+  cv::Mat rgb;
+  cv::cvtColor(img, rgb, cv::COLOR_BGR2RGB);  // drawn with OpenCV's BGR colours
+  write_file(path, encode_png(rgb.data, rgb.rows, rgb.cols, 3, 6, "plot " + path));
 }
 
 }  // namespace kiln

@@ -434,12 +434,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       result.loss_scale = scaler->scale();
     }
     if (show) bar.finish(fields);
-    // data.skip_bad_samples (data/loader.h): name what this rank skipped in the epoch.
-    if (LoaderStats ls = train_loader.stats(); ls.skipped > 0 && !quiet) {
-      std::cerr << (world > 1 ? "rank " + std::to_string(rank) + ": " : "") << "skipped " << ls.skipped
-                << " bad sample(s) in epoch " << epoch + 1 << " (data.skip_bad_samples); first:\n";
-      for (const std::string& m : ls.bad_samples) std::cerr << "  " << m << "\n";
-    }
+    // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
     if (do_eval) {

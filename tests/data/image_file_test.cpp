@@ -1,4 +1,5 @@
-// Image files: header parsers (dims of small images made with cv::imencode, crafted WebP VP8X and
+// Image files: header parsers (dims of small images made with kiln's encoders, libwebp and a BMP
+// writer, tests/data/image_test_util.h; crafted WebP VP8X and
 // top-down BMP headers), the pixel limit refusing a crafted huge header before decoding, damaged
 // files (zero bytes, truncated JPEG, text named .jpg) named in errors or counted as skipped,
 // reduced decoding, ImageFolder and list-file datasets and their errors, the same batches with 1 and
@@ -7,14 +8,13 @@
 
 #include <filesystem>
 #include <fstream>
-#include <opencv2/imgcodecs.hpp>
-#include <opencv2/imgproc.hpp>
 
 #include "data/config.h"
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
 #include "data_test_util.h"
+#include "image_test_util.h"
 #include "tools/commands.h"
 
 using namespace kiln;
@@ -23,20 +23,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// An h x w BGR image (OpenCV's order) whose pixel (y, x) is pattern(seed, y, x, c) in RGB.
-cv::Mat pattern_bgr(int h, int w, int seed) {
-  cv::Mat m(h, w, CV_8UC3);
-  for (int y = 0; y < h; ++y)
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c) m.at<cv::Vec3b>(y, x)[2 - c] = kt::pattern(seed, y, x, c);
-  return m;
-}
-
-std::vector<uint8_t> encode(const cv::Mat& m, const std::string& ext, std::vector<int> params = {}) {
-  std::vector<uchar> buf;
-  EXPECT_TRUE(cv::imencode(ext, m, buf, params)) << ext;
-  return {buf.begin(), buf.end()};
-}
+using kt::encode;
+kt::Pixels pattern_bgr(int h, int w, int seed) { return kt::pattern_rgb(h, w, seed); }  // RGB, despite the old name
 
 ImageHeader header(const std::vector<uint8_t>& b) { return read_image_header(b.data(), b.size(), "mem"); }
 
@@ -58,18 +46,18 @@ void write_folder(const std::string& root, const std::vector<std::string>& class
 }  // namespace
 
 TEST(ImageHeader, DimsOfEncodedImages) {
-  const cv::Mat m = pattern_bgr(23, 37, 1);
+  const kt::Pixels m = pattern_bgr(23, 37, 1);
   struct Case {
     std::string ext;
-    std::vector<int> params;
+    kt::EncodeParams params;
     ImageFormat f;
   };
   for (const Case& c : std::vector<Case>{{".jpg", {}, ImageFormat::jpeg},
-                                         {".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, 1}, ImageFormat::jpeg},
+                                         {".jpg", {true}, ImageFormat::jpeg},
                                          {".png", {}, ImageFormat::png},
                                          {".bmp", {}, ImageFormat::bmp},
-                                         {".webp", {cv::IMWRITE_WEBP_QUALITY, 80}, ImageFormat::webp},      // VP8
-                                         {".webp", {cv::IMWRITE_WEBP_QUALITY, 101}, ImageFormat::webp}}) {  // VP8L
+                                         {".webp", {false, 80}, ImageFormat::webp},     // VP8
+                                         {".webp", {false, 101}, ImageFormat::webp}}) {  // VP8L
     auto b = encode(m, c.ext, c.params);
     ImageHeader h = header(b);
     EXPECT_EQ(h.format, c.f) << c.ext;
@@ -93,7 +81,7 @@ TEST(ImageHeader, DimsOfEncodedImages) {
 }
 
 TEST(ImageDecode, PixelsAreRgbOrGrey) {
-  const cv::Mat m = pattern_bgr(5, 7, 2);
+  const kt::Pixels m = pattern_bgr(5, 7, 2);
   auto png = encode(m, ".png");
   Image img;
   decode_image(png.data(), png.size(), "p.png", {}, img);
@@ -101,8 +89,8 @@ TEST(ImageDecode, PixelsAreRgbOrGrey) {
   for (int y = 0; y < 5; ++y)
     for (int x = 0; x < 7; ++x)
       for (int c = 0; c < 3; ++c) ASSERT_EQ(img.at(y, x, c), kt::pattern(2, y, x, c));
-  cv::Mat grey(4, 3, CV_8UC1);
-  for (int i = 0; i < 12; ++i) grey.data[i] = static_cast<uint8_t>(i * 20);
+  kt::Pixels grey{4, 3, 1, std::vector<uint8_t>(12)};
+  for (int i = 0; i < 12; ++i) grey.px[i] = static_cast<uint8_t>(i * 20);
   auto gpng = encode(grey, ".png");
   DecodeOptions o;
   o.channels = 1;
@@ -169,11 +157,10 @@ TEST(ImageDecode, ReducedDecodingRule) {
 }
 
 TEST(ImageDecode, RegionEqualsFullDecode) {
-  cv::Mat grey;
-  cv::cvtColor(pattern_bgr(61, 77, 5), grey, cv::COLOR_BGR2GRAY);
-  for (int sampling : {0, 1}) {  // OpenCV writes colour as YCbCr 4:2:0; grey has one component
+  const kt::Pixels grey = kt::to_grey(pattern_bgr(61, 77, 5));
+  for (int sampling : {0, 1}) {  // colour is written as YCbCr 4:2:0; grey has one component
     for (int progressive : {0, 1}) {
-      auto jpg = encode(sampling == 0 ? pattern_bgr(61, 77, 5) : grey, ".jpg", {cv::IMWRITE_JPEG_PROGRESSIVE, progressive});
+      auto jpg = encode(sampling == 0 ? pattern_bgr(61, 77, 5) : grey, ".jpg", {progressive == 1});
       for (int64_t channels : {3, 1}) {
         DecodeOptions o;
         o.channels = channels;

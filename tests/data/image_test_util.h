@@ -1,0 +1,99 @@
+// Test images for the data tests, made with kiln's encoders (data/image_encode.h), libwebp's
+// encoder and a small BMP writer: no OpenCV imgcodecs.
+#pragma once
+#include <webp/encode.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "data/image_codecs.h"
+#include "data/image_encode.h"
+#include "data_test_util.h"
+
+namespace kiln::testing {
+
+// h x w x c uint8 pixels, RGB or grey.
+struct Pixels {
+  int64_t h = 0, w = 0, c = 0;
+  std::vector<uint8_t> px;
+};
+
+// An h x w RGB image whose pixel (y, x, c) is pattern(seed, y, x, c).
+inline Pixels pattern_rgb(int64_t h, int64_t w, int64_t seed) {
+  Pixels p{h, w, 3, std::vector<uint8_t>(static_cast<size_t>(h * w * 3))};
+  for (int64_t y = 0; y < h; ++y)
+    for (int64_t x = 0; x < w; ++x)
+      for (int64_t c = 0; c < 3; ++c) p.px[static_cast<size_t>((y * w + x) * 3 + c)] = pattern(seed, y, x, c);
+  return p;
+}
+
+inline Pixels to_grey(const Pixels& p) {
+  Pixels g{p.h, p.w, 1, std::vector<uint8_t>(static_cast<size_t>(p.h * p.w))};
+  rgb_to_grey(p.px.data(), p.h * p.w, g.px.data());
+  return g;
+}
+
+// An uncompressed bottom-up BMP: 24 bits for RGB, 8 bits with a grey palette for grey (as OpenCV
+// writes them), 40-byte BITMAPINFOHEADER.
+inline std::vector<uint8_t> encode_bmp(const Pixels& p) {
+  const uint32_t bpp = p.c == 3 ? 24 : 8, stride = static_cast<uint32_t>((p.w * bpp + 31) / 32 * 4);
+  const uint32_t palette = p.c == 3 ? 0 : 1024, offset = 54 + palette;
+  std::vector<uint8_t> b(offset + stride * static_cast<uint32_t>(p.h), 0);
+  auto put16 = [&](size_t at, uint32_t v) { b[at] = v & 0xff, b[at + 1] = (v >> 8) & 0xff; };
+  auto put32 = [&](size_t at, uint32_t v) { put16(at, v & 0xffff), put16(at + 2, v >> 16); };
+  b[0] = 'B', b[1] = 'M';
+  put32(2, static_cast<uint32_t>(b.size()));
+  put32(10, offset);
+  put32(14, 40);
+  put32(18, static_cast<uint32_t>(p.w));
+  put32(22, static_cast<uint32_t>(p.h));
+  put16(26, 1);
+  put16(28, bpp);
+  put32(34, stride * static_cast<uint32_t>(p.h));
+  for (uint32_t i = 0; i < palette / 4; ++i) b[54 + 4 * i] = b[55 + 4 * i] = b[56 + 4 * i] = static_cast<uint8_t>(i);
+  for (int64_t y = 0; y < p.h; ++y) {
+    uint8_t* row = b.data() + offset + static_cast<size_t>(p.h - 1 - y) * stride;
+    for (int64_t x = 0; x < p.w; ++x) {
+      const uint8_t* s = p.px.data() + (y * p.w + x) * p.c;
+      if (p.c == 1) row[x] = s[0];
+      else row[3 * x] = s[2], row[3 * x + 1] = s[1], row[3 * x + 2] = s[0];
+    }
+  }
+  return b;
+}
+
+// WebP with libwebp's encoder: lossy at `quality`, or lossless when quality > 100.
+inline std::vector<uint8_t> encode_webp(const Pixels& p, float quality) {
+  std::vector<uint8_t> rgb = p.px;
+  if (p.c == 1) {
+    rgb.resize(static_cast<size_t>(p.h * p.w * 3));
+    for (int64_t i = 0; i < p.h * p.w; ++i) rgb[3 * i] = rgb[3 * i + 1] = rgb[3 * i + 2] = p.px[i];
+  }
+  uint8_t* out = nullptr;
+  const int w = static_cast<int>(p.w), h = static_cast<int>(p.h);
+  const size_t n = quality > 100 ? WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &out)
+                                 : WebPEncodeRGB(rgb.data(), w, h, w * 3, quality, &out);
+  std::vector<uint8_t> b(out, out + n);
+  WebPFree(out);
+  return b;
+}
+
+struct EncodeParams {
+  bool progressive = false;  // JPEG
+  float webp_quality = 80;   // > 100: lossless
+};
+
+// The file bytes of `p` in the format of `ext` (".jpg", ".png", ".bmp", ".webp", any case).
+inline std::vector<uint8_t> encode(const Pixels& p, std::string ext, EncodeParams e = {}) {
+  for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (ext == ".png") return encode_png(p.px.data(), p.h, p.w, p.c);
+  if (ext == ".bmp") return encode_bmp(p);
+  if (ext == ".webp") return encode_webp(p, e.webp_quality);
+  JpegEncodeOptions o;
+  o.progressive = e.progressive;
+  return encode_jpeg(p.px.data(), p.h, p.w, p.c, o);
+}
+
+}  // namespace kiln::testing
