@@ -37,6 +37,8 @@ while (($#)); do
   shift
 done
 build_dir=build-kit
+suffix=""
+((data)) && suffix=-data
 max_mb=${KIT_MAX_MB:-30}
 say() { echo "gpu_kit: $*"; }
 die() { echo "gpu_kit: FAILED: $*" >&2; exit 1; }
@@ -102,11 +104,11 @@ fi
   echo "cuda archs: $(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build_dir/CMakeCache.txt")"
   echo "needs at run time (kit_env.sh finds them): $(ldd "$kit/bin/kiln" | awk '{print $1}' | grep -E "$cuda_re" | sort -u | tr '\n' ' ')"
   echo "packed libraries: ${copied[*]}"
-  echo "data: $( ((data)) && echo fashion-mnist || echo none)"
+  echo "data: ${suffix:+fashion-mnist}${suffix:-none}"
 } >"$kit/MANIFEST"
 
 mkdir -p "$out"
-archive="$out/kiln-gpu$( ((data)) && echo -data).tar.xz"
+archive="$out/kiln-gpu$suffix.tar.xz"
 tar -C "$stage" -cf - kiln-gpu | xz -T0 -6 >"$archive.tmp"
 mv "$archive.tmp" "$archive"
 bytes=$(stat -c %s "$archive")
