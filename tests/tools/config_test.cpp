@@ -201,7 +201,7 @@ TEST(ModelCheck, WrongModelIsRefusedBeforeTheRunFolderNamingTheKey) {
        {"model.in_channels = 1 does not fit the data", "set model.in_channels to 3"}},
       {"alexnet", json{{"name", "alexnet"}, {"num_classes", 4}},
        {"model.name = \"alexnet\" does not fit images of 8x8x3", "data.train_transforms"}},
-      {"num_classes", json{{"name", "lenet"}, {"in_channels", 3}, {"num_classes", 2}},
+      {"num_classes", json{{"name", "resnet20"}, {"num_classes", 2}},
        {"model.num_classes gives 2 scores per image, but the data has 4 classes"}},
   };
   for (const Case& c : cases) {
@@ -218,11 +218,11 @@ TEST(ModelCheck, WrongModelIsRefusedBeforeTheRunFolderNamingTheKey) {
 TEST(LoaderMemory, HugeSizesAreRefusedNamingTheKeyAndTheMemory) {
   DataConfig d = DataConfig::from_json(json::parse(R"({"source": "synthetic", "workers": 2, "prefetch": 4})"));
   const ImageShape shape{28, 28, 1};
-  // (64 + 64) x (784 x 4 + 8) bytes x 5 buffers
+  // (64 train + 64 val) x (784 x 4 + 8) bytes x 5 buffers
   EXPECT_DOUBLE_EQ(loader_buffer_bytes(d, shape, 64), 128.0 * (784 * 4 + 8) * 5);
   check_loader_memory(d, shape, 64, 1e9);
   kiln::testing::expect_error([&] { check_loader_memory(d, shape, 1'000'000'000, 64e9); },
-                              {"data.batch_size = 1000000000: the data loaders' batch buffers would take 14.6 TiB",
+                              {"data.batch_size = 1000000000: the data loaders' batch buffers would take 28.6 TiB",
                                "more than the 59.6 GiB of memory available", "data.prefetch = 4"});
   d.loader.prefetch = 100'000'000;
   kiln::testing::expect_error([&] { check_loader_memory(d, shape, 64, 64e9); }, {"data.prefetch = 100000000:", "GiB"});
@@ -242,14 +242,14 @@ TEST(LoaderMemory, HugeSizesAreRefusedNamingTheKeyAndTheMemory) {
 // --- the kiln binary: one line, exit 1 -----------------------------------------------------------
 
 namespace {
-struct Run {
+struct KilnRun {
   int status;
   std::string output;
 };
-Run run_kiln(const std::string& args) {
-  std::string cmd = std::string(KILN_BINARY_DIR) + "/kiln " + args + " 2>&1";
+KilnRun run_kiln(const std::string& args) {
+  std::string cmd = std::string(KILN_BINARY_DIR) + "/tools/kiln " + args + " 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
-  Run r{-1, ""};
+  KilnRun r{-1, ""};
   if (!f) return r;
   char buf[4096];
   size_t n;
@@ -264,13 +264,13 @@ TEST(KilnBinary, ConfigErrorsAreOneLineAndExitOne) {
   json c = synthetic_config(runs, tiny_layers(3, 256, 4));
   std::string p = write_file("binary.json", c.dump(2));
   if (cuda_device_count() == 0) {
-    Run r = run_kiln("train " + p + " device=0");
+    KilnRun r = run_kiln("train " + p + " device=0");
     EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
     EXPECT_EQ(r.output, "kiln: error: device=0: this machine has no such GPU; available: " + available_devices() + "\n");
     r = run_kiln("train " + p + " device=[0,1]");
     EXPECT_EQ(r.output, "kiln: error: device=[0,1]: cuda:0 is not on this machine; available: " + available_devices() + "\n");
   }
-  Run r = run_kiln("train " + p + " lr=1e400");
+  KilnRun r = run_kiln("train " + p + " lr=1e400");
   EXPECT_EQ(WEXITSTATUS(r.status), 1) << r.output;
   EXPECT_EQ(r.output,
             "kiln: error: argument 'lr=1e400' (optim.lr): 1e400 is out of range; accepted: finite numbers (magnitude "
