@@ -1,5 +1,6 @@
 // Device names and the parsing of device=... (the trainer's train.device, `kiln bench ... device=`).
-// Tests: tests/core/tensor_test.cpp (Device.*), tests/gpu/runtime_test.cpp.
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/tools/config_test.cpp (device=0, [0,1], lists on a
+// machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 
 #include <algorithm>

@@ -8,7 +8,7 @@
 //   r.read("padding", o.padding);  // optional: keeps the default when absent
 //   r.require("size", o.size);     // required
 //   r.finish();                    // any key not asked for above is an error
-// Tests: tests/core/json_read_test.cpp.
+// Tests: tests/data/json_read_test.cpp, tests/core/json_util_test.cpp (range checks).
 #pragma once
 #include <cstdint>
 #include <string>
