@@ -1,9 +1,25 @@
+// kiln::Error formatting (see check.h). Tests: tests/core/json_util_test.cpp (ErrorLocation.*).
 #include "core/check.h"
+
+#include <cstdlib>
+#include <cstring>
 
 namespace kiln {
 namespace detail {
+
+bool error_locations_enabled() {
+#ifndef NDEBUG
+  return true;  // debug builds: always
+#else
+  const char* v = std::getenv("KILN_DEBUG");
+  return v && std::strcmp(v, "1") == 0;
+#endif
+}
+
 void throw_error(const char* file, int line, const std::string& msg) {
-  // Keep the message first (users read it); the source location is for us.
+  // Users read the message; the source location is for us, so it is only added in debug builds or
+  // with KILN_DEBUG=1 (read at each error, so a test or a shell can turn it on at any time).
+  if (!error_locations_enabled()) throw Error(msg);
   std::string f(file);
   auto pos = f.rfind("/kiln/");
   if (pos == std::string::npos) {

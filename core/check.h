@@ -1,5 +1,6 @@
 // Errors: library code throws kiln::Error (never exit/abort). KILN_CHECK(cond, parts...) formats
-// every part with operator<< and adds file:line, so messages can carry the values that were wrong.
+// every part with operator<<, so messages can carry the values that were wrong. The source location
+// (" (core/tensor.cpp:47)") is appended only in debug builds or when KILN_DEBUG=1 is set.
 // The CLI catches at the top, prints one line and exits non-zero.
 #pragma once
 #include <sstream>
@@ -35,6 +36,8 @@ std::string cat(const A&... a) {
   return os.str();
 }
 [[noreturn]] void throw_error(const char* file, int line, const std::string& msg);
+// True in debug builds, or when the environment variable KILN_DEBUG is "1".
+bool error_locations_enabled();
 }  // namespace detail
 
 // "[2, 3, 4]" for shapes and other int lists in messages.

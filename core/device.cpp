@@ -1,10 +1,13 @@
 // Device names and the parsing of device=... (the trainer's train.device, `kiln bench ... device=`).
-// Tests: tests/core/tensor_test.cpp (Device.*), tests/gpu/runtime_test.cpp.
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/tools/config_test.cpp (device=0, [0,1], lists on a
+// machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/check.h"
+#include "core/json_read.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -50,6 +53,25 @@ Device parse_device(const std::string& raw) {
   return Device::cuda(idx);
 }
 
+std::string device_option_from_json(const Json& j, const std::string& path, const std::string& def) {
+  auto entry = [&](const Json& e, const std::string& p) -> std::string {
+    if (e.is_string()) return e.get<std::string>();
+    int64_t i = 0;
+    if (json_integer(e, 0, 65535, i) == IntegerCheck::ok) return std::to_string(i);
+    KILN_FAIL(p, ": expected a device (\"cpu\", a GPU number such as 0, \"cuda:1\") or a list of GPUs such as "
+              "[0, 1] or \"0,1\", got ", json_type_name(e), " ", e.dump());
+  };
+  if (j.is_null()) return def;
+  if (!j.is_array()) return entry(j, path);
+  std::string s;
+  for (size_t i = 0; i < j.size(); ++i) {
+    KILN_CHECK(!j[i].is_array(), json_path(path, i), ": a device list holds devices, not lists, got ", j.dump());
+    s += (i ? "," : "") + entry(j[i], json_path(path, i));
+  }
+  KILN_CHECK(!s.empty(), path, ": an empty device list; accepted: \"cpu\", 0, [0, 1], \"cuda:1\" (or leave it unset)");
+  return s;
+}
+
 std::vector<Device> parse_device_list(const std::string& raw) {
   std::string s;
   for (char c : raw)
@@ -64,7 +86,19 @@ std::vector<Device> parse_device_list(const std::string& raw) {
     size_t comma = s.find(',', start);
     std::string part = s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     KILN_CHECK(!part.empty(), "device list '", raw, "' has an empty entry; write e.g. device=0,1");
-    Device d = parse_device(part);
+    Device d;
+    try {
+      d = parse_device(part);
+    } catch (const Error&) {
+      if (out.empty() && comma == std::string::npos) throw;  // a single device: its own message says it all
+      // Name the whole list (what the user typed) and the entry that is not here.
+      std::string e = part;
+      for (char& c : e) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      bool digits = !e.empty() && e.size() < 6 && std::all_of(e.begin(), e.end(), [](unsigned char c) { return std::isdigit(c); });
+      KILN_FAIL("device=", raw, ": ", digits ? "cuda:" + e : "'" + part + "'",
+                digits || e.rfind("cuda", 0) == 0 ? " is not on this machine" : " is not a device (accepted: cpu, N, cuda:N)",
+                "; available: ", available_devices());
+    }
     for (const Device& o : out) KILN_CHECK(o != d, "device list '", raw, "' names ", d.str(), " twice");
     out.push_back(d);
     if (comma == std::string::npos) break;

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace kiln {
 
 enum class DeviceType { CPU, CUDA };
@@ -27,8 +29,16 @@ struct Device {
 //   "device=0: this machine has no such GPU; available: cpu (no CUDA device visible)"
 Device parse_device(const std::string& s);
 // Parses a device list as given on the command line: "cpu", "0", "0,1", "[0,1]", "cuda:0,cuda:1".
-// An empty string means the default: the first GPU if there is one, else the CPU.
+// An empty string means the default: the first GPU if there is one, else the CPU. An entry that is
+// not on this machine names the whole list and the devices there are:
+//   "device=0,1: cuda:1 is not on this machine; available: cpu, cuda:0 (NVIDIA H200)"
 std::vector<Device> parse_device_list(const std::string& s);
+
+// The text of a device option read from JSON (train.device), as parse_device_list() takes it:
+// a string as it is ("cpu", "0,1", "cuda:1"), an integer 0 as "0", a list [0, 1] or ["cuda:0", 1] as
+// "0,1"; null keeps `def`. `device=0` and `device=[0,1]` on the command line arrive as JSON numbers
+// and lists, so this is what makes them work. Other kinds throw naming `path` and the accepted forms.
+std::string device_option_from_json(const nlohmann::json& j, const std::string& path, const std::string& def);
 
 // Number of visible CUDA devices (0 when built without CUDA or when no driver/GPU is present).
 int cuda_device_count();

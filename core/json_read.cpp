@@ -101,42 +101,77 @@ void json_read(const Json& j, const std::string& path, bool& out) {
   out = j.get<bool>();
 }
 
-void json_read(const Json& j, const std::string& path, int64_t& out) {
+// NOTE: every comparison happens in the value's own type (uint64, int64 or double) before any
+// conversion: a cast of 1e30 or 2^64 to int64_t is undefined (it gave -9223372036854775808).
+IntegerCheck json_integer(const Json& j, int64_t lo, int64_t hi, int64_t& out) {
   if (j.is_number_unsigned()) {
-    uint64_t u = j.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) fail_type(j, path, "a 64-bit integer");
+    const uint64_t u = j.get<uint64_t>();
+    if (hi < 0 || u > static_cast<uint64_t>(hi)) return IntegerCheck::out_of_range;
+    if (lo > 0 && u < static_cast<uint64_t>(lo)) return IntegerCheck::out_of_range;
     out = static_cast<int64_t>(u);
-  } else if (j.is_number_integer()) {
-    out = j.get<int64_t>();
-  } else if (j.is_number_float() && std::isfinite(j.get<double>()) && j.get<double>() == std::floor(j.get<double>()) &&
-             std::fabs(j.get<double>()) < 9.0e15) {
-    out = static_cast<int64_t>(j.get<double>());  // 2.0 is an integer written as a float
-  } else {
-    fail_type(j, path, "an integer");
+    return IntegerCheck::ok;
   }
+  if (j.is_number_integer()) {
+    const int64_t v = j.get<int64_t>();
+    if (v < lo || v > hi) return IntegerCheck::out_of_range;
+    out = v;
+    return IntegerCheck::ok;
+  }
+  if (!j.is_number_float()) return IntegerCheck::not_integer;
+  const double d = j.get<double>();  // 2.0 is an integer written as a float; so is 1e30, out of range
+  if (!std::isfinite(d) || d != std::floor(d)) return IntegerCheck::not_integer;
+  // 2^63 is exactly representable; every double below it converts to int64_t without overflow.
+  if (d < -9223372036854775808.0 || d >= 9223372036854775808.0) return IntegerCheck::out_of_range;
+  if (d < static_cast<double>(lo) || d > static_cast<double>(hi)) return IntegerCheck::out_of_range;
+  const int64_t v = static_cast<int64_t>(d);
+  if (v < lo || v > hi) return IntegerCheck::out_of_range;  // hi = 2^63 - 1 rounds up to 2^63 as a double
+  out = v;
+  return IntegerCheck::ok;
+}
+
+[[noreturn]] static void fail_range(const Json& j, const std::string& path, const std::string& accepted) {
+  KILN_FAIL(path, ": ", j.dump(), " is out of range; accepted: ", accepted);
+}
+
+static void read_integer(const Json& j, const std::string& path, int64_t lo, int64_t hi, const char* kind,
+                         int64_t& out) {
+  switch (json_integer(j, lo, hi, out)) {
+    case IntegerCheck::ok: return;
+    case IntegerCheck::not_integer: fail_type(j, path, "an integer");
+    case IntegerCheck::out_of_range:
+      fail_range(j, path, std::string(kind) + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  }
+}
+
+void json_read(const Json& j, const std::string& path, int64_t& out) {
+  read_integer(j, path, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), "64-bit integers",
+               out);
 }
 
 void json_read(const Json& j, const std::string& path, int& out) {
   int64_t v = 0;
-  json_read(j, path, v);
-  if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) fail_type(j, path, "a 32-bit integer");
+  read_integer(j, path, std::numeric_limits<int>::min(), std::numeric_limits<int>::max(), "32-bit integers", v);
   out = static_cast<int>(v);
 }
 
 void json_read(const Json& j, const std::string& path, uint64_t& out) {
-  if (j.is_number_unsigned()) {
+  if (j.is_number_unsigned()) {  // the only kind that can exceed int64_t
     out = j.get<uint64_t>();
     return;
   }
+  if (j.is_number_float() && j.get<double>() >= 9223372036854775808.0)
+    fail_range(j, path, "integers in [0, 18446744073709551615]");
   int64_t v = 0;
-  json_read(j, path, v);
-  if (v < 0) fail_type(j, path, "a non-negative integer");
+  read_integer(j, path, 0, std::numeric_limits<int64_t>::max(), "non-negative integers", v);
   out = static_cast<uint64_t>(v);
 }
 
 void json_read(const Json& j, const std::string& path, double& out) {
   if (!j.is_number()) fail_type(j, path, "a number");
-  out = j.get<double>();
+  const double d = j.get<double>();
+  // The parser refuses 1e400; a value built in code (or an override) may still be inf or NaN.
+  if (!std::isfinite(d)) fail_range(j, path, "finite numbers");
+  out = d;
 }
 
 void json_read(const Json& j, const std::string& path, std::string& out) {
@@ -146,7 +181,9 @@ void json_read(const Json& j, const std::string& path, std::string& out) {
 
 void json_read(const Json& j, const std::string& path, std::vector<double>& out) {
   if (j.is_number()) {
-    out = {j.get<double>()};
+    double d = 0;
+    json_read(j, path, d);
+    out = {d};
     return;
   }
   if (!j.is_array()) fail_type(j, path, "a number or a list of numbers");

@@ -8,7 +8,7 @@
 //   r.read("padding", o.padding);  // optional: keeps the default when absent
 //   r.require("size", o.size);     // required
 //   r.finish();                    // any key not asked for above is an error
-// Tests: tests/core/json_read_test.cpp.
+// Tests: tests/data/json_read_test.cpp, tests/core/json_util_test.cpp (range checks).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -47,8 +47,14 @@ std::string json_type_name(const Json& j);
 // Throws when `value` is not one of `accepted`, with a suggestion; `path` names the JSON field.
 void check_choice(const std::string& value, const std::vector<std::string>& accepted, const std::string& path);
 
+// Whether `j` holds an integer in [lo, hi] (an integral float such as 2.0 or 1e3 counts); on ok,
+// `out` holds it. Shared by every integer field (JsonObjectReader and JsonReader alike).
+enum class IntegerCheck { ok, not_integer, out_of_range };
+IntegerCheck json_integer(const Json& j, int64_t lo, int64_t hi, int64_t& out);
+
 // Typed conversions; each throws "<path>: expected <type>, got <json>" on a mismatch. Integers
-// reject fractions and out-of-range values; floating fields accept integers; a float list also
+// reject fractions and out-of-range values ("<path>: 1e+30 is out of range; accepted: 64-bit
+// integers in [...]"); floating fields accept integers and refuse inf/NaN; a float list also
 // accepts a single number.
 void json_read(const Json& j, const std::string& path, bool& out);
 void json_read(const Json& j, const std::string& path, int& out);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace kiln {
 
@@ -33,11 +34,12 @@ bool JsonReader::get(const std::string& key, bool def) {
 int64_t JsonReader::get(const std::string& key, int64_t def, int64_t lo, int64_t hi) {
   const json& v = raw(key);
   if (v.is_null()) return def;
-  bool integral = v.is_number_integer() || v.is_number_unsigned() ||
-                  (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
-  KILN_CHECK(integral, "config: ", path_of(key), " must be an integer, not ", json_type_name(v), " ", v.dump());
-  int64_t x = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
-  KILN_CHECK(x >= lo && x <= hi, "config: ", path_of(key), " = ", x, " is out of range; accepted: ", lo, "..", hi);
+  int64_t x = 0;
+  IntegerCheck c = json_integer(v, lo, hi, x);  // range-checked before any conversion (core/json_read.h)
+  KILN_CHECK(c != IntegerCheck::not_integer, "config: ", path_of(key), " must be an integer, not ", json_type_name(v),
+             " ", v.dump());
+  KILN_CHECK(c == IntegerCheck::ok, "config: ", path_of(key), " = ", v.dump(), " is out of range; accepted: ", lo, "..",
+             hi);
   return x;
 }
 
@@ -46,7 +48,7 @@ double JsonReader::get(const std::string& key, double def, double lo, double hi)
   if (v.is_null()) return def;
   KILN_CHECK(v.is_number(), "config: ", path_of(key), " must be a number, not ", json_type_name(v), " ", v.dump());
   double x = v.get<double>();
-  KILN_CHECK(std::isfinite(x) && x >= lo && x <= hi, "config: ", path_of(key), " = ", x,
+  KILN_CHECK(std::isfinite(x) && x >= lo && x <= hi, "config: ", path_of(key), " = ", v.dump(),
              " is out of range; accepted: ", lo, "..", hi);
   return x;
 }
@@ -73,6 +75,8 @@ std::vector<double> JsonReader::get_numbers(const std::string& key, const std::v
   std::vector<double> out;
   for (size_t i = 0; i < v.size(); ++i) {
     KILN_CHECK(v[i].is_number(), "config: ", path_of(key), "[", i, "] must be a number, not ", json_type_name(v[i]));
+    KILN_CHECK(std::isfinite(v[i].get<double>()), "config: ", path_of(key), "[", i, "] = ", v[i].dump(),
+               " is out of range; accepted: finite numbers");
     out.push_back(v[i].get<double>());
   }
   return out;
@@ -84,9 +88,13 @@ std::vector<int64_t> JsonReader::get_ints(const std::string& key, const std::vec
   KILN_CHECK(v.is_array(), "config: ", path_of(key), " must be an array of integers, not ", json_type_name(v));
   std::vector<int64_t> out;
   for (size_t i = 0; i < v.size(); ++i) {
-    KILN_CHECK(v[i].is_number_integer() || v[i].is_number_unsigned(), "config: ", path_of(key), "[", i,
-               "] must be an integer, not ", json_type_name(v[i]), " ", v[i].dump());
-    out.push_back(v[i].get<int64_t>());
+    int64_t x = 0;
+    IntegerCheck c = json_integer(v[i], INT64_MIN, INT64_MAX, x);
+    KILN_CHECK(c != IntegerCheck::not_integer, "config: ", path_of(key), "[", i, "] must be an integer, not ",
+               json_type_name(v[i]), " ", v[i].dump());
+    KILN_CHECK(c == IntegerCheck::ok, "config: ", path_of(key), "[", i, "] = ", v[i].dump(),
+               " is out of range; accepted: 64-bit integers");
+    out.push_back(x);
   }
   return out;
 }

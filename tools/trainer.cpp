@@ -27,6 +27,7 @@
 #include "tools/autobatch.h"
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
+#include "tools/model_check.h"
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
 
@@ -43,7 +44,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   TrainOptions o;
   JsonReader r(j, path);
   o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
-  o.device = r.get("device", o.device);
+  o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
   o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
@@ -132,9 +133,8 @@ BatchRequest read_batch(json& data, double default_fraction) {
   if (x == -1) b.auto_fraction = default_fraction;
   else if (x > 0 && x < 1) b.auto_fraction = x;
   else {
-    KILN_CHECK(x >= 1 && std::floor(x) == x, "config: data.batch_size = ", v.dump(),
+    KILN_CHECK(json_integer(v, 1, INT64_MAX, b.global) == IntegerCheck::ok, "config: data.batch_size = ", v.dump(),
                " is not accepted; accepted: a positive integer, -1 (AutoBatch at 60% of free memory) or a fraction in (0, 1)");
-    b.global = static_cast<int64_t>(x);
   }
   return b;
 }
@@ -231,6 +231,9 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   if (compute == DType::bf16) dcfg.loader.dtype = "bf16";
   auto train_set = make_dataset(dcfg, Split::train);
   auto val_set = make_dataset(dcfg, Split::val);
+  // Before anything is allocated or written: the loaders' buffers fit, the model takes the images.
+  check_before_run(*model, dcfg, train_set->image_shape(), breq.auto_fraction > 0 ? 1 : breq.global / world,
+                   train_set->num_classes());
 
   // --- optimizer --------------------------------------------------------------------------------
   std::vector<ParamRef> params;

@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
 #include "core/json_util.h"
 
 using namespace kiln;
@@ -37,4 +41,53 @@ TEST(JsonReader, ErrorsNamePathAndAccepted) {
   r.get("nesterov", false);
   m = error_of([&] { r.finish(); });
   EXPECT_NE(m.find("unknown key optim.nestrov (did you mean optim.nesterov?)"), std::string::npos) << m;
+}
+
+// Every integer is range-checked in its own type before conversion: 2^64 (parsed as a double),
+// 1e30 and an unsigned above INT64_MAX used to wrap to -9223372036854775808 or a negative batch.
+TEST(JsonReader, IntegersAreRangeCheckedBeforeConversion) {
+  json j = json::parse(R"({"seed": 18446744073709551616, "batch": 1e30, "big": 18446744073709551615,
+                           "neg": -1e19, "two": 2.0, "half": 2.5, "ints": [1, 18446744073709551615]})");
+  JsonReader r(j, "train");
+  std::string m = error_of([&] { r.get("seed", int64_t{0}, int64_t{0}, INT64_MAX); });
+  EXPECT_NE(m.find("train.seed = 1.8446744073709552e+19 is out of range; accepted: 0..9223372036854775807"),
+            std::string::npos) << m;
+  m = error_of([&] { r.get("batch", int64_t{64}, int64_t{1}, INT64_MAX); });
+  EXPECT_NE(m.find("train.batch = 1e+30 is out of range"), std::string::npos) << m;
+  m = error_of([&] { r.get("big", int64_t{0}, int64_t{0}, INT64_MAX); });
+  EXPECT_NE(m.find("train.big = 18446744073709551615 is out of range"), std::string::npos) << m;
+  m = error_of([&] { r.get("neg", int64_t{0}, INT64_MIN, INT64_MAX); });
+  EXPECT_NE(m.find("train.neg = -1e+19 is out of range"), std::string::npos) << m;
+  EXPECT_EQ(r.get("two", 0, 0, 10), 2);
+  m = error_of([&] { r.get("half", 0, 0, 10); });
+  EXPECT_NE(m.find("train.half must be an integer"), std::string::npos) << m;
+  m = error_of([&] { r.get_ints("ints", {}); });
+  EXPECT_NE(m.find("train.ints[1] = 18446744073709551615 is out of range"), std::string::npos) << m;
+}
+
+TEST(JsonReader, FloatsMustBeFinite) {
+  json j = {{"lr", std::numeric_limits<double>::infinity()}, {"mean", {0.5, std::nan("")}}};
+  JsonReader r(j, "optim");
+  std::string m = error_of([&] { r.get("lr", 0.1, 0.0, 1e300); });
+  EXPECT_NE(m.find("optim.lr"), std::string::npos) << m;
+  EXPECT_NE(m.find("out of range"), std::string::npos) << m;
+  m = error_of([&] { r.get_numbers("mean", {}); });
+  EXPECT_NE(m.find("optim.mean[1]"), std::string::npos) << m;
+  EXPECT_NE(m.find("finite numbers"), std::string::npos) << m;
+}
+
+// Source locations are for us: only in debug builds or with KILN_DEBUG=1.
+TEST(ErrorLocation, OnlyInDebugBuildsOrWithKilnDebug) {
+  unsetenv("KILN_DEBUG");
+  std::string m = error_of([] { KILN_FAIL("plain message"); });
+#ifdef NDEBUG
+  EXPECT_EQ(m, "plain message");
+#else
+  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
+#endif
+  setenv("KILN_DEBUG", "1", 1);
+  m = error_of([] { KILN_FAIL("plain message"); });
+  unsetenv("KILN_DEBUG");
+  EXPECT_EQ(m.rfind("plain message (", 0), 0u) << m;
+  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
 }

@@ -2,6 +2,8 @@
 // (counters, OOM message), memory info, pinned host memory.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "core/allocator.h"
 #include "core/cuda/pinned.h"
 #include "core/device.h"
@@ -50,12 +52,14 @@ TEST(CudaRuntime, ErrorMacrosNameCallStatusAndLocation) {
     }
     return std::string("no exception");
   };
+  setenv("KILN_DEBUG", "1", 1);  // locations are for debug builds or KILN_DEBUG=1 (core/check.cpp)
   std::string m = message([] {
     cudaError_t status = cudaErrorInvalidValue;
     CUDA_CHECK(status);
   });
   EXPECT_NE(m.find("status failed: cudaErrorInvalidValue (invalid argument)"), std::string::npos) << m;
   EXPECT_NE(m.find("runtime_test.cpp:"), std::string::npos) << m;
+  unsetenv("KILN_DEBUG");
   m = message([] {
     cudnnStatus_t status = CUDNN_STATUS_BAD_PARAM;
     CUDNN_CHECK(status);
