@@ -15,11 +15,13 @@
 #include "core/ops/loss.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
+#include "tests/layers/error_util.h"
 #include "tools/checkpoint.h"
 #include "tools/config.h"
 #include "tools/trainer.h"
 
 using namespace kiln;
+using kiln::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,15 +39,6 @@ std::string fresh_dir(const std::string& name) {
   fs::remove_all(d);
   fs::create_directories(d);
   return d;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // A model from kModel, one forward pass run (the flatten's channels become known), and the
