@@ -84,7 +84,14 @@ void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
   StateDict converted;
   for (auto& [name, t] : sd) {
     auto it = layouts.find(name);
-    if (it != layouts.end()) converted[name] = convert(it->second, t, false);
+    if (it == layouts.end()) continue;
+    // Floating <-> floating converts (an F16 file into f32 parameters); integers never become
+    // weights silently, nor weights counters (num_batches_tracked).
+    DType want = own.at(name).dtype();
+    KILN_CHECK(is_floating(t.dtype()) == is_floating(want), "tensor '", name, "' is ", dtype_name(t.dtype()),
+               " but ", name, " of the model is ", dtype_name(want), "; accepted: ",
+               is_floating(want) ? "a floating dtype (F32, F16, BF16, F64)" : "an integer dtype (I64, I32, U8)");
+    converted[name] = convert(it->second, t, false);
   }
   m.load_state_dict(converted, strict);
 }

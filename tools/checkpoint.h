@@ -1,10 +1,23 @@
-// Checkpoints: `<base>.safetensors` holds the model's weights in PyTorch's layout and torchvision's
-// names (safetensors.torch.load_file + model.load_state_dict reads it), and
-// `<base>.state.safetensors` the training state: the optimizer's tensors plus, in its metadata, the
-// epoch, step, RNG, loss scaler, best accuracy and the config as run. Both files are written to a
-// temporary name, fsync'ed and renamed, state first: a crash leaves the previous checkpoint or the
-// new one, and a state file whose step does not match the weights' is refused on resume.
-// Tests: tests/tools/checkpoint_test.cpp.
+// Checkpoints. A checkpoint named `<run>/last` is a folder holding a pair of files:
+//   `last.safetensors`        the model's weights in PyTorch's layout and torchvision's names
+//                             (safetensors.torch.load_file + model.load_state_dict reads it);
+//   `last.state.safetensors`  the training state: the optimizer's tensors plus, in its metadata, the
+//                             epoch, step, RNG, loss scaler, best accuracy and the config as run.
+// On disk (one save of step 12):
+//   <run>/last-12/last.safetensors, last-12/last.state.safetensors   the pair
+//   <run>/last -> last-12                                           the one switch (a symlink)
+//   <run>/last.safetensors -> last/last.safetensors                 fixed links, for readers of
+//   <run>/last.state.safetensors -> last/last.state.safetensors     the older flat layout
+// A save writes both files into a new folder `<run>/ckpt.tmp-XXXXXX/`, fsyncs them, renames the
+// folder to `last-<step>` and then switches `last` to it with one rename of a symlink: a kill at any
+// moment leaves `last` naming a complete pair (the previous one or the new one). The previous folder
+// and any temporaries a killed save left behind are removed by the save (and the next one).
+// Loading refuses a pair from different steps, a state with a missing or out-of-range field,
+// non-finite tensors (weights, batch-norm buffers, optimizer state) and integer tensors for floating
+// parameters, naming the file and the field or tensor. Flat pairs (`<base>.safetensors` +
+// `<base>.state.safetensors`, written by earlier kiln) still load.
+// Tests: tests/tools/checkpoint_test.cpp (validation, layout), tests/tools/checkpoint_kill_test.cpp
+// (kill -9 during saves, then resume), tests/tools/trainer_test.cpp (exact resume).
 #pragma once
 #include <map>
 #include <string>
@@ -26,13 +39,22 @@ struct TrainingState {
   json config;  // the config as run
 };
 
+// Saves the pair as checkpoint `base` (`<run>/last`: the folder layout above).
 void save_checkpoint(const std::string& base, Module& model, const TrainingState& state);
-// Loads the weights into `model` and returns the training state.
+// Loads the weights into `model` and returns the training state. `base` is what
+// resolve_checkpoint() returns: a checkpoint folder (or the symlink naming one), or a flat base.
 TrainingState load_checkpoint(const std::string& base, Module& model);
-// Loads only weights (PyTorch layout) into `model`: FILE.safetensors, or a checkpoint base.
+// Loads only weights (PyTorch layout) into `model`: FILE.safetensors, or a checkpoint.
 void load_weights(const std::string& path, Module& model);
-// Accepts a run folder (-> its last checkpoint), `runs/x/last`, or `runs/x/last.safetensors`;
-// returns the base path, or throws naming what is missing.
+// Accepts a run folder (-> its last checkpoint), `runs/x/last`, `runs/x/last.safetensors`,
+// `runs/x/last.state.safetensors`, a checkpoint folder `runs/x/last-12` or a file inside it; returns
+// the checkpoint (its parent is the run folder), or throws naming what is missing.
 std::string resolve_checkpoint(const std::string& path);
+
+// The two files of the checkpoint `base` (as load_checkpoint reads them).
+struct CheckpointFiles {
+  std::string weights, state;
+};
+CheckpointFiles checkpoint_files(const std::string& base);
 
 }  // namespace kiln

@@ -42,7 +42,8 @@ struct StoreStats {
   __device__ void operator()(int64_t, int64_t c, const double* s) const {
     double d = s[0] / static_cast<double>(R);
     double mean = static_cast<double>(to_float(x[c])) + d;
-    double var = fmax(s[1] / static_cast<double>(R) - d * d, 0.0);
+    double var = s[1] / static_cast<double>(R) - d * d;
+    var = var < 0.0 ? 0.0 : var;  // not fmax: it would turn a NaN variance into 0
     double invstd = 1.0 / sqrt(var + eps);
     save_mean[c] = static_cast<float>(mean);
     save_invstd[c] = static_cast<float>(invstd);

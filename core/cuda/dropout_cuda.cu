@@ -14,7 +14,7 @@ template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, int64_t n, RngState state, float p, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     bool keep = uniform_at(state, static_cast<uint64_t>(i)) >= p;
-    y[i] = keep ? from_float<T>(to_float(x[i]) * scale) : from_float<T>(0.f);
+    y[i] = from_float<T>(to_float(x[i]) * (keep ? scale : 0.f));  // a multiply: a dropped NaN stays NaN
   }
 }
 

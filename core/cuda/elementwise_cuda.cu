@@ -15,10 +15,11 @@ struct AddF { __device__ float operator()(float a, float b) const { return a + b
 struct SubF { __device__ float operator()(float a, float b) const { return a - b; } };
 struct MulF { __device__ float operator()(float a, float b) const { return a * b; } };
 struct DivF { __device__ float operator()(float a, float b) const { return a / b; } };
-struct ReluBackwardF { __device__ float operator()(float g, float y) const { return y > 0.f ? g : 0.f; } };
+// NaN propagates as in PyTorch: relu(NaN) = NaN, and a NaN output passes its gradient.
+struct ReluBackwardF { __device__ float operator()(float g, float y) const { return y <= 0.f ? 0.f : g; } };
 
 struct NegF { __device__ float operator()(float x) const { return -x; } };
-struct ReluF { __device__ float operator()(float x) const { return x > 0.f ? x : 0.f; } };
+struct ReluF { __device__ float operator()(float x) const { return (x > 0.f || x != x) ? x : 0.f; } };
 struct ExpF { __device__ float operator()(float x) const { return expf(x); } };
 struct LogF { __device__ float operator()(float x) const { return logf(x); } };
 struct SqrtF { __device__ float operator()(float x) const { return sqrtf(x); } };

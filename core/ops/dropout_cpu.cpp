@@ -19,7 +19,8 @@ namespace kiln::ops {
 
 namespace {
 
-// out = keep(i) ? in * scale : 0 for the mask of `state`, in the compute dtype of `in`.
+// out = in * (keep(i) ? scale : 0) for the mask of `state`, in the compute dtype of `in`. A multiply,
+// as PyTorch does, not a select: a dropped NaN stays NaN.
 Tensor apply_mask(const Tensor& in, RngState state, double p) {
   DType ct = nn::compute_dtype(in.dtype());
   Tensor ic = nn::to_compute(in, ct);
@@ -32,7 +33,7 @@ Tensor apply_mask(const Tensor& in, RngState state, double p) {
     const T* a = ic.data<T>();
     T* o = out.data<T>();
 #pragma omp parallel for schedule(static) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) o[i] = uniform_at(state, static_cast<uint64_t>(i)) >= pf ? a[i] * scale : T(0);
+    for (int64_t i = 0; i < n; ++i) o[i] = a[i] * (uniform_at(state, static_cast<uint64_t>(i)) >= pf ? scale : T(0));
   });
   return nn::from_compute(out, in.dtype());
 }

@@ -251,12 +251,15 @@ Tensor mul_scalar(const Tensor& a, double s) {
 Tensor neg(const Tensor& a) { return mul_scalar(a, -1.0); }
 
 Tensor relu(const Tensor& a) {
-  Tensor out = unary("relu", a, Un::relu, [](auto x) { return x > 0 ? x : decltype(x)(0); });
+  // NaN stays NaN (PyTorch's relu), so a diverged activation reaches the loss check.
+  Tensor out = unary("relu", a, Un::relu, [](auto x) { return (x > 0) | (x != x) ? x : decltype(x)(0); });
   return record("relu", {a}, out, [od = out.detach()](const Tensor& g) { return grads{relu_backward(g, od)}; });
 }
 
 Tensor relu_backward(const Tensor& g, const Tensor& out) {
-  return binary("relu_backward", Bin::relu_backward, g, out, [](auto gy, auto y) { return y > 0 ? gy : decltype(gy)(0); });
+  return binary("relu_backward", Bin::relu_backward, g, out, [](auto gy, auto y) {
+    return y <= 0 ? decltype(gy)(0) : gy;  // PyTorch's threshold_backward: a NaN output passes the gradient
+  });
 }
 
 Tensor exp(const Tensor& a) {

@@ -34,7 +34,7 @@ struct Lse {
 template <typename T>
 Lse<T> log_sum_exp(const T* z, int64_t K) {
   T m = z[0];
-  for (int64_t k = 1; k < K; ++k) m = z[k] > m ? z[k] : m;
+  for (int64_t k = 1; k < K; ++k) m = (z[k] > m) | (z[k] != z[k]) ? z[k] : m;  // a NaN max makes the row NaN
   if (std::isinf(m)) return {m, T(0)};  // all -inf (or a +inf): the shifted sum below would be NaN
   T s = 0;
   for (int64_t k = 0; k < K; ++k) s += std::exp(z[k] - m);

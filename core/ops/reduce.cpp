@@ -190,9 +190,12 @@ Tensor argmax(const Tensor& x, int64_t dim) {
   int64_t* o = out.data<int64_t>();
   for (int64_t a = 0; a < outer; ++a)
     for (int64_t b = 0; b < inner; ++b) {
+      // NaN is the maximum (the first NaN wins), as in PyTorch.
       int64_t best = 0;
-      for (int64_t i = 1; i < len; ++i)
-        if (p[(a * len + i) * inner + b] > p[(a * len + best) * inner + b]) best = i;
+      for (int64_t i = 1; i < len; ++i) {
+        double v = p[(a * len + i) * inner + b], m = p[(a * len + best) * inner + b];
+        if (m == m && (v > m || v != v)) best = i;
+      }
       o[a * inner + b] = best;
     }
   return out.to(x.device());
@@ -211,6 +214,9 @@ Tensor topk_indices(const Tensor& x, int64_t k) {
     std::iota(idx.begin(), idx.end(), 0);
     const double* row = p + r * c;
     std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [row](int64_t a, int64_t b) {
+      // NaN ranks above every number (PyTorch's topk); ties and NaNs by index.
+      bool na = row[a] != row[a], nb = row[b] != row[b];
+      if (na || nb) return na && (!nb || a < b);
       return row[a] > row[b] || (row[a] == row[b] && a < b);
     });
     std::copy(idx.begin(), idx.begin() + k, o + r * k);
@@ -244,7 +250,10 @@ double max_abs(const Tensor& x) {
 #endif
   }
   double m = 0;
-  for (double v : x.to_double_vector()) m = std::max(m, std::fabs(v));
+  for (double v : x.to_double_vector()) {
+    if (v != v) return v;  // NaN propagates (std::max would drop it)
+    m = std::max(m, std::fabs(v));
+  }
   return m;
 }
 
