@@ -97,6 +97,16 @@ Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
 // Linear: y = matmul(x, w, false, true, b); dx = matmul(gy, w, false, false); dw = matmul(gy, x, true, false).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               const Tensor& bias = Tensor());
+// How a matmul problem runs, chosen once per shape and cached: cuBLASLt with the bias epilogue;
+// cuBLASLt without it (the bias added by a separate kernel) when the heuristic has no algorithm with
+// the epilogue; cublasGemmEx (+ bias kernel) when cuBLASLt has none at all or its algorithm reports
+// itself unsupported at run time (tiny and odd shapes, e.g. 1x1x1 with a bias, unaligned operands).
+enum class MatmulPath { lt_epilogue, lt_then_bias, gemm_ex };
+// The path the last matmul() on `device` took (tests).
+MatmulPath last_matmul_path(int device);
+// Tests: start every new problem from `first` instead of lt_epilogue (lt_epilogue restores the
+// normal behaviour); plans cached under another start are not reused.
+void set_matmul_first_path(MatmulPath first);
 
 // --- convolution (core/cuda/conv2d_cuda.cu, cuDNN) --------------------------------------------------
 // x (N, H, W, Cin), w (Cout, KH, KW, Cin/groups) of x's dtype, b (Cout) or undefined -> (N, OH, OW, Cout).
