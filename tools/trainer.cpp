@@ -262,9 +262,9 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device).to(compute);
         Tensor y = Tensor::zeros({b}, DType::i64, device);
         ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
-      } catch (const OutOfMemoryError&) {
+      } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
         optimizer->zero_grad();
-        return -1;
+        throw;
       }
       double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
       optimizer->zero_grad();
@@ -281,6 +281,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     AutoBatchOptions ao;
     ao.fraction = breq.auto_fraction;
     ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size() / world);
+#ifdef KILN_WITH_CUDA
+    // Probe with cuDNN's heuristics: benchmark mode would time every algorithm of every probe batch
+    // (conv plans are per batch size); training then benchmarks its own batch once.
+    struct BenchmarkOff {
+      bool was;
+      explicit BenchmarkOff(bool on) : was(on) { if (was) cuda::set_cudnn_benchmark(false); }
+      ~BenchmarkOff() { if (was) cuda::set_cudnn_benchmark(true); }
+    } benchmark_off(device.is_cuda() && cuda::cudnn_benchmark());
+#endif
     AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
     int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
     breq.global = per_rank * world;
