@@ -83,6 +83,13 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
                               double label_smoothing);
 // Row-wise softmax of (N, K) logits, in logits' dtype.
 Tensor softmax(const Tensor& logits);
+// A training step's statistics accumulated on the device, so the step needs no host read
+// (tools/trainer.cpp reads `acc` at log intervals). acc: 5 f64 values on the device, zeroed by the
+// caller: [0] += loss * weight when the loss is finite; [1] += rows of `logits` (N, K) whose first
+// maximum is at `labels` (N, i64); [2] += 1 when the loss is not finite; [3] = `step` and [4] = the
+// loss, for the first non-finite loss (while [2] was 0). loss: an f32 scalar on the device.
+void accumulate_step_stats(const Tensor& acc, const Tensor& loss, const Tensor& logits, const Tensor& labels,
+                           double weight, int64_t step);
 
 // --- dropout (core/cuda/dropout_cuda.cu) ------------------------------------------------------------
 // Element i (row-major logical index) is kept iff uniform_at(state, i) >= float(p), and kept values
