@@ -208,7 +208,7 @@ const void* upload(int device, const void* host, size_t bytes) {
     }
     st.pending = false;
   }
-  if (bytes > st.capacity) {
+  if (bytes > st.capacity || !st.host) {
     if (st.host) CUDA_CHECK(cudaFreeHost(st.host));  // not pending (above): nothing reads it
     st.host = nullptr;
     st.capacity = 0;
