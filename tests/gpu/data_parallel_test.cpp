@@ -89,7 +89,7 @@ TEST(DataParallelOnGpu, GradSyncOverNcclLaunchesEveryBucketOnce) {
     auto comm = one_rank_nccl();
     std::unique_ptr<GradSync> sync;
     if (synced) {
-      sync = std::make_unique<GradSync>(ps, *comm, 16 << 10, /*always_reduce=*/true);  // 16 KiB: several buckets
+      sync = std::make_unique<GradSync>(ps, *comm, 4 << 10, /*always_reduce=*/true);  // 4 KiB: several buckets
       sync->on_launch = [&](size_t b) { launched->push_back(b); };
     }
     ops::cross_entropy(m->forward(x), y).backward();

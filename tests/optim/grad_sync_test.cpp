@@ -17,13 +17,13 @@
 namespace kiln {
 namespace {
 
-struct Run {
+struct StepRun {
   std::vector<std::vector<double>> before_finish, after_finish;
   std::vector<size_t> launched;
   size_t buckets = 0;
 };
 
-Run run_step(bool always_reduce) {
+StepRun run_step(bool always_reduce) {
   json cfg = {{"name", "resnet_cifar"}, {"depth", 8}, {"width", 4}, {"in_channels", 3}, {"num_classes", 10}};
   manual_seed(11);
   auto m = models::build_model(cfg);
@@ -32,8 +32,8 @@ Run run_step(bool always_reduce) {
   std::vector<Tensor> ps;
   for (auto& [n, p] : m->named_parameters()) ps.push_back(p);
   auto comm = make_single_rank_communicator();
-  Run r;
-  GradSync sync(ps, *comm, 16 << 10, always_reduce);  // 16 KiB: several buckets
+  StepRun r;
+  GradSync sync(ps, *comm, 4 << 10, always_reduce);  // 4 KiB: several buckets
   sync.on_launch = [&](size_t b) { r.launched.push_back(b); };
   r.buckets = sync.num_buckets();
   ops::cross_entropy(m->forward(x), y).backward();
@@ -44,14 +44,14 @@ Run run_step(bool always_reduce) {
 }
 
 TEST(GradSync, OneRankSkipsTheAllReduceByDefault) {
-  Run r = run_step(false);
+  StepRun r = run_step(false);
   EXPECT_GT(r.buckets, 2u);
   EXPECT_TRUE(r.launched.empty()) << "one rank: no bucket should be launched";
   EXPECT_EQ(r.before_finish, r.after_finish);
 }
 
 TEST(GradSync, AlwaysReduceRunsEveryBucketOnceOnOneRank) {
-  Run r = run_step(true);
+  StepRun r = run_step(true);
   ASSERT_GT(r.buckets, 2u);
   std::vector<size_t> sorted = r.launched;
   std::sort(sorted.begin(), sorted.end());
@@ -61,7 +61,7 @@ TEST(GradSync, AlwaysReduceRunsEveryBucketOnceOnOneRank) {
   for (size_t i = 0; i < r.before_finish.size(); ++i)
     EXPECT_EQ(r.before_finish[i], r.after_finish[i]) << "parameter " << i << ": the average over one rank";
   // The same step without GradSync gives the same gradients (the CPU backward is deterministic).
-  Run plain = run_step(false);
+  StepRun plain = run_step(false);
   EXPECT_EQ(plain.after_finish, r.after_finish);
 }
 
