@@ -22,6 +22,18 @@ class OutOfMemoryError : public Error {
   using Error::Error;
 };
 
+// A problem over a library's size limit (cuDNN's 2^31 elements per tensor): like running out of
+// memory, a smaller batch fits, so AutoBatch treats it as "does not fit". `excess` is how many
+// times over the limit the request is (elements asked / elements allowed, > 1; 0 if unknown).
+class TooLargeError : public OutOfMemoryError {
+ public:
+  TooLargeError(const std::string& what, double excess) : OutOfMemoryError(what), excess_(excess) {}
+  double excess() const { return excess_; }
+
+ private:
+  double excess_ = 0;
+};
+
 namespace detail {
 inline void append(std::ostringstream&) {}
 template <typename T, typename... R>

@@ -58,10 +58,11 @@ Json LoaderOptions::to_json() const {
 // --- shared state ---------------------------------------------------------------------------------
 
 struct DataLoader::State {
-  // One batch buffer; the images are pinned when CUDA is present (core/cuda/pinned.h).
+  // One batch buffer; images and labels are pinned when CUDA is present (core/cuda/pinned.h), so
+  // their copies to a GPU do not block the training loop.
   struct Slot {
     Tensor images;  // (batch_size, h * w * c) of the loader's dtype
-    std::unique_ptr<int64_t[]> labels;
+    Tensor labels;  // (batch_size) i64
   };
   struct Ready {
     int slot = -1;
@@ -106,7 +107,7 @@ struct DataLoader::State {
   void add_slot() {
     Slot s;
     s.images = empty_pinned(image_shape, dtype);
-    s.labels = std::make_unique<int64_t[]>(static_cast<size_t>(batch_size));
+    s.labels = empty_pinned({batch_size}, DType::i64);
     slots.push_back(std::move(s));
     free_slots.push_back(static_cast<int>(slots.size()) - 1);
   }
@@ -230,15 +231,16 @@ void DataLoader::start_epoch(int64_t epoch) {
 bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Workspace& ws, Sample& sample) {
   State& st = *st_;
   uint8_t* images;
-  int64_t* labels;
-  Tensor buffer;
+  Tensor buffer, label_buffer;
   {
     std::lock_guard<std::mutex> lk(st.mu);  // `slots` may grow under another thread
     buffer = st.slots[slot].images;
-    labels = st.slots[slot].labels.get();
+    label_buffer = st.slots[slot].labels;
   }
   images = static_cast<uint8_t*>(buffer.raw_data());
+  int64_t* labels = label_buffer.data<int64_t>();
   wait_host_copies(buffer);  // a GPU copy of the batch this slot held before may still read it
+  wait_host_copies(label_buffer);
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);
   const size_t sample_bytes = static_cast<size_t>(out_shape_.numel()) * dtype_size(dtype_);
   const uint64_t epoch = static_cast<uint64_t>(st.epoch);
@@ -416,7 +418,7 @@ void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
   {
     std::lock_guard<std::mutex> lk(st.mu);
     images = st.slots[slot].images.raw_data();
-    labels = st.slots[slot].labels.get();
+    labels = st.slots[slot].labels.data<int64_t>();
   }
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);
   auto lease = std::make_shared<SlotLease>(st_, slot);

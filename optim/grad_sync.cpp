@@ -5,8 +5,12 @@
 
 namespace kiln {
 
-GradSync::GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket_bytes)
-    : params_(std::move(params)), comm_(comm), where_(params_.size()), arrived_(params_.size(), false) {
+GradSync::GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket_bytes, bool always_reduce)
+    : params_(std::move(params)),
+      comm_(comm),
+      where_(params_.size()),
+      arrived_(params_.size(), false),
+      active_(comm.size() > 1 || always_reduce) {
   // Reverse registration order: the last layer's gradients are ready first.
   Bucket cur;
   size_t cur_bytes = 0;
@@ -33,7 +37,7 @@ GradSync::GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket
   }
   close();
   for (auto& b : buckets_) b.pending = b.params.size();
-  if (comm_.size() == 1) return;  // nothing to synchronise
+  if (!active_) return;  // one rank: nothing to synchronise
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor p = params_[k];
     p.register_grad_ready_hook([this, k](const Tensor&) { on_grad_ready(k); });
@@ -62,7 +66,7 @@ void GradSync::launch(Bucket& b, size_t index) {
 }
 
 void GradSync::finish() {
-  if (comm_.size() == 1) return;
+  if (!active_) return;
   NoGradGuard ng;
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = buckets_[bi];

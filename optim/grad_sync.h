@@ -4,7 +4,10 @@
 // reverse of the parameters' registration order, which is the order backward produces them.
 // After finish(), every parameter's .grad holds the average over ranks: the gradient of the
 // combined batch when every rank computes a mean loss over an equal share of it.
-// Tests: tests/optim/grad_sync_test.cpp, tests/mpi/.
+// With one rank there is nothing to average: the constructor registers no hooks and finish() returns
+// at once, unless `always_reduce` asks for the whole bucket path anyway (tests on a one-GPU machine
+// exercise the NCCL all-reduce that way; on one rank it is the identity).
+// Tests: tests/optim/grad_sync_test.cpp, tests/gpu/data_parallel_test.cpp, tests/mpi/.
 #pragma once
 #include <functional>
 #include <memory>
@@ -17,7 +20,8 @@ namespace kiln {
 
 class GradSync {
  public:
-  GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket_bytes = 25u << 20);
+  GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket_bytes = 25u << 20,
+           bool always_reduce = false);
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
@@ -46,6 +50,7 @@ class GradSync {
   std::vector<Bucket> buckets_;
   std::vector<std::pair<size_t, size_t>> where_;  // param -> (bucket, slot)
   std::vector<bool> arrived_;
+  bool active_ = false;  // more than one rank, or always_reduce
 };
 
 }  // namespace kiln

@@ -6,7 +6,8 @@
 // before the model was built. A probe that runs out of memory ends the probing and the fit uses the
 // others. The chosen batch is then run once for real: if it runs out of memory or overshoots the
 // target (the line missed a cliff: a workspace, another algorithm), the batch backs off in
-// proportion and is run again, until one fits.
+// proportion and is run again, until one fits. A batch over a library's size limit (TooLargeError)
+// does not fit either.
 // Tests: tests/tools/autobatch_test.cpp.
 #pragma once
 #include <cstdint>
@@ -25,6 +26,8 @@ struct AutoBatchResult {
   int64_t max_batch = 0;   // the cap it was held to
   double checked_peak_bytes = 0;                      // the chosen batch's own measured peak
   std::vector<int64_t> backed_off;                    // batches tried after the fit that did not fit
+  int64_t limit_batch = 0;  // the smallest batch that exceeded a library limit (TooLargeError), 0: none
+  std::string limit_error;  // what that library reported
   std::string report() const;                         // what was measured and chosen, for the log
 };
 
@@ -37,7 +40,10 @@ struct AutoBatchOptions {
 };
 
 // `peak_bytes(b)` runs one training step at batch b and returns the allocator's peak above the
-// baseline, or a negative value when it ran out of memory. `free_bytes` is the memory available.
+// baseline, or a negative value when it ran out of memory; a probe that throws OutOfMemoryError
+// (TooLargeError too: a library's size limit, e.g. cuDNN's 2^31 elements per tensor) also counts as
+// "does not fit". After a TooLargeError that says by how much the limit was exceeded, the next try is
+// the batch that stays within it. `free_bytes` is the memory available.
 AutoBatchResult auto_batch(const std::function<double(int64_t)>& peak_bytes, double free_bytes,
                            const AutoBatchOptions& opt);
 

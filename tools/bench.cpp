@@ -28,6 +28,7 @@
 #include <string>
 
 #include "core/autograd.h"
+#include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/linear.h"
@@ -71,15 +72,32 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
 }
 
 // Milliseconds per call of `step`, after `warmup` untimed calls. `sync` waits for the device.
-double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters) {
+// `blocked_s` (optional) gets the time the host spent blocked in CUDA calls during the timed steps
+// (core/cuda/host_wait.h), not counting the final sync that ends the measurement.
+double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters,
+               double* blocked_s = nullptr) {
   for (int64_t i = 0; i < warmup; ++i) step();
   sync();
+  const double w0 = host_wait_stats().seconds;
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < iters; ++i) step();
+  if (blocked_s) *blocked_s = host_wait_stats().seconds - w0;
   sync();
   auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(t1 - t0).count() / static_cast<double>(iters);
 }
+
+}  // namespace
+
+// "n/a" on the CPU (nothing to block on), else the blocked share of the step time in percent.
+std::string host_blocked_column(const Device& d, double blocked_s, double total_s) {
+  if (!d.is_cuda()) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", total_s > 0 ? 100.0 * blocked_s / total_s : 0.0);
+  return buf;
+}
+
+namespace {
 
 // Waits for `t`'s device by reading one element back to the host.
 void sync_on(const Tensor& t) {
@@ -279,26 +297,32 @@ int bench_train(const Args& args) {
     return n == "direct" ? wg::Mode::direct : n == "winograd" ? wg::Mode::winograd : wg::Mode::automatic;
   };
   std::vector<std::vector<double>> times(algos.size());
+  std::vector<double> blocked(algos.size(), 0.0), timed(algos.size(), 0.0);  // seconds, all rounds
   for (int64_t r = 0; r < ints["rounds"]; ++r)
     for (size_t i = 0; i < algos.size(); ++i) {
       if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
+      double b = 0;
       times[i].push_back(time_ms(
-          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"]));
+          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"], &b));
+      blocked[i] += b;
+      timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }
   wg::set_mode(prev);
   if (ints["rounds"] > 1)
     std::printf("# ms/step and images/s: the median of %lld rounds; best: the fastest round\n",
                 static_cast<long long>(ints["rounds"]));
-  std::printf("%-10s %-7s %-5s %6s %-9s %12s %10s %10s %10s\n", "model", "device", "dtype", "batch", "conv_algo",
-              "ms/step", "images/s", "best", "last loss");
+  std::printf("# host_blocked: the share of the timed steps the host spent blocked in CUDA calls (syncs, "
+              "event waits, blocking copies; the final wait that ends the timing not counted)\n");
+  std::printf("%-10s %-7s %-5s %6s %-9s %12s %10s %10s %10s %12s\n", "model", "device", "dtype", "batch", "conv_algo",
+              "ms/step", "images/s", "best", "last loss", "host_blocked");
   for (size_t i = 0; i < algos.size(); ++i) {
     std::vector<double> t = times[i];
     std::sort(t.begin(), t.end());
     double ms = t[t.size() / 2];
-    std::printf("%-10s %-7s %-5s %6lld %-9s %12.2f %10.1f %10.1f %10.4f\n", a["model"].c_str(), d.str().c_str(),
+    std::printf("%-10s %-7s %-5s %6lld %-9s %12.2f %10.1f %10.1f %10.4f %12s\n", a["model"].c_str(), d.str().c_str(),
                 a["precision"].c_str(), (long long)batch, algos[i].empty() ? "default" : algos[i].c_str(), ms,
                 static_cast<double>(batch) / (ms * 1e-3), static_cast<double>(batch) / (t.front() * 1e-3),
-                loss.item());
+                loss.item(), host_blocked_column(d, blocked[i], timed[i]).c_str());
   }
   return 0;
 }

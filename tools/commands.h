@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace kiln::cli {
 
 using Args = std::vector<std::string>;
@@ -11,6 +13,8 @@ using Args = std::vector<std::string>;
 int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
 int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp
+// bench train's host_blocked column: "n/a" off a GPU, else 100 * blocked_s / total_s as "1.5%". tools/bench.cpp
+std::string host_blocked_column(const Device& d, double blocked_s, double total_s);
 // "a,b,,c" -> {"a", "b", "c"} (empty parts dropped), for comma-separated arguments. tools/bench_memory.cpp
 std::vector<std::string> split_commas(const std::string& s);
 int cmd_train(const Args& args);  // tools/train_cmd.cpp

@@ -265,9 +265,9 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device).to(compute);
         Tensor y = Tensor::zeros({b}, DType::i64, device);
         ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
-      } catch (const OutOfMemoryError&) {
+      } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
         optimizer->zero_grad();
-        return -1;
+        throw;
       }
       double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
       optimizer->zero_grad();
@@ -284,6 +284,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     AutoBatchOptions ao;
     ao.fraction = breq.auto_fraction;
     ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size() / world);
+#ifdef KILN_WITH_CUDA
+    // Probe with cuDNN's heuristics: benchmark mode would time every algorithm of every probe batch
+    // (conv plans are per batch size); training then benchmarks its own batch once.
+    struct BenchmarkOff {
+      bool was;
+      explicit BenchmarkOff(bool on) : was(on) { if (was) cuda::set_cudnn_benchmark(false); }
+      ~BenchmarkOff() { if (was) cuda::set_cudnn_benchmark(true); }
+    } benchmark_off(device.is_cuda() && cuda::cudnn_benchmark());
+#endif
     AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
     int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
     breq.global = per_rank * world;
@@ -378,7 +387,33 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     train_loader.reset_stats();
     Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
     double loss_sum = 0, correct = 0, seen = 0;
+    // On a GPU a step does not wait for the device: its loss and correct count are accumulated on
+    // the device (`stats`, see cuda::accumulate_step_stats) and read every `read_every` steps (the
+    // log interval) and at the end of the epoch, where a non-finite loss (fp32/bf16) is reported
+    // with the step it happened at. The CPU reads every step (reading is free there).
+    const bool on_gpu = device.is_cuda();
+    const int64_t read_every =
+        on_gpu ? (opt.log_every > 0 ? opt.log_every : std::max<int64_t>(1, steps_per_epoch / 10)) : 1;
+    Tensor stats;
+    if (on_gpu) stats = Tensor::zeros({5}, DType::f64, device);
+    auto read_stats = [&] {  // GPU: fold the device's accumulators into the host's sums
+      std::vector<double> v = stats.to(Device::cpu()).to_double_vector();
+      stats.zero_();
+      loss_sum += v[0];
+      correct += v[1];
+      KILN_CHECK(v[2] == 0 || scaler, "the loss became ", v[4], " at epoch ", epoch + 1, ", step ",
+                 static_cast<int64_t>(v[3]) + 1, " (on a GPU the loss is checked every ", read_every,
+                 " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+    };
     auto t0 = Clock::now();
+    auto progress_fields = [&](double lr) {
+      double el = seconds_since(t0);
+      std::string f = "loss " + fmt("%.4f", loss_sum / seen) + "  acc " + fmt("%.1f%%", 100 * correct / seen) + "  lr " +
+                      fmt("%.4g", lr) + "  " + fmt("%.0f", seen * world / el) + " img/s  data " +
+                      fmt("%.0f%%", 100 * train_loader.stats().wait_seconds / std::max(el, 1e-9));
+      if (scaler) f += "  scale " + fmt("%g", scaler->scale()) + "  skipped " + std::to_string(scaler->skipped_steps());
+      return f;
+    };
     Batch b;
     int64_t i = 0;
     std::string fields;
@@ -388,14 +423,16 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
       Tensor logits = model->forward(x);
       // Softmax and the loss in f32 whatever the compute dtype.
-      Tensor loss = ops::cross_entropy(logits.to(DType::f32), y, opt.label_smoothing);
+      Tensor logits32 = logits.to(DType::f32);
+      Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing);
       optimizer->zero_grad();
       (scaler ? scaler->scale_loss(loss) : loss).backward();
       if (sync) sync->finish();
-      double l = loss.item();
+      double l = on_gpu ? 0.0 : loss.item();
       if (scaler) {
         // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts
-        // after loss_scaler.max_nonfinite_steps such steps in a row.
+        // after loss_scaler.max_nonfinite_steps such steps in a row. On a GPU the gradients' check
+        // alone decides (a non-finite loss has non-finite gradients).
         bool ok = scaler->unscale_and_check(params) && std::isfinite(l);
         if (ok) {
           if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
@@ -409,19 +446,26 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         optimizer->step();
       }
       ++state.step;
-      if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
-      loss_sum += l * b.size();
-      correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
       seen += b.size();
+      if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+        cuda::accumulate_step_stats(stats, loss.detach(), logits32.detach(), y, static_cast<double>(b.size()), i);
+#endif
+        if ((i + 1) % read_every != 0) continue;  // nothing new to show
+        read_stats();
+      } else {
+        if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
+        loss_sum += l * b.size();
+        correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
+      }
       if (show) {
-        double el = seconds_since(t0);
-        fields = "loss " + fmt("%.4f", loss_sum / seen) + "  acc " + fmt("%.1f%%", 100 * correct / seen) + "  lr " +
-                 fmt("%.4g", lr) + "  " + fmt("%.0f", seen * world / el) + " img/s  data " +
-                 fmt("%.0f%%", 100 * train_loader.stats().wait_seconds / std::max(el, 1e-9));
-        if (scaler)
-          fields += "  scale " + fmt("%g", scaler->scale()) + "  skipped " + std::to_string(scaler->skipped_steps());
+        fields = progress_fields(lr);
         bar.update(i + 1, fields);
       }
+    }
+    if (on_gpu) {  // the steps since the last read
+      read_stats();
+      if (show && seen > 0) fields = progress_fields(optimizer->lr());
     }
     double train_time = seconds_since(t0);
     std::vector<double> tr{loss_sum, correct, seen, train_loader.stats().wait_seconds};

@@ -7,7 +7,12 @@
 // mode, measured (cudnnFind*AlgorithmEx); the candidates that fit conv_workspace_limit() are kept in
 // order and cached with the descriptors. A run that cannot get its workspace falls to the next
 // candidate; one cuDNN reports as unsupported is dropped for good. Workspaces come from the caching
-// allocator (counted in memory stats). Tests: tests/gpu/conv2d_test.cpp.
+// allocator (counted in memory stats). Plans are keyed by the whole shape, batch included: cuDNN's
+// heuristics depend on N, and a heuristics query is cheap (no execution), so a new batch size costs a
+// query, not a search. Benchmark mode's search runs every algorithm, once per shape and batch, so
+// AutoBatch probes with benchmark mode off (tools/trainer.cpp) and only the chosen batch is searched.
+// A tensor of 2^31 elements or more throws TooLargeError (AutoBatch: "does not fit").
+// Tests: tests/gpu/conv2d_test.cpp.
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -77,8 +82,15 @@ Geometry geometry(const char* op, const Shape& x, const Shape& w, const ops::Con
   g.OH = (g.H + 2 * p.pad_h - p.dilation_h * (g.KH - 1) - 1) / p.stride_h + 1;
   g.OW = (g.W + 2 * p.pad_w - p.dilation_w * (g.KW - 1) - 1) / p.stride_w + 1;
   KILN_CHECK(g.OH > 0 && g.OW > 0 && g.KH > 0 && g.KW > 0, op, ": ", g.str, ": the output would be empty");
-  KILN_CHECK(g.N * g.H * g.W * g.Cin < INT_MAX && g.N * g.OH * g.OW * g.Cout < INT_MAX, op, ": ", g.str,
-             ": tensors of 2^31 elements or more are not supported by cuDNN's convolutions; use a smaller batch");
+  // cuDNN's legacy descriptors take int sizes and strides: each tensor must stay below 2^31
+  // elements. A batch past that is "too large" (AutoBatch backs off from it like from an OOM).
+  const double limit = static_cast<double>(INT_MAX) - 1;
+  const double elems = static_cast<double>(std::max(g.N * g.H * g.W * g.Cin, g.N * g.OH * g.OW * g.Cout));
+  if (elems > limit)
+    throw TooLargeError(::kiln::detail::cat(op, ": ", g.str, ": a tensor of ", static_cast<int64_t>(elems),
+                                    " elements; cuDNN's convolutions take fewer than 2^31 elements per tensor; use a "
+                                    "smaller batch"),
+                        elems / limit);
   return g;
 }
 

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/host_wait.h"
 #include "core/cuda/kernel_util.cuh"
 #include "core/cuda/runtime.h"
 
@@ -158,6 +159,7 @@ void copy_host_to_device(const Tensor& dst, const Tensor& src0) {
   } else {
     // NOTE: CUDA may still read pageable memory after cudaMemcpyAsync returns, and `src` may be a
     // temporary: wait, as PyTorch does for blocking copies. Hot paths use pinned buffers.
+    HostWaitTimer wait;
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
   if (!target.same(dst)) copy_on_device(device, dst, target);
@@ -174,7 +176,10 @@ void copy_device_to_host(const Tensor& dst, const Tensor& src0) {
   DeviceGuard g(device);
   cudaStream_t s = stream_of(device);
   CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, s));
-  CUDA_CHECK(cudaStreamSynchronize(s));
+  {
+    HostWaitTimer wait;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+  }
   if (!target.same(dst)) copy_tensor(dst, target);
 }
 
@@ -189,6 +194,7 @@ void copy_across_devices(const Tensor& dst, const Tensor& src0) {
   Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), dst.device());
   {
     DeviceGuard g(sd);
+    HostWaitTimer wait;
     CUDA_CHECK(cudaStreamSynchronize(stream_of(sd)));  // src is complete before the peer reads it
   }
   DeviceGuard g(dd);
@@ -196,6 +202,7 @@ void copy_across_devices(const Tensor& dst, const Tensor& src0) {
   CUDA_CHECK(cudaMemcpyPeerAsync(target.raw_data(), dd, src.raw_data(), sd, src.nbytes(), s));
   if (!target.same(dst)) copy_on_device(dd, dst, target);
   // Waited for, so the source may be freed and reused on its own stream right away.
+  HostWaitTimer wait;
   CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
@@ -237,6 +244,7 @@ int32_t read_i32(const Tensor& t) {
   cudaStream_t s = stream_of(device);
   int32_t v = 0;
   CUDA_CHECK(cudaMemcpyAsync(&v, t.raw_data(), sizeof(v), cudaMemcpyDeviceToHost, s));
+  HostWaitTimer wait;
   CUDA_CHECK(cudaStreamSynchronize(s));
   return v;
 }

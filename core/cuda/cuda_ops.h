@@ -83,6 +83,13 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, con
                               double label_smoothing);
 // Row-wise softmax of (N, K) logits, in logits' dtype.
 Tensor softmax(const Tensor& logits);
+// A training step's statistics accumulated on the device, so the step needs no host read
+// (tools/trainer.cpp reads `acc` at log intervals). acc: 5 f64 values on the device, zeroed by the
+// caller: [0] += loss * weight when the loss is finite; [1] += rows of `logits` (N, K) whose first
+// maximum is at `labels` (N, i64); [2] += 1 when the loss is not finite; [3] = `step` and [4] = the
+// loss, for the first non-finite loss (while [2] was 0). loss: an f32 scalar on the device.
+void accumulate_step_stats(const Tensor& acc, const Tensor& loss, const Tensor& logits, const Tensor& labels,
+                           double weight, int64_t step);
 
 // --- dropout (core/cuda/dropout_cuda.cu) ------------------------------------------------------------
 // Element i (row-major logical index) is kept iff uniform_at(state, i) >= float(p), and kept values
@@ -97,6 +104,16 @@ Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
 // Linear: y = matmul(x, w, false, true, b); dx = matmul(gy, w, false, false); dw = matmul(gy, x, true, false).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false,
               const Tensor& bias = Tensor());
+// How a matmul problem runs, chosen once per shape and cached: cuBLASLt with the bias epilogue;
+// cuBLASLt without it (the bias added by a separate kernel) when the heuristic has no algorithm with
+// the epilogue; cublasGemmEx (+ bias kernel) when cuBLASLt has none at all or its algorithm reports
+// itself unsupported at run time (tiny and odd shapes, e.g. 1x1x1 with a bias, unaligned operands).
+enum class MatmulPath { lt_epilogue, lt_then_bias, gemm_ex };
+// The path the last matmul() on `device` took (tests).
+MatmulPath last_matmul_path(int device);
+// Tests: start every new problem from `first` instead of lt_epilogue (lt_epilogue restores the
+// normal behaviour); plans cached under another start are not reused.
+void set_matmul_first_path(MatmulPath first);
 
 // --- convolution (core/cuda/conv2d_cuda.cu, cuDNN) --------------------------------------------------
 // x (N, H, W, Cin), w (Cout, KH, KW, Cin/groups) of x's dtype, b (Cout) or undefined -> (N, OH, OW, Cout).

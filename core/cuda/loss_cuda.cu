@@ -70,6 +70,37 @@ __global__ void ce_backward_kernel(const float* grad_loss, const T* logits, cons
   }
 }
 
+// One block: the correct count by a block reduction, then thread 0 updates acc (see cuda_ops.h).
+template <typename T>
+__global__ void step_stats_kernel(double* acc, const float* loss, const T* logits, const int64_t* labels, int64_t N,
+                                  int64_t K, double weight, int64_t step) {
+  float correct = 0.f;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    const T* row = logits + i * K;
+    int64_t best = 0;
+    float bv = to_float(row[0]);
+    for (int64_t j = 1; j < K; ++j) {
+      float v = to_float(row[j]);
+      if (v > bv) bv = v, best = j;
+    }
+    correct += best == labels[i] ? 1.f : 0.f;
+  }
+  correct = block_combine<SumCombine>(correct);
+  if (threadIdx.x == 0) {
+    float l = *loss;
+    if (isfinite(l)) {
+      acc[0] += static_cast<double>(l) * weight;
+    } else {
+      if (acc[2] == 0) {
+        acc[3] = static_cast<double>(step);
+        acc[4] = static_cast<double>(l);
+      }
+      acc[2] += 1;
+    }
+    acc[1] += static_cast<double>(correct);
+  }
+}
+
 template <typename T>
 __global__ void softmax_kernel(const T* logits, int64_t N, int64_t K, T* out) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
@@ -160,6 +191,30 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, co
                                                       static_cast<T*>(out.raw_data()));
   });
   return out;
+}
+
+void accumulate_step_stats(const Tensor& acc, const Tensor& loss, const Tensor& logits0, const Tensor& labels0,
+                           double weight, int64_t step) {
+  const char* op = "accumulate_step_stats";
+  int device = same_device(op, {&acc, &loss, &logits0, &labels0});
+  KILN_CHECK(acc.dtype() == DType::f64 && acc.numel() == 5 && acc.is_contiguous(), op, ": acc must be 5 packed f64, got ",
+             acc.str());
+  KILN_CHECK(loss.dtype() == DType::f32 && loss.numel() == 1, op, ": loss must be one f32 value, got ", loss.str());
+  KILN_CHECK(logits0.dim() == 2 && labels0.dim() == 1 && labels0.size(0) == logits0.size(0) &&
+                 labels0.dtype() == DType::i64,
+             op, ": logits (N, K) and i64 labels (N), got ", logits0.str(), " and ", labels0.str());
+  Tensor logits = packed(logits0), labels = packed(labels0), l = packed(loss);
+  int64_t N = logits.size(0), K = logits.size(1);
+  if (K == 0) N = 0;  // no class to pick: nothing is correct
+  DeviceGuard g(device);
+  cudaStream_t s = stream_of(device);
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    step_stats_kernel<T><<<1, 256, 0, s>>>(static_cast<double*>(acc.raw_data()), static_cast<const float*>(l.raw_data()),
+                                           static_cast<const T*>(logits.raw_data()),
+                                           static_cast<const int64_t*>(labels.raw_data()), N, K, weight, step);
+  });
+  CUDA_CHECK_LAUNCH();
 }
 
 Tensor softmax(const Tensor& logits0) {

@@ -3,16 +3,26 @@
 // then polled to completion under the same timeout. Collectives run on a communication stream of
 // their own, which first waits (an event) for what the compute stream has queued so far: a gradient
 // bucket's all-reduce then runs beside the rest of backward instead of between its kernels.
+// Every wait is bounded: joining and collectives by the timeout (then the communicator is aborted),
+// the abort itself by kAbortWait (it runs on a helper thread).
 // Tests: tests/gpu/nccl_test.cpp, tests/gpu/data_parallel_test.cpp.
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
+#include <iostream>
+#include <memory>
 #include <thread>
 
+#include "core/cuda/host_wait.h"
 #include "core/cuda/nccl_comm.h"
 #include "core/cuda/runtime.h"
 
 namespace kiln::cuda {
+
+namespace {
+constexpr std::chrono::seconds kAbortWait{10};
+}  // namespace
 
 struct NcclComm::Impl {
   ncclComm_t comm = nullptr;
@@ -41,11 +51,22 @@ struct NcclComm::Impl {
     return "NCCL rank " + std::to_string(rank) + " of " + std::to_string(size) + " on cuda:" + std::to_string(device);
   }
 
+  // Aborts once. ncclCommAbort of a communicator whose init is still joining (a missing peer) has
+  // been seen to block in NCCL's bootstrap; it runs on a helper thread and is waited for at most
+  // kAbortWait: past that it is left running in the background (the communicator is unusable
+  // either way) and the caller goes on to report the error instead of hanging.
   void do_abort() {
-    if (comm && !aborted.exchange(true)) {
-      DeviceGuard g(device);
-      ncclCommAbort(comm);
-    }
+    if (!comm || aborted.exchange(true)) return;
+    auto finished = std::make_shared<std::promise<void>>();
+    std::future<void> f = finished->get_future();
+    std::thread([c = comm, dev = device, finished] {
+      cudaSetDevice(dev);
+      ncclCommAbort(c);
+      finished->set_value();
+    }).detach();
+    if (f.wait_for(kAbortWait) != std::future_status::ready)
+      std::cerr << where() << ": ncclCommAbort did not return within "
+                << std::chrono::duration<double>(kAbortWait).count() << " s; left in the background\n";
   }
 
   // Polls a non-blocking call to completion; aborts and throws on error or timeout.
@@ -189,6 +210,7 @@ void NcclComm::synchronize(double timeout_s) {
   impl_->check_usable("synchronize");
   DeviceGuard g(impl_->device);
   cudaStream_t s = impl_->stream;
+  HostWaitTimer wait;
   auto start = std::chrono::steady_clock::now();
   while (true) {
     cudaError_t e = cudaStreamQuery(s);

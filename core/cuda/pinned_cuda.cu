@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/cuda/host_wait.h"
 #include "core/cuda/pinned.h"
 #include "core/cuda/runtime.h"
 
@@ -99,7 +100,10 @@ bool is_pinned(const Tensor& t) {
 
 void wait_host_copies(const Tensor& t) {
   if (!t.defined() || !t.device().is_cpu()) return;
-  for (cudaEvent_t ev : events_of(t.impl().storage->data)) CUDA_CHECK(cudaEventSynchronize(ev));
+  for (cudaEvent_t ev : events_of(t.impl().storage->data)) {
+    HostWaitTimer wait;
+    CUDA_CHECK(cudaEventSynchronize(ev));
+  }
 }
 
 namespace cuda {

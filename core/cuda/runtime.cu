@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/host_wait.h"
 
 namespace kiln {
 
@@ -92,12 +93,27 @@ DeviceGuard::~DeviceGuard() {
 // --- contexts ----------------------------------------------------------------------------------------
 namespace {
 
-struct UploadArea {
-  void* host = nullptr;  // pinned staging
-  void* dev = nullptr;
+// Argument tables go through a ring of pinned staging buffers, each with an event recorded after
+// the copy that reads it: a new upload takes the next buffer and waits only if that buffer's copy,
+// kUploadRing uploads ago, has not run yet (the host is that far ahead of the device). The device
+// side is one buffer: each copy into it is stream-ordered after the kernels that read the previous
+// table. A table larger than the buffer replaces it; the old one is kept (never freed) because
+// queued kernels may still read it, so growing needs no sync either (it only doubles, rarely).
+constexpr size_t kUploadRing = 16;
+
+struct Staging {
+  void* host = nullptr;  // pinned
   size_t capacity = 0;
-  cudaEvent_t done = nullptr;  // recorded after the last staging -> device copy
+  cudaEvent_t done = nullptr;  // recorded after the last copy from `host`
   bool pending = false;
+};
+
+struct UploadArea {
+  Staging ring[kUploadRing];
+  size_t next = 0;
+  void* dev = nullptr;
+  size_t dev_capacity = 0;
+  std::vector<void*> retired;  // outgrown device buffers (see above)
 };
 
 struct Slot {
@@ -180,30 +196,39 @@ const void* upload(int device, const void* host, size_t bytes) {
   std::lock_guard<std::mutex> lock(s.upload_mu);
   UploadArea& u = s.upload;
   DeviceGuard g(device);
-  if (u.pending) {  // the staging buffer may still be read by the previous copy
-    CUDA_CHECK(cudaEventSynchronize(u.done));
-    u.pending = false;
-  }
-  if (bytes > u.capacity) {
-    size_t cap = std::max<size_t>(bytes, std::max<size_t>(2 * u.capacity, 64 << 10));
-    // The old device buffer may still be read by queued kernels (rare: the table only grows).
-    if (u.dev) {
-      CUDA_CHECK(cudaStreamSynchronize(c.stream));
-      CUDA_CHECK(cudaFree(u.dev));
+  Staging& st = u.ring[u.next];
+  u.next = (u.next + 1) % kUploadRing;
+  if (st.pending) {  // this staging buffer may still be read by its copy of kUploadRing uploads ago
+    cudaError_t q = cudaEventQuery(st.done);
+    if (q == cudaErrorNotReady) {
+      HostWaitTimer wait;
+      CUDA_CHECK(cudaEventSynchronize(st.done));
+    } else {
+      CUDA_CHECK(q);
     }
-    if (u.host) CUDA_CHECK(cudaFreeHost(u.host));
-    u.host = nullptr;
-    u.dev = nullptr;
-    u.capacity = 0;
-    CUDA_CHECK(cudaHostAlloc(&u.host, cap, cudaHostAllocDefault));
-    CUDA_CHECK(cudaMalloc(&u.dev, cap));
-    u.capacity = cap;
-    if (!u.done) CUDA_CHECK(cudaEventCreateWithFlags(&u.done, cudaEventDisableTiming));
+    st.pending = false;
   }
-  std::memcpy(u.host, host, bytes);
-  CUDA_CHECK(cudaMemcpyAsync(u.dev, u.host, bytes, cudaMemcpyHostToDevice, c.stream));
-  CUDA_CHECK(cudaEventRecord(u.done, c.stream));
-  u.pending = true;
+  if (bytes > st.capacity || !st.host) {
+    if (st.host) CUDA_CHECK(cudaFreeHost(st.host));  // not pending (above): nothing reads it
+    st.host = nullptr;
+    st.capacity = 0;
+    size_t cap = std::max<size_t>(bytes, 64 << 10);
+    CUDA_CHECK(cudaHostAlloc(&st.host, cap, cudaHostAllocDefault));
+    st.capacity = cap;
+    if (!st.done) CUDA_CHECK(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming));
+  }
+  if (bytes > u.dev_capacity) {
+    size_t cap = std::max<size_t>(bytes, std::max<size_t>(2 * u.dev_capacity, 64 << 10));
+    void* fresh = nullptr;
+    CUDA_CHECK(cudaMalloc(&fresh, cap));
+    if (u.dev) u.retired.push_back(u.dev);
+    u.dev = fresh;
+    u.dev_capacity = cap;
+  }
+  std::memcpy(st.host, host, bytes);
+  CUDA_CHECK(cudaMemcpyAsync(u.dev, st.host, bytes, cudaMemcpyHostToDevice, c.stream));
+  CUDA_CHECK(cudaEventRecord(st.done, c.stream));
+  st.pending = true;
   return u.dev;
 }
 
@@ -217,6 +242,7 @@ int grid_for(int device, int64_t n, int threads) {
 void synchronize(int device) {
   DeviceContext& c = context(device);
   DeviceGuard g(device);
+  HostWaitTimer wait;
   CUDA_CHECK(cudaStreamSynchronize(c.stream));
 }
 

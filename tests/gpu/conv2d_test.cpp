@@ -172,4 +172,23 @@ TEST(CudaConv2d, BadShapesThrow) {
   }
 }
 
+// Past cuDNN's 2^31 elements per tensor the error is a TooLargeError (AutoBatch: "does not fit")
+// saying by how much: checked before anything is allocated, so a broadcast view of 2^31 elements
+// (stride 0 along the batch, 4 bytes of storage per image) is enough.
+TEST(CudaConv2d, OverTheElementLimitIsTooLarge) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  Tensor img = Tensor::zeros({1, 64, 64, 16}, DType::f16, gpu());
+  int64_t n = (int64_t(1) << 31) / (64 * 64 * 16) + 1;  // one image past 2^31 elements
+  Tensor x = make_view(img, {n, 64, 64, 16}, {0, 64 * 16, 16, 1}, 0);
+  Tensor w = Tensor::zeros({16, 1, 1, 16}, DType::f16, gpu());
+  try {
+    cuda::conv2d_forward(x, w, Tensor(), params(1, 1, 0, 0));
+    ADD_FAILURE() << "expected TooLargeError";
+  } catch (const TooLargeError& e) {
+    EXPECT_GT(e.excess(), 1.0);
+    EXPECT_LT(e.excess(), 1.001);
+    EXPECT_NE(std::string(e.what()).find("2^31"), std::string::npos) << e.what();
+  }
+}
+
 #endif  // KILN_WITH_CUDA

@@ -96,4 +96,37 @@ TEST(CudaLoss, Softmax) {
   }
 }
 
+// The trainer's per-step statistics on the device: loss * weight summed while finite, the rows whose
+// first maximum is the label counted (1000 rows: several per thread of the one block), and the first
+// non-finite loss recorded with its step; nothing read back until the end.
+TEST(CudaLoss, AccumulateStepStats) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const int64_t N = 1000, K = 7;
+  Tensor logits = rand_cpu({N, K}, 5, DType::bf16);
+  std::vector<double> v = logits.to_double_vector();
+  std::vector<int64_t> labels(N);
+  int64_t want_correct = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < K; ++j)
+      if (v[i * K + j] > v[i * K + best]) best = j;
+    labels[i] = (i % 3 == 0) ? best : (best + 1) % K;
+    want_correct += labels[i] == best;
+  }
+  Tensor acc = Tensor::zeros({5}, DType::f64, gpu());
+  Tensor lg = logits.to(gpu()), y = Tensor::from_vector(labels, {N}).to(gpu());
+  auto scalar = [&](double x) { return Tensor::full({}, x, DType::f32, gpu()); };
+  cuda::accumulate_step_stats(acc, scalar(2.5), lg, y, 4.0, 0);
+  cuda::accumulate_step_stats(acc, scalar(NAN), lg, y, 4.0, 1);
+  cuda::accumulate_step_stats(acc, scalar(INFINITY), lg, y, 4.0, 2);
+  cuda::accumulate_step_stats(acc, scalar(0.5), lg, y, 2.0, 3);
+  std::vector<double> got = acc.to_double_vector();
+  EXPECT_EQ(got[0], 2.5 * 4 + 0.5 * 2);
+  EXPECT_EQ(got[1], 4.0 * want_correct);
+  EXPECT_EQ(got[2], 2.0);
+  EXPECT_EQ(got[3], 1.0) << "the first non-finite step";
+  EXPECT_TRUE(std::isnan(got[4]));
+  EXPECT_THROW(cuda::accumulate_step_stats(Tensor::zeros({4}, DType::f64, gpu()), scalar(1), lg, y, 1, 0), Error);
+}
+
 #endif  // KILN_WITH_CUDA

@@ -1,6 +1,6 @@
 // cuBLASLt matmul against a double-precision triple loop: every transpose combination, odd sizes,
 // bias, transposed and sliced views as operands, f32 (exact FMA path and TF32), f16, bf16, and the
-// three products of a Linear layer's forward and backward.
+// three products of a Linear layer's forward and backward, and tiny/odd problems on each fallback path.
 #include <gtest/gtest.h>
 
 #include "tests/gpu/gpu_test_util.h"
@@ -100,6 +100,48 @@ TEST(CudaMatmul, LinearForwardBackward) {
                            1e-5, "linear dx");
   gputest::expect_near_all(cuda::matmul(gy.to(gpu()), x.to(gpu()), true, false), ref_matmul(gy, x, true, false, Tensor()),
                            1e-4, 1e-5, "linear dw");
+}
+
+// Tiny and odd problems (1x1x1 with a bias, K = 1, operands at odd element offsets, so 2-byte
+// aligned for f16) on every path: the normal choice (whatever cuBLASLt offers, falling back when it
+// offers nothing) and each fallback forced, all against the reference.
+TEST(CudaMatmul, TinyAndOddShapesOnEveryPath) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  struct Case {
+    int64_t M, N, K;
+    int64_t offset;  // elements skipped at the start of each operand's storage
+  };
+  using P = cuda::MatmulPath;
+  for (P first : {P::lt_epilogue, P::lt_then_bias, P::gemm_ex}) {
+    cuda::set_matmul_first_path(first);
+    for (DType t : {DType::f32, DType::f16, DType::bf16})
+      for (Case c : {Case{1, 1, 1, 0}, Case{5, 7, 1, 0}, Case{1, 9, 3, 1}, Case{7, 3, 5, 1}, Case{17, 33, 9, 3}})
+        for (bool with_bias : {false, true}) {
+          std::string what = std::string(dtype_name(t)) + " M=" + std::to_string(c.M) + " N=" + std::to_string(c.N) +
+                             " K=" + std::to_string(c.K) + " offset " + std::to_string(c.offset) +
+                             (with_bias ? " +bias" : "") + " first path " + std::to_string(static_cast<int>(first));
+          Tensor a = rand_cpu({c.M * c.K + c.offset}, 11, t), b = rand_cpu({c.K * c.N + c.offset}, 12, t);
+          Tensor av = a.slice(0, c.offset, c.offset + c.M * c.K).view({c.M, c.K});
+          Tensor bv = b.slice(0, c.offset, c.offset + c.K * c.N).view({c.K, c.N});
+          Tensor bias = with_bias ? rand_cpu({c.N}, 13, t) : Tensor();
+          Tensor ga = a.to(gpu()).slice(0, c.offset, c.offset + c.M * c.K).view({c.M, c.K});
+          Tensor gb = b.to(gpu()).slice(0, c.offset, c.offset + c.K * c.N).view({c.K, c.N});
+          Tensor y = cuda::matmul(ga, gb, false, false, with_bias ? bias.to(gpu()) : Tensor());
+          ASSERT_EQ(y.shape(), Shape({c.M, c.N})) << what;
+          Tol tl = tol_for(t, false, c.K);
+          gputest::expect_near_all(y, ref_matmul(av.contiguous(), bv.contiguous(), false, false, bias), tl.atol, tl.rtol,
+                                   what);
+          P used = cuda::last_matmul_path(0);
+          if (first == P::gemm_ex) EXPECT_EQ(used, P::gemm_ex) << what;
+          if (first == P::lt_then_bias) EXPECT_NE(used, P::lt_epilogue) << what;
+          if (!with_bias) EXPECT_NE(used, P::lt_epilogue) << what << ": no bias, no epilogue";
+          // A second call reuses the cached plan and its path.
+          Tensor y2 = cuda::matmul(ga, gb, false, false, with_bias ? bias.to(gpu()) : Tensor());
+          EXPECT_EQ(cuda::last_matmul_path(0), used) << what;
+          EXPECT_EQ(y2.to_double_vector(), y.to_double_vector()) << what;
+        }
+  }
+  cuda::set_matmul_first_path(P::lt_epilogue);
 }
 
 TEST(CudaMatmul, EdgeCasesAndErrors) {

@@ -1,11 +1,12 @@
 // NCCL communicator: every visible GPU in one process (one thread per GPU, as the trainer drives
 // them), all_reduce sum/avg and broadcast against values computed here; a one-rank communicator
-// from a unique id (the multi-process path); timeouts and use after abort.
+// from a unique id (the multi-process path); timeouts and use after abort, under a watchdog.
 #include <gtest/gtest.h>
 
 #include "tests/gpu/gpu_test_util.h"
 
 #ifdef KILN_WITH_CUDA
+#include <chrono>
 #include <thread>
 
 #include "core/cuda/cuda_ops.h"
@@ -70,14 +71,20 @@ TEST(CudaNccl, OneRankFromUniqueIdAndAbort) {
 
 TEST(CudaNccl, MissingPeerTimesOut) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  // Rank 0 of 2 with nobody else joining: construction must give up after the timeout, not hang.
+  // Rank 0 of 2 with nobody else joining: construction must give up after the timeout, not hang;
+  // the abort of the init in progress is bounded too (10 s). The watchdog turns a hang into a failure.
+  gputest::Watchdog dog(30, "CudaNccl.MissingPeerTimesOut");
   std::string id = cuda::NcclComm::unique_id();
+  auto start = std::chrono::steady_clock::now();
   try {
     cuda::NcclComm comm(id, 2, 0, 0, 3.0);
     FAIL() << "joining a 2-rank communicator alone did not fail";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("within 3 s"), std::string::npos) << e.what();
   }
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(s, 3.0);
+  EXPECT_LT(s, 3.0 + 10.0 + 2.0) << "timeout plus the bounded abort";
 }
 
 #endif  // KILN_WITH_CUDA

@@ -136,4 +136,23 @@ TEST(CudaRuntime, UploadTablesAreStreamOrdered) {
   EXPECT_EQ(tb.to_int_vector(), std::vector<int64_t>(5000, 9));
 }
 
+// The staging ring (16 pinned buffers): 40 tables in a row, one growing past the device area
+// mid-way, each read by a copy queued right after its upload; every copy sees its own table.
+TEST(CudaRuntime, UploadRingKeepsEveryTable) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  std::vector<Tensor> outs;
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < 40; ++k) {
+    int64_t n = k == 20 ? 70000 : 100 + k;  // 280 KB at k = 20: larger than the area so far
+    std::vector<int32_t> v(static_cast<size_t>(n), k);
+    const void* p = cuda::upload(0, v.data(), v.size() * 4);
+    Tensor t = Tensor::empty({n}, DType::i32, Device::cuda(0));
+    CUDA_CHECK(cudaMemcpyAsync(t.raw_data(), p, v.size() * 4, cudaMemcpyDeviceToDevice, cuda::stream_of(0)));
+    outs.push_back(t);
+    sizes.push_back(n);
+  }
+  for (int k = 0; k < 40; ++k)
+    EXPECT_EQ(outs[k].to_int_vector(), std::vector<int64_t>(static_cast<size_t>(sizes[k]), k)) << "table " << k;
+}
+
 #endif  // KILN_WITH_CUDA

@@ -90,3 +90,55 @@ TEST(AutoBatch, BacksOffWhenTheChosenBatchDoesNotFit) {
   EXPECT_EQ(r.checked_peak_bytes, probe(r.batch));
   EXPECT_NE(r.report().find("batch 364 did not fit, backed off"), std::string::npos) << r.report();
 }
+
+// A probe over a library's size limit (cuDNN's 2^31 elements per tensor) throws TooLargeError, not
+// a plain Error: AutoBatch counts it as "does not fit" and, told by how much the limit was exceeded,
+// goes straight to the largest batch within it. The memory line alone would allow 3966.
+TEST(AutoBatch, ALibraryLimitIsDoesNotFit) {
+  const double MiB = 1 << 20;
+  std::vector<int64_t> ran;
+  auto probe = [&](int64_t b) -> double {
+    ran.push_back(b);
+    if (b > 100) throw TooLargeError("conv2d: a tensor of " + std::to_string(b) + "00 elements is over the limit",
+                                     static_cast<double>(b) / 100);
+    return 100 * MiB + 3 * MiB * b;
+  };
+  AutoBatchOptions opt;
+  AutoBatchResult r = auto_batch(probe, 20000 * MiB, opt);
+  EXPECT_EQ(r.batch, 100);
+  EXPECT_EQ(r.backed_off, std::vector<int64_t>{3966});
+  EXPECT_EQ(r.limit_batch, 3966);
+  EXPECT_EQ(ran.back(), 100);
+  EXPECT_NE(r.report().find("batch 3966 exceeds a library limit: conv2d: a tensor of 396600 elements"),
+            std::string::npos)
+      << r.report();
+  // Without the excess (unknown), it backs off by 3/4 until the batch fits.
+  ran.clear();
+  auto unknown = [&](int64_t b) -> double {
+    if (b > 120) throw TooLargeError("too large", 0);
+    return 100 * MiB + 3 * MiB * b;
+  };
+  opt.max_batch = 200;
+  AutoBatchResult u = auto_batch(unknown, 20000 * MiB, opt);
+  EXPECT_EQ(u.backed_off, (std::vector<int64_t>{200, 150}));
+  EXPECT_EQ(u.batch, 112);
+  // Even the first probe over the limit: a clear error naming the limit.
+  try {
+    auto_batch([](int64_t) -> double { throw TooLargeError("cuDNN limit", 2.0); }, 1e9, AutoBatchOptions());
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("even batch 8 exceeds a library limit (cuDNN limit)"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Any other error from a probe (a bug, a bad config) is not "does not fit": it propagates.
+TEST(AutoBatch, OtherProbeErrorsPropagate) {
+  EXPECT_THROW(auto_batch([](int64_t) -> double { throw Error("bad"); }, 1e9, AutoBatchOptions()), Error);
+  try {
+    auto_batch([](int64_t) -> double { throw Error("bad"); }, 1e9, AutoBatchOptions());
+  } catch (const OutOfMemoryError&) {
+    ADD_FAILURE() << "a plain Error became an OutOfMemoryError";
+  } catch (const Error&) {
+  }
+}

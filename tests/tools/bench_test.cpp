@@ -7,9 +7,12 @@
 #include <cmath>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "core/check.h"
 #include "core/device.h"
+#include "core/cuda/host_wait.h"
 #include "tools/commands.h"
 
 using namespace kiln;
@@ -28,7 +31,10 @@ TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
   std::istringstream f(row);
   std::string model, device, dtype, algo;
   double batch = 0, ms = 0, ips = 0, best = 0, loss = 0;
-  f >> model >> device >> dtype >> batch >> algo >> ms >> ips >> best >> loss;
+  std::string blocked;
+  f >> model >> device >> dtype >> batch >> algo >> ms >> ips >> best >> loss >> blocked;
+  EXPECT_EQ(blocked, "n/a") << "the CPU never blocks on a device: " << row;
+  EXPECT_NE(out.find("# host_blocked: the share of the timed steps"), std::string::npos) << out;
   EXPECT_EQ(algo, "default");
   EXPECT_NEAR(best, ips, 0.05 + 0.01 * ips);  // one round: the best is the median
   EXPECT_EQ(device, "cpu");
@@ -106,4 +112,23 @@ TEST(BenchCheckpoint, RoundsAlternateAndGiveOneRowPerPolicy) {
     EXPECT_NE(std::string(e.what()).find("'rounds=0': rounds takes a whole number >= 1"), std::string::npos)
         << e.what();
   }
+}
+
+// The host-wait counter (core/cuda/host_wait.h) that bench train's host_blocked column reads: each
+// HostWaitTimer scope adds its duration and one call; the column is "n/a" off a GPU and a percentage
+// of the step time on one.
+TEST(BenchTrain, HostWaitCounterAndColumn) {
+  HostWaitStats before = host_wait_stats();
+  {
+    HostWaitTimer t;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  HostWaitStats after = host_wait_stats();
+  EXPECT_EQ(after.calls, before.calls + 1);
+  EXPECT_GE(after.seconds - before.seconds, 0.019);
+  EXPECT_LT(after.seconds - before.seconds, 1.0);
+  EXPECT_EQ(cli::host_blocked_column(Device::cpu(), 0.5, 1.0), "n/a");
+  EXPECT_EQ(cli::host_blocked_column(Device::cuda(0), 0.015, 1.0), "1.5%");
+  EXPECT_EQ(cli::host_blocked_column(Device::cuda(0), 0.0, 2.0), "0.0%");
+  EXPECT_EQ(cli::host_blocked_column(Device::cuda(0), 0.0, 0.0), "0.0%");
 }
