@@ -94,7 +94,9 @@ TEST(Device, ParseErrorsNameTheInput) {
     EXPECT_NE(std::string(e.what()).find("tpu"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("accepted"), std::string::npos);
   }
-  if (cuda_device_count() == 0) EXPECT_THROW(parse_device_list("0,1"), Error);
+  if (cuda_device_count() == 0) {
+    EXPECT_THROW(parse_device_list("0,1"), Error);
+  }
   EXPECT_EQ(parse_device_list("cpu").size(), 1u);
   // A GPU that is not there: one line naming the request and what is available.
   try {
@@ -104,7 +106,9 @@ TEST(Device, ParseErrorsNameTheInput) {
     std::string m = e.what();
     EXPECT_NE(m.find("device=cuda:" + std::to_string(cuda_device_count()) + ": this machine has no such GPU; available: cpu"),
               std::string::npos) << m;
-    if (cuda_device_count() == 0 && cuda_compiled()) EXPECT_NE(m.find("cpu (no CUDA device visible)"), std::string::npos) << m;
+    if (cuda_device_count() == 0 && cuda_compiled()) {
+      EXPECT_NE(m.find("cpu (no CUDA device visible)"), std::string::npos) << m;
+    }
     EXPECT_EQ(m.find('\n'), std::string::npos) << m;
   }
   // The default: the first GPU when there is one, else the CPU.

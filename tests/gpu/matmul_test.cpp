@@ -132,9 +132,9 @@ TEST(CudaMatmul, TinyAndOddShapesOnEveryPath) {
           gputest::expect_near_all(y, ref_matmul(av.contiguous(), bv.contiguous(), false, false, bias), tl.atol, tl.rtol,
                                    what);
           P used = cuda::last_matmul_path(0);
-          if (first == P::gemm_ex) EXPECT_EQ(used, P::gemm_ex) << what;
-          if (first == P::lt_then_bias) EXPECT_NE(used, P::lt_epilogue) << what;
-          if (!with_bias) EXPECT_NE(used, P::lt_epilogue) << what << ": no bias, no epilogue";
+          if (first == P::gemm_ex) { EXPECT_EQ(used, P::gemm_ex) << what; }
+          if (first == P::lt_then_bias) { EXPECT_NE(used, P::lt_epilogue) << what; }
+          if (!with_bias) { EXPECT_NE(used, P::lt_epilogue) << what << ": no bias, no epilogue"; }
           // A second call reuses the cached plan and its path.
           Tensor y2 = cuda::matmul(ga, gb, false, false, with_bias ? bias.to(gpu()) : Tensor());
           EXPECT_EQ(cuda::last_matmul_path(0), used) << what;
