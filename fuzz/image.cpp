@@ -27,7 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   try {
     kiln::ImageHeader h = kiln::read_image_header(data, size, name);
-    if (h.format == kiln::ImageFormat::jpeg && h.width * h.height <= o.max_pixels) {
+    if (h.format == kiln::ImageFormat::jpeg && h.height <= o.max_pixels / h.width) {
       kiln::DecodeOptions grey = o;
       grey.channels = 1;
       grey.min_side = 8;

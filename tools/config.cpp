@@ -53,6 +53,8 @@ json load_config_file(const std::string& path) {
     return j;
   } catch (const json::parse_error& e) {
     KILN_FAIL("config file '", path, "' is not valid JSON: ", e.what());
+  } catch (const json::out_of_range& e) {  // a number beyond double's range, e.g. 1e400
+    KILN_FAIL("config file '", path, "' holds a number out of range: ", e.what());
   }
 }
 
@@ -68,6 +70,8 @@ void apply_overrides(json& config, const std::vector<std::string>& overrides) {
       value = json::parse(text);
     } catch (const json::parse_error&) {
       value = text;  // plain strings need no quotes: device=0,1, resume=runs/x/last
+    } catch (const json::out_of_range&) {
+      KILN_FAIL("argument '", arg, "': the number ", text, " is out of range (beyond +-1.8e308)");
     }
     std::vector<std::string> parts = split(key, '.');
     json* node = &config;
