@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -65,6 +66,11 @@ void decode_image(const uint8_t* data, size_t size, const std::string& name, con
 }
 
 void read_whole_file(const std::string& path, std::vector<uint8_t>& buf) {
+  // Only regular files: a folder opens, then ftell gives LONG_MAX (resize -> bad_alloc); a pipe blocks.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  KILN_CHECK(!std::filesystem::exists(st) || std::filesystem::is_regular_file(st), "cannot read ", path,
+             ": not a regular file (a folder, a pipe or a device)");
   FILE* f = std::fopen(path.c_str(), "rb");
   KILN_CHECK(f, "cannot open ", path, ": ", std::strerror(errno));
   std::fseek(f, 0, SEEK_END);

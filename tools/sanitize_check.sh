@@ -45,7 +45,7 @@ if [ "$FUZZ_SECONDS" -gt 0 ]; then
       echo "kiln sanitize: fuzz target $t failed (exit $rc; the input is in build-asan/fuzz-crashes/, log $log)"
       exit 1
     fi
-    grep -E "^#[0-9]+ +DONE|^stat::number_of_executed_units" "$log" || true
+    grep -E "^#[0-9]+[[:space:]]+DONE|^stat::number_of_executed_units" "$log" || true
   done
   echo "kiln sanitize: fuzzing took $(($(date +%s) - t2)) s"
 fi

@@ -6,7 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "data/image_decode.h"
+#include "data/image_folder.h"
+#include "data_test_util.h"
 #include "tests/expect_error.h"
 
 using kiln::testing::expect_error;
@@ -34,4 +41,17 @@ TEST(ImageFuzz, PixelCountBeyondInt64IsRefusedByTheLimit) {
   const std::string wide = png_header_only(0x7FFFFFFFu, 5);  // the product fits, the limit refuses it
   expect_error([&] { kiln::decode_image(reinterpret_cast<const uint8_t*>(wide.data()), wide.size(), "wide.png", {}, out); },
                {"wide.png", "2147483647x5", "over the limit"});
+}
+
+// fuzz/image_list: a list entry naming a folder was opened, ftell gave LONG_MAX and the read buffer's
+// resize ended in std::bad_alloc naming nothing. A pipe would have blocked the loader forever.
+TEST(ImageFuzz, FolderOrPipeEntryIsRefusedByName) {
+  kiln::testing::TempDir dir;
+  std::filesystem::create_directories(dir.file("dir.png"));
+  ASSERT_EQ(mkfifo(dir.file("pipe.png").c_str(), 0600), 0);
+  std::ofstream(dir.file("list.txt")) << "dir.png 0\npipe.png 1\n";
+  auto d = kiln::ImageFileDataset::open_list(dir.file("list.txt"), 0, {}, "t");
+  kiln::Sample s;
+  expect_error([&] { d->get_into(0, s); }, {dir.file("dir.png"), "not a regular file"});
+  expect_error([&] { d->get_into(1, s); }, {dir.file("pipe.png"), "not a regular file"});
 }
