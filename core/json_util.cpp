@@ -36,6 +36,12 @@ int64_t JsonReader::get(const std::string& key, int64_t def, int64_t lo, int64_t
   bool integral = v.is_number_integer() || v.is_number_unsigned() ||
                   (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
   KILN_CHECK(integral, "config: ", path_of(key), " must be an integer, not ", json_type_name(v), " ", v.dump());
+  // NOTE: range-checked before conversion: casting a float beyond int64 (1e30) is undefined, and an
+  // unsigned above INT64_MAX (18446744073709551615) would wrap to a negative number.
+  const bool fits = v.is_number_float() ? v.get<double>() >= -0x1p63 && v.get<double>() < 0x1p63
+                    : v.is_number_unsigned() ? v.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX)
+                                             : true;
+  KILN_CHECK(fits, "config: ", path_of(key), " = ", v.dump(), " is out of range; accepted: ", lo, "..", hi);
   int64_t x = v.is_number_float() ? static_cast<int64_t>(v.get<double>()) : v.get<int64_t>();
   KILN_CHECK(x >= lo && x <= hi, "config: ", path_of(key), " = ", x, " is out of range; accepted: ", lo, "..", hi);
   return x;
@@ -86,6 +92,8 @@ std::vector<int64_t> JsonReader::get_ints(const std::string& key, const std::vec
   for (size_t i = 0; i < v.size(); ++i) {
     KILN_CHECK(v[i].is_number_integer() || v[i].is_number_unsigned(), "config: ", path_of(key), "[", i,
                "] must be an integer, not ", json_type_name(v[i]), " ", v[i].dump());
+    KILN_CHECK(!v[i].is_number_unsigned() || v[i].get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX), "config: ",
+               path_of(key), "[", i, "] = ", v[i].dump(), " is out of range (above 9223372036854775807)");
     out.push_back(v[i].get<int64_t>());
   }
   return out;

@@ -6,6 +6,7 @@
 
 #include "tests/expect_error.h"
 #include "tools/config.h"
+#include "tools/trainer.h"
 
 using kiln::testing::expect_error;
 
@@ -21,4 +22,24 @@ TEST(ConfigFuzz, NumberBeyondDoubleInTheFileNamesTheFile) {
   std::string p = ::testing::TempDir() + "fuzz_big_number.json";
   std::ofstream(p) << R"({"optim": {"lr": 1e400}})";
   expect_error([&] { kiln::load_config_file(p); }, {p, "out of range"});
+}
+
+// fuzz/config: `"epochs": 1e30` was cast to int64 unchecked (UBSan: 1e+30 is outside the range of
+// 'long'), and an unsigned seed above INT64_MAX wrapped to a negative number before the range check.
+TEST(ConfigFuzz, IntegerFieldsAreRangeCheckedBeforeConversion) {
+  using kiln::json;
+  using kiln::TrainOptions;
+  expect_error([] { TrainOptions::from_json(json::parse(R"({"epochs": 1e30})")); },
+               {"train.epochs = 1e+30 is out of range", "accepted: 1..100000"});
+  expect_error([] { TrainOptions::from_json(json::parse(R"({"seed": 9223372036854775808})")); },
+               {"train.seed = 9223372036854775808 is out of range", "accepted: 0..9223372036854775807"});
+  expect_error([] { TrainOptions::from_json(json::parse(R"({"log_every": -1e300})")); }, {"train.log_every = -1e+300"});
+  EXPECT_EQ(TrainOptions::from_json(json::parse(R"({"seed": 9223372036854775807, "epochs": 3.0})")).seed, INT64_MAX);
+}
+
+// The same for integer lists (schedule milestones): 18446744073709551615 was read as -1.
+TEST(ConfigFuzz, IntegerListEntriesAboveInt64AreRefused) {
+  kiln::json j = kiln::json::parse(R"({"milestones": [1, 18446744073709551615]})");
+  kiln::JsonReader r(j, "schedule");
+  expect_error([&] { r.get_ints("milestones", {}); }, {"schedule.milestones[1] = 18446744073709551615 is out of range"});
 }
