@@ -43,3 +43,12 @@ TEST(ConfigFuzz, IntegerListEntriesAboveInt64AreRefused) {
   kiln::JsonReader r(j, "schedule");
   expect_error([&] { r.get_ints("milestones", {}); }, {"schedule.milestones[1] = 18446744073709551615 is out of range"});
 }
+
+// fuzz/config: an override with bytes that are not UTF-8 (`device=0,1<B7>`) was stored as a string,
+// and the config's JSON dump (config.json, error messages) then threw nlohmann's type_error.316.
+TEST(ConfigFuzz, OverrideThatIsNotUtf8IsRefused) {
+  kiln::json c = kiln::json::object();
+  expect_error([&] { kiln::apply_overrides(c, {"device=0,1\xb7\xb3"}); }, {"argument 'device=0,1", "not valid UTF-8"});
+  kiln::apply_overrides(c, {"name=r\xc3\xa9sum\xc3\xa9"});  // UTF-8 is fine
+  EXPECT_EQ(c["name"], "r\xc3\xa9sum\xc3\xa9");
+}
