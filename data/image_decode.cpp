@@ -23,8 +23,11 @@ namespace {
 ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o) {
   KILN_CHECK(o.channels == 1 || o.channels == 3, name, ": decoding to ", o.channels, " channels; accepted: 1 or 3");
   const ImageHeader h = read_image_header(data, size, name);
-  KILN_CHECK(h.width * h.height <= o.max_pixels, name, ": ", image_format_name(h.format), " image of ", h.width, "x",
-             h.height, " = ", h.width * h.height, " pixels is over the limit of ", o.max_pixels,
+  // NOTE: a forged header's width * height can pass int64 (a PNG's 2^32-1 x 2^32-1), so the limit is
+  // compared by division and the product printed as unsigned (exact below 2^64).
+  const bool fits = h.width <= 0 || h.height <= o.max_pixels / h.width;
+  KILN_CHECK(fits, name, ": ", image_format_name(h.format), " image of ", h.width, "x", h.height, " = ",
+             static_cast<uint64_t>(h.width) * static_cast<uint64_t>(h.height), " pixels is over the limit of ", o.max_pixels,
              " (data.max_image_pixels, a guard against decompression bombs); raise it to accept this image");
   check_image_complete(data, size, h, name);
   check_plausible_size(data, size, h, name);

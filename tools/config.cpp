@@ -167,6 +167,11 @@ void apply_overrides(json& config, const std::vector<std::string>& overrides) {
     auto eq = arg.find('=');
     KILN_CHECK(eq != std::string::npos && eq > 0, "argument '", arg,
                "' is not key=value; e.g. epochs=3, batch=-1, device=0,1, optim.lr=0.05");
+    try {  // the config is written back as JSON (config.json, messages): only UTF-8 text fits
+      (void)json(arg).dump();
+    } catch (const json::type_error&) {
+      KILN_FAIL("argument '", arg, "' is not valid UTF-8 text");
+    }
     const std::string short_key = arg.substr(0, eq);
     std::string key = expand_short_form(short_key);
     bool text_key = false;

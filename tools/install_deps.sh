@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs what kiln needs from Debian's packages (Debian 12). Safe to run again: it installs only
-# what is missing. The CUDA backend is built when /usr/local/cuda (nvcc, cuDNN 9, NCCL) is present.
+# what is missing. clang, its sanitizer/libFuzzer runtimes and libomp serve tools/sanitize_check.sh
+# (docs/testing.md). The CUDA backend is built when /usr/local/cuda (nvcc, cuDNN 9, NCCL) is present.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-dev libgtest-dev
       zlib1g-dev libjpeg-dev libpng-dev libwebp-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
-      ocl-icd-opencl-dev xz-utils)  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
+      ocl-icd-opencl-dev  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
+      xz-utils            # tools/gpu_kit.sh packs the GPU kit as .tar.xz
+      clang libclang-rt-14-dev libomp-dev)  # tools/sanitize_check.sh: ASan+UBSan and libFuzzer builds
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
