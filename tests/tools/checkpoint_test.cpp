@@ -80,10 +80,6 @@ void rewrite(const std::string& file, const std::function<void(SafetensorsConten
   save_safetensors(file, c.tensors, c.metadata);
 }
 
-json state_json(const std::string& state_file) {
-  return json::parse(load_safetensors(state_file).metadata.at("kiln_training_state"));
-}
-
 }  // namespace
 
 TEST(Checkpoint, FolderPerPairOneSymlinkNoTemporariesLeft) {
