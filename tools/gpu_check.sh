@@ -45,8 +45,11 @@ pass() { note "PASS  $*"; }
 fail() { note "FAIL  $*"; failures=$((failures + 1)); }
 
 section "machine"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary" ||
-  note "nvidia-smi: not available"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | tee -a "$summary"
+else
+  note "nvidia-smi: not on PATH"
+fi
 head -3 "$here/MANIFEST" 2>/dev/null | sed -n 2,3p | tee -a "$summary"
 # shellcheck source=tools/kit_env.sh
 if ! source "$here/kit_env.sh" >"$out/kit_env.txt" 2>&1; then
@@ -81,7 +84,11 @@ train_run() {
   skipped=$(grep -o 'skipped [0-9]*' "$runs/last_train.log" | tail -1 | awk '{print $2}')
   ips=$(grep -o '[0-9.]* img/s' "$runs/last_train.log" | tail -1)
   local fig="top-1 ${top1:-?}, ${ips:-? img/s}, skipped steps ${skipped:-0}, $(($(date +%s) - t0)) s"
-  if ((rc == 0)) && [[ -n "$top1" ]]; then pass "$label: $fig"; else fail "$label (exit $rc): $fig"; fi
+  if ((rc == 0)) && [[ -n "$top1" ]]; then
+    pass "$label: $fig"
+  else
+    fail "$label (exit $rc): $fig; last line: $(tail -1 "$runs/last_train.log" | head -c 200)"
+  fi
 }
 
 if [[ "$part" == tests ]]; then
@@ -91,7 +98,7 @@ if [[ "$part" == tests ]]; then
                        awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
   budget=${TESTS_BUDGET:-200}
   n_pass=0 n_fail=0 n_skip=0 n_left=0
-  left=()
+  left=() skips=()
   t_tests=$(date +%s)
   for name in "${names[@]}"; do
     if (($(date +%s) - t_tests > budget)); then left+=("$name"); continue; fi
@@ -112,13 +119,15 @@ if [[ "$part" == tests ]]; then
     if [[ "$verdict" != ok ]]; then
       sed -n '/^\[ RUN/,$p' "$runs/test.log" | grep -v -E '^\[ *(RUN|OK) ' | head -15
       if [[ "$verdict" == SKIPPED ]]; then
-        note "SKIP  $name: $(grep -m1 -i skip "$runs/test.log" | head -c 150)"
+        skips+=("SKIP  $name: $(grep -m1 -i -A1 skipped "$runs/test.log" | tail -1 | head -c 150)")
       else
         fail "$name: $verdict after $ms ms: $(grep -m1 -E 'Failure|error|what\(\)|Expected' "$runs/test.log" | head -c 200)"
       fi
     fi
   done
   n_left=${#left[@]}
+  # Each skip on its own line, unless every test skipped (then one FAIL line below says why).
+  if ((n_skip < ${#names[@]})); then for l in "${skips[@]}"; do note "$l"; done; fi
   ((n_left)) && printf 'not run (budget of %d s spent): %s\n' "$budget" "${left[*]}"
   if ((n_fail == 0 && n_left == 0 && n_pass > 0)); then
     pass "GPU tests: $n_pass passed, $n_skip skipped of ${#names[@]}"
@@ -193,10 +202,14 @@ JSON
     train.plots=false 2>&1 | tee "$runs/autobatch.log"
   rc=$?
   ab=$(grep -i -E 'autobatch|fit |target|peak' "$runs/autobatch.log" | head -4 | tr '\n' ' ' | head -c 400)
-  if ((rc == 0)); then pass "AutoBatch ResNet-50: $ab"; else fail "AutoBatch ResNet-50 (exit $rc): $ab"; fi
+  if ((rc == 0)); then
+    pass "AutoBatch ResNet-50: $ab"
+  else
+    fail "AutoBatch ResNet-50 (exit $rc): $ab; last line: $(tail -1 "$runs/autobatch.log" | head -c 200)"
+  fi
 fi
 
-section "summary ($part, $(($(date +%s) - t_start)) s)"
+section "summary of $part"
 note "$part: $failures failure(s), $(($(date +%s) - t_start)) s"
 cat "$summary"
 exec >&- 2>&-

@@ -267,7 +267,8 @@ def part_resnet50(a, have_torch, fig):
         ok &= k is not None
         rows.append((prec, batch, k, t, blocked))
         ratio = f"{k / t:.2f}" if k and t else "-"
-        fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, torch {fmt(t)} img/s, kiln/torch {ratio}, "
+        torch_fig = fmt(t) if have_torch else "n/a (no torch with CUDA)"
+        fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, torch {torch_fig} img/s, kiln/torch {ratio}, "
             f"kiln host blocked {fmt(blocked, '{:.2f}%', 'n/a')} of the step")
     print(f"{'model':10s} {'dtype':6s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s} "
           f"{'blocked':>8s}")
