@@ -50,20 +50,18 @@ void decode_image(const uint8_t* data, size_t size, const std::string& name, con
   }
 }
 
-void read_whole_file(const std::string& path, std::vector<uint8_t>& buf) { read_regular_file(path, buf); }
-
 namespace {
 thread_local std::vector<uint8_t> t_file_buf;
 }
 
 void load_image(const std::string& path, const DecodeOptions& o, Image& out) {
-  read_whole_file(path, t_file_buf);
+  read_regular_file(path, t_file_buf);
   decode_image(t_file_buf.data(), t_file_buf.size(), path, o, out);
 }
 
 bool load_image_region(const std::string& path, const DecodeOptions& o,
                        const std::function<CropBox(int64_t, int64_t)>& choose, Image& out, CropBox& box) {
-  read_whole_file(path, t_file_buf);
+  read_regular_file(path, t_file_buf);
   const ImageHeader h = checked_header(t_file_buf.data(), t_file_buf.size(), path, o);
   if (h.format != ImageFormat::jpeg) return false;
   const CropBox want = choose(h.height, h.width);

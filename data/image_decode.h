@@ -45,11 +45,8 @@ int reduction_factor(const ImageHeader& h, int64_t min_side);
 // Decodes the encoded image in data[0, size) into `out` (reusing its buffer). Errors name `name`.
 void decode_image(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o, Image& out);
 
-// Reads `path` whole into `buf` (reused). Errors name the file (missing, unreadable, not a regular
-// file: a directory, a named pipe, a device).
-void read_whole_file(const std::string& path, std::vector<uint8_t>& buf);
-
-// read_whole_file + decode_image, with a per-thread buffer.
+// read_regular_file (data/file_io.h: only regular files, errors name the file) + decode_image, with a
+// per-thread buffer.
 void load_image(const std::string& path, const DecodeOptions& o, Image& out);
 
 // Region decoding (data/jpeg_decode.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
