@@ -19,6 +19,12 @@ static const char* kUsage =
     "  data export CONFIG|FOLDER out=DIR [format=png|jpeg] [split=train|val|both] [limit=N]\n"
     "                            write a data source as an image folder DIR/<split>/<class>/<index>.png\n";
 
+bool wants_help(const Args& args, const char* usage) {
+  if (args.empty() || (args[0] != "-h" && args[0] != "--help" && args[0] != "help")) return false;
+  std::cout << usage;
+  return true;
+}
+
 int run(const Args& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     std::cout << kUsage;

@@ -10,6 +10,11 @@ namespace kiln::cli {
 
 using Args = std::vector<std::string>;
 
+// True when the arguments ask for help (any of -h, --help, help as the first argument); then
+// `usage` has been printed to stdout and the command returns 0. Every command starts with
+//   if (wants_help(args, kUsage)) return 0;   tools/cli.cpp
+bool wants_help(const Args& args, const char* usage);
+
 int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
 int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp
