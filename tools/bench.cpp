@@ -141,7 +141,10 @@ void run_row(const char* name, const Device& d, const char* dtype, double flops,
   }
 }
 
-int bench_matmul(Args args) {
+int bench_matmul(const Args& in) {
+  static const char* kUsage = "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n";
+  if (wants_help(in, kUsage)) return 0;
+  Args args = in;
   std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench matmul", args, {{"n", 4096}, {"iters", 10}, {"warmup", 2}});
   int64_t n = a["n"];
@@ -165,7 +168,12 @@ int bench_matmul(Args args) {
   return 0;
 }
 
-int bench_conv(Args args) {
+int bench_conv(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench conv [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
+      "  3x3 64->64 convolution forward and forward+backward on x (32, 32, 32, 64), fp32 and bf16\n";
+  if (wants_help(in, kUsage)) return 0;
+  Args args = in;
   std::vector<Device> devices = bench_devices(args);
   auto a = parse_int_args("bench conv", args, {{"iters", 10}, {"warmup", 2}});
   const int64_t N = 32, H = 32, W = 32, C = 64, K = 3;
@@ -215,6 +223,12 @@ int bench_conv(Args args) {
 }
 
 int bench_train(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
+      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
+      "                        [conv_algo=auto|direct|winograd[,...]] [rounds=1]\n"
+      "  images/s of training steps of a registry model on synthetic data\n";
+  if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
@@ -327,7 +341,12 @@ int bench_train(const Args& args) {
   return 0;
 }
 
-int bench_winograd(Args args) {
+int bench_winograd(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]\n"
+      "  3x3 convolutions of ResNet shapes on the CPU: direct against Winograd, forward and backward\n";
+  if (wants_help(in, kUsage)) return 0;
+  Args args = in;
   std::map<std::string, int64_t> a;
   std::string dtype = "bf16";
   for (auto it = args.begin(); it != args.end();) {
@@ -396,29 +415,20 @@ int bench_winograd(Args args) {
 
 }  // namespace
 
-int cmd_bench(const Args& args) {
-  static const char* kUsage =
-      "usage: kiln bench matmul [n=4096] [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
-      "       kiln bench conv [iters=10] [warmup=2] [device=cpu|0|cuda:N]\n"
-      "       kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
-      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
-      "                        [conv_algo=auto|direct|winograd[,...]] [rounds=1]\n"
-      "       kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
-      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks] [rounds=1]\n"
-      "       kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]\n"
-      "       kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]\n";
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
-    return args.empty() ? 1 : 0;
-  }
-  Args rest(args.begin() + 1, args.end());
-  if (args[0] == "matmul") return bench_matmul(rest);
-  if (args[0] == "conv") return bench_conv(rest);
-  if (args[0] == "train") return bench_train(rest);
-  if (args[0] == "checkpoint") return bench_checkpoint(rest);
-  if (args[0] == "winograd") return bench_winograd(rest);
-  if (args[0] == "data") return bench_data_cmd(rest);  // tools/data_cmd.cpp
-  KILN_FAIL("bench: unknown case '", args[0], "'; accepted: matmul, conv, train, checkpoint, winograd, data (see kiln bench --help)");
+const std::vector<Command>& bench_commands() {
+  static const std::vector<Command> kCommands = {
+      {"matmul", "[n=4096] [device=...]", "CPU vs GPU matrix product table (fp32, bf16)", bench_matmul},
+      {"conv", "[iters=10] [device=...]", "3x3 64->64 conv forward+backward on (32,32,32,64)", bench_conv},
+      {"train", "[model=resnet50] [batch=128]", "images/s of training steps on synthetic data", bench_train},
+      {"checkpoint", "[model=resnet50]", "time and peak memory per step of each checkpoint policy",
+       bench_checkpoint},
+      {"winograd", "[dtype=bf16|fp32]", "CPU 3x3 convolutions: direct vs Winograd", bench_winograd},
+      {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
+       bench_data_cmd},  // tools/data_cmd.cpp
+  };
+  return kCommands;
 }
+
+int cmd_bench(const Args& args) { return dispatch(bench_commands(), args, "bench"); }
 
 }  // namespace kiln::cli

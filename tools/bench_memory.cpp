@@ -154,6 +154,11 @@ std::vector<std::string> split_commas(const std::string& s) {
 }
 
 int bench_checkpoint(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
+      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks] [rounds=1]\n"
+      "  time and peak memory per training step for each gradient checkpointing policy";
+  if (wants_help(args, kUsage)) return 0;
   MemoryBenchArgs a = parse(args);
   Device device = parse_device(a.device);
   std::cout << "# bench checkpoint: " << a.model << " " << a.size << "x" << a.size << "x3, batch " << a.batch << ", "

@@ -1,43 +1,90 @@
-// Command dispatch for the `kiln` executable.
+// Command dispatch for the `kiln` executable. The command tables (kCommands here, bench_commands() and
+// data_commands() for the groups) are the one list of commands: the dispatch, `kiln --help`, the
+// "accepted:" of an unknown command and tests/tools/cli_help_test.cpp all read them.
 #include <iostream>
+#include <sstream>
 
 #include "core/check.h"
 #include "tools/commands.h"
 
 namespace kiln::cli {
 
-static const char* kUsage =
-    "usage: kiln <command> [arguments]\n"
-    "commands:\n"
-    "  train CONFIG [key=value ...]   train a model; e.g. epochs=3 batch=128 device=0 lr=0.05\n"
-    "  eval CONFIG weights=FILE       top-1/top-5 and a confusion matrix on the validation split\n"
-    "  info                      devices and library versions\n"
-    "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
-    "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n"
-    "  bench checkpoint          time and peak memory per step for each checkpoint policy (ResNet-50)\n"
-    "  bench data CONFIG [threads=N] [batches=N]   images/s of the config's input pipeline\n"
-    "  data export CONFIG|FOLDER out=DIR [format=png|jpeg] [split=train|val|both] [limit=N]\n"
-    "                            write a data source as an image folder DIR/<split>/<class>/<index>.png\n";
+namespace {
+
+const std::vector<Command>& top_commands() {
+  static const std::vector<Command> kCommands = {
+      {"train", "CONFIG [key=value ...]", "train a model; e.g. epochs=3 batch=128 device=0 lr=0.05", cmd_train},
+      {"eval", "CONFIG weights=FILE", "top-1/top-5 and a confusion matrix on the validation split", cmd_eval},
+      {"info", "", "devices and library versions", cmd_info},
+      {"bench", "", "", cmd_bench, &bench_commands()},
+      {"data", "", "", cmd_data, &data_commands()},
+  };
+  return kCommands;
+}
+
+// "  name args" padded to a column, then what it does (on the next line when the left part is long).
+void list_commands(std::ostream& os, const std::string& prefix, const std::vector<Command>& table) {
+  for (const Command& c : table) {
+    if (c.subcommands) {
+      list_commands(os, prefix + c.name + " ", *c.subcommands);
+      continue;
+    }
+    std::string left = "  " + prefix + c.name + (*c.args ? std::string(" ") + c.args : "");
+    constexpr size_t kColumn = 40;
+    if (left.size() + 1 > kColumn) left += "\n" + std::string(kColumn, ' ');
+    else left.resize(kColumn, ' ');
+    os << left << c.what << "\n";
+  }
+}
+
+void add_names(std::vector<std::string>& out, const std::string& prefix, const std::vector<Command>& table) {
+  for (const Command& c : table) {
+    out.push_back(prefix + c.name);
+    if (c.subcommands) add_names(out, prefix + c.name + " ", *c.subcommands);
+  }
+}
+
+}  // namespace
 
 bool wants_help(const Args& args, const char* usage) {
   if (args.empty() || (args[0] != "-h" && args[0] != "--help" && args[0] != "help")) return false;
-  std::cout << usage;
+  const std::string u = usage;
+  std::cout << u << (u.empty() || u.back() != '\n' ? "\n" : "");
   return true;
 }
 
-int run(const Args& args) {
+std::string group_usage(const std::string& group) {
+  std::ostringstream os;
+  os << "usage: kiln " << (group.empty() ? "" : group + " ") << "<command> [arguments]   ('kiln "
+     << (group.empty() ? "" : group + " ") << "<command> --help' for one command's arguments)\ncommands:\n";
+  const std::vector<Command>* table = &top_commands();
+  for (const Command& c : top_commands())
+    if (c.name == group && c.subcommands) table = c.subcommands;
+  list_commands(os, group.empty() ? "" : group + " ", *table);
+  return os.str();
+}
+
+std::vector<std::string> command_names() {
+  std::vector<std::string> out;
+  add_names(out, "", top_commands());
+  return out;
+}
+
+int dispatch(const std::vector<Command>& table, const Args& args, const std::string& group) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-    std::cout << kUsage;
+    std::cout << group_usage(group);
     return args.empty() ? 1 : 0;
   }
-  const std::string& cmd = args[0];
   Args rest(args.begin() + 1, args.end());
-  if (cmd == "train") return cmd_train(rest);
-  if (cmd == "eval") return cmd_eval(rest);
-  if (cmd == "info") return cmd_info(rest);
-  if (cmd == "bench") return cmd_bench(rest);
-  if (cmd == "data") return cmd_data(rest);
-  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench, data (see kiln --help)");
+  std::string accepted;
+  for (const Command& c : table) {
+    if (args[0] == c.name) return c.run(rest);
+    accepted += (accepted.empty() ? "" : ", ") + std::string(c.name);
+  }
+  KILN_FAIL(group.empty() ? "" : group + ": ", "unknown command '", args[0], "'; accepted: ", accepted, " (see kiln ",
+            group.empty() ? "" : group + " ", "--help)");
 }
+
+int run(const Args& args) { return dispatch(top_commands(), args, ""); }
 
 }  // namespace kiln::cli

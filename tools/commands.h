@@ -15,6 +15,26 @@ using Args = std::vector<std::string>;
 //   if (wants_help(args, kUsage)) return 0;   tools/cli.cpp
 bool wants_help(const Args& args, const char* usage);
 
+// One entry of a command table: kiln's top level (tools/cli.cpp) or a group's (bench, data). The
+// tables are the one list of commands: dispatch, `kiln --help` and the tests read them.
+struct Command {
+  const char* name;  // "train", or "matmul" inside the group bench
+  const char* args;  // its arguments in one short line for `kiln --help`: "CONFIG [key=value ...]"
+  const char* what;  // what it does, one line
+  int (*run)(const Args& args);  // called with the arguments after the name
+  const std::vector<Command>* subcommands = nullptr;  // a group: its commands (run dispatches to them)
+};
+const std::vector<Command>& bench_commands();  // tools/bench.cpp
+const std::vector<Command>& data_commands();   // tools/data_cmd.cpp
+// Runs the command of `table` named by args[0] with the rest; no arguments or -h/--help/help print the
+// group's listing (exit code 1 and 0). An unknown name lists the accepted ones. `group`: "" for the top
+// level, else the group's name ("bench"). tools/cli.cpp
+int dispatch(const std::vector<Command>& table, const Args& args, const std::string& group);
+// "usage: kiln [group] <command> ..." and the group's commands, one line each ("" = every command).
+std::string group_usage(const std::string& group);
+// Every name the dispatchers accept, groups and their commands: "train", ..., "bench", "bench matmul", ...
+std::vector<std::string> command_names();
+
 int cmd_info(const Args& args);   // tools/info.cpp
 int cmd_bench(const Args& args);  // tools/bench.cpp
 int bench_checkpoint(const Args& args);  // tools/bench_memory.cpp

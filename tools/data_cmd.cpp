@@ -74,6 +74,7 @@ int data_export(const Args& args) {
   static const char* kUsage =
       "usage: kiln data export CONFIG|FOLDER out=DIR [format=png|jpeg] [quality=95] [split=train|val|both] "
       "[limit=N] [key=value ...]";
+  if (wants_help(args, kUsage)) return 0;
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, kUsage);
   CmdArgs a = split_args(args, 1, {"out", "format", "quality", "split", "limit"});
   KILN_CHECK(a.own.count("out") && !a.own["out"].empty(), "kiln data export needs out=DIR; ", kUsage);
@@ -133,22 +134,20 @@ int data_export(const Args& args) {
 
 }  // namespace
 
-int cmd_data(const Args& args) {
-  static const char* kUsage =
-      "usage: kiln data export CONFIG|FOLDER out=DIR [format=png|jpeg] [quality=95] [split=train|val|both] "
-      "[limit=N] [key=value ...]\n";
-  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::cout << kUsage;
-    return args.empty() ? 1 : 0;
-  }
-  Args rest(args.begin() + 1, args.end());
-  if (args[0] == "export") return data_export(rest);
-  KILN_FAIL("data: unknown command '", args[0], "'; accepted: export (see kiln data --help)");
+const std::vector<Command>& data_commands() {
+  static const std::vector<Command> kCommands = {
+      {"export", "CONFIG|FOLDER out=DIR", "write a data source as an image folder DIR/<split>/<class>/<i>.png",
+       data_export},
+  };
+  return kCommands;
 }
+
+int cmd_data(const Args& args) { return dispatch(data_commands(), args, "data"); }
 
 int bench_data_cmd(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]";
+  if (wants_help(args, kUsage)) return 0;
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, kUsage);
   CmdArgs a = split_args(args, 1, {"threads", "batches", "warmup", "split"});
   json config = load_data_source(args[0]);

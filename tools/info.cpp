@@ -9,6 +9,8 @@
 namespace kiln::cli {
 
 int cmd_info(const Args& args) {
+  static const char* kUsage = "usage: kiln info\n  what kiln was built with (oneDNN, CUDA) and the devices it sees";
+  if (wants_help(args, kUsage)) return 0;
   const dnnl_version_t* v = dnnl_version();
   std::cout << "kiln\n"
             << "  oneDNN       " << v->major << "." << v->minor << "." << v->patch << " (cpu runtime "

@@ -24,8 +24,11 @@ json config_from_args(const Args& args, const char* usage, std::string* weights)
 }  // namespace
 
 int cmd_train(const Args& args) {
-  json config = config_from_args(args, "usage: kiln train CONFIG [key=value ...]  (e.g. kiln train "
-                                       "configs/fashion_mnist_cnn.json epochs=3 device=cpu)", nullptr);
+  static const char* kUsage =
+      "usage: kiln train CONFIG [key=value ...]  (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 "
+      "device=cpu)";
+  if (wants_help(args, kUsage)) return 0;
+  json config = config_from_args(args, kUsage, nullptr);
   TrainResult r = train(config);
   if (!r.run_dir.empty()) {
     std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,
@@ -40,8 +43,10 @@ int cmd_train(const Args& args) {
 }
 
 int cmd_eval(const Args& args) {
+  static const char* kUsage = "usage: kiln eval CONFIG weights=FILE [key=value ...]";
+  if (wants_help(args, kUsage)) return 0;
   std::string weights;
-  json config = config_from_args(args, "usage: kiln eval CONFIG weights=FILE [key=value ...]", &weights);
+  json config = config_from_args(args, kUsage, &weights);
   KILN_CHECK(!weights.empty(), "kiln eval needs weights=FILE (a .safetensors file or a run folder such as runs/<name>)");
   EvalResult r = evaluate(config, weights);
   std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n", static_cast<long long>(r.samples), 100 * r.top1,
