@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# kiln as a C++ library (docs/library.md), end to end, in a temporary folder:
+#   1. `cmake --install` of THIS build into a fresh prefix;
+#   2. examples/ configured and built against that prefix only (find_package(kiln), kiln::kiln): the
+#      example's compile commands and the installed package must not name the source or build tree;
+#   3. the installed `kiln` trains a tiny linear classifier on 16 synthetic 8x8 images until it fits
+#      them, and `kiln data export` writes those images as PNG files;
+#   4. the example classifies every exported image: five "class probability" lines, most probable
+#      first, and the top class is the image's class folder (the model fits its training set).
+# Usage: install_test.sh BUILD_DIR SOURCE_DIR CXX_COMPILER [COMPILER_LAUNCHER]   (tests/CMakeLists.txt)
+set -euo pipefail
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) cxx=$3 launcher=${4:-}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln_install_test.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
+
+# 1. install
+prefix=$tmp/prefix
+cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
+for f in bin/kiln lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnConfigVersion.cmake \
+         lib/cmake/kiln/kilnTargets.cmake include/kiln/core/tensor.h include/kiln/core/ops/conv2d.h \
+         include/kiln/core/io/safetensors.h include/kiln/models/registry.h include/kiln/tools/commands.h; do
+  [ -e "$prefix/$f" ] || fail "$f is not installed"
+done
+for lib in core layers optim data models tools; do
+  compgen -G "$prefix/lib*/libkiln_$lib.a" >/dev/null || fail "libkiln_$lib.a is not installed"
+done
+if grep -rlF -e "$src/" -e "$build/" "$prefix/lib/cmake" "$prefix/include"; then
+  fail "the installed package names the source or build tree (files above)"
+fi
+
+# 2. build the example against the installed package only (a copy of examples/, away from the tree)
+cp -r "$src/examples" "$tmp/examples"
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+cmake -S "$tmp/examples" -B "$tmp/ex" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_CXX_COMPILER="$cxx" ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher"} \
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure examples/"; }
+grep -qxF "kiln_DIR:PATH=$prefix/lib/cmake/kiln" "$tmp/ex/CMakeCache.txt" ||
+  fail "find_package(kiln) did not take the installed package: $(grep kiln_DIR "$tmp/ex/CMakeCache.txt")"
+cmake --build "$tmp/ex" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build examples/"; }
+grep -qE -- "(-I|-isystem )$prefix/include/kiln " "$tmp/ex/compile_commands.json" ||
+  fail "the example is not compiled with $prefix/include/kiln: $(cat "$tmp/ex/compile_commands.json")"
+if grep -F -e "$src/" -e "$build/" "$tmp/ex/compile_commands.json"; then
+  fail "the example's compile command names the source or build tree"
+fi
+
+# 3. a model that fits its 16 training images, trained by the installed kiln; the images as PNG files
+cd "$tmp"
+cat >tiny.json <<'JSON'
+{
+  "name": "tiny",
+  "model": {"layers": [{"type": "flatten"}, {"type": "linear", "in_features": 64, "out_features": 6}]},
+  "data": {"source": "synthetic", "synthetic": {"size": 16, "height": 8, "width": 8, "channels": 1, "num_classes": 6},
+           "train_transforms": [{"type": "normalize", "mean": [0.5], "std": [0.25]}],
+           "val_transforms": [{"type": "normalize", "mean": [0.5], "std": [0.25]}],
+           "batch_size": 16, "workers": 0},
+  "optim": {"name": "sgd", "lr": 0.5, "momentum": 0.9},
+  "train": {"epochs": 60, "device": "cpu", "plots": false, "runs_dir": "runs", "log_every": 1000}
+}
+JSON
+"$prefix/bin/kiln" train tiny.json >train.log 2>&1 || { cat train.log; fail "kiln train"; }
+grep -q "^train 60/60 .* acc 100.0%" train.log || { cat train.log; fail "the tiny model did not fit its training images"; }
+"$prefix/bin/kiln" data export tiny.json out=images split=train >/dev/null
+
+# 4. classify every image with the example: the run's config and its weights file
+n=0
+for img in images/train/*/*.png; do
+  class=$(basename "$(dirname "$img")")
+  "$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors "$img" >out.txt 2>err.txt ||
+    { cat err.txt; fail "classify $img"; }
+  [ -s err.txt ] && { cat err.txt; fail "classify $img wrote to stderr"; }
+  [ "$(wc -l <out.txt)" -eq 5 ] || { cat out.txt; fail "classify $img: expected 5 lines"; }
+  awk -v want="$((10#$class))" '
+    NF != 2 || $1 !~ /^[0-9]+$/ || $1 >= 6 || $2 < 0 || $2 > 1 { print "bad line: " $0; bad = 1 }
+    NR == 1 && $1 != want { print "top class " $1 ", image class " want; bad = 1 }
+    NR > 1 && $2 > prev { print "not sorted: " $0; bad = 1 }
+    seen[$1]++ { print "class twice: " $0; bad = 1 }
+    { prev = $2; sum += $2 }
+    END { if (sum > 1.0001) { print "probabilities sum to " sum; bad = 1 } exit bad }' out.txt ||
+    { cat out.txt; fail "classify $img"; }
+  n=$((n + 1))
+done
+[ "$n" -eq 16 ] || fail "expected 16 exported images, classified $n"
+"$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors missing.png 2>err.txt && fail "a missing image passed"
+grep -q "missing.png" err.txt || { cat err.txt; fail "the error does not name the missing image"; }
+echo "install_test: installed into a temporary prefix, built examples/classify against it, classified $n images correctly"
