@@ -111,7 +111,11 @@ def main(argv=None):
     ap.add_argument("--model", help="check the names and shapes against torchvision.models.MODEL (kiln's registry model)")
     ap.add_argument("--num-classes", type=int, default=1000, help="num_classes of the --model check (default 1000)")
     a = ap.parse_args(argv)
-    obj = torch.load(a.input, map_location="cpu")
+    try:
+        obj = torch.load(a.input, map_location="cpu")
+    except Exception as e:  # a pickle of something else, a truncated file, a class that is not importable
+        raise SystemExit(f"{a.input}: torch.load failed ({type(e).__name__}: {e}); accepted: a file written by "
+                         "torch.save (a state dict, a model, or a checkpoint holding one)")
     tensors = kiln_names(state_dict_of(obj, a.input))
     if a.model:
         problems, head = check_against(tensors, a.model, a.num_classes)
