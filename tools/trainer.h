@@ -8,7 +8,7 @@
 // rank). Rank 0 broadcasts the initial weights, every rank reads its own shard of the data, the
 // gradients are averaged in buckets during backward (optim/grad_sync.h), and only rank 0 writes
 // logs and checkpoints; evaluation counts are summed over ranks.
-// Tests: tests/tools/trainer_test.cpp, tests/slow/, tests/mpi/.
+// Tests: tests/tools/trainer_test.cpp, tests/tools/finetune_test.cpp (train.init, train.freeze), tests/slow/, tests/mpi/.
 #pragma once
 #include <memory>
 #include <string>
