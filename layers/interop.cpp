@@ -1,5 +1,7 @@
 #include "layers/interop.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "layers/conv.h"
 #include "layers/linear.h"
@@ -94,6 +96,56 @@ void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
     converted[name] = convert(it->second, t, false);
   }
   m.load_state_dict(converted, strict);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fine-tuning
+std::vector<std::string> head_parameter_names(Module& m) {
+  std::string head;
+  bool found = false;
+  for (auto& [path, mod] : m.named_modules())
+    if (dynamic_cast<Linear*>(mod)) {
+      head = path;
+      found = true;
+    }
+  std::vector<std::string> out;
+  if (!found) return out;
+  for (auto& [name, t] : m.submodule(head).named_parameters()) out.push_back(head.empty() ? name : head + "." + name);
+  return out;
+}
+
+InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file) {
+  const std::vector<std::string> head = head_parameter_names(m);
+  auto is_head = [&](const std::string& n) { return std::find(head.begin(), head.end(), n) != head.end(); };
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  InitReport r;
+  StateDict take;
+  const StateDict own = m.state_dict();
+  std::vector<std::string> problems;
+  for (auto& [name, t] : own) {
+    const Shape want = pytorch_shape(layout_of(m, name), t.shape());
+    auto it = sd.find(name);
+    if (it != sd.end() && it->second.shape() == want) {
+      take[name] = it->second;
+      r.loaded.push_back(name);
+    } else if (is_head(name) || (it == sd.end() && ends_with(name, ".num_batches_tracked"))) {
+      r.fresh.push_back(name);
+    } else if (it == sd.end()) {
+      problems.push_back(name + " is missing (the model's is " + shape_str(want) + ")");
+    } else {
+      problems.push_back(name + " is " + shape_str(it->second.shape()) + " in the file, " + shape_str(want) +
+                         " in the model");
+    }
+  }
+  KILN_CHECK(problems.empty(), "train.init '", file, "' does not fit ", m.type(), " (only the head, ",
+             head.empty() ? std::string("none") : join(head), ", may differ or be missing): ", join(problems, "; "),
+             ". Shapes are PyTorch's (OIHW convs); was the file made for another model or model options?");
+  for (auto& [name, t] : sd)
+    if (!own.count(name)) r.ignored.push_back(name);
+  import_pytorch_state_dict(m, take, /*strict=*/false);
+  return r;
 }
 
 }  // namespace kiln

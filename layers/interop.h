@@ -21,4 +21,22 @@ void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict = tru
 Tensor to_pytorch_layout(Module& m, const std::string& name, const Tensor& t);
 Tensor from_pytorch_layout(Module& m, const std::string& name, const Tensor& t);
 
+// --- fine-tuning (train.init, docs/finetune.md) ------------------------------------------------
+// The classifier head: the parameters of the model's last Linear module in registration order
+// (which is the forward order of every registry model: resnet "fc", alexnet and vgg "classifier.6",
+// lenet "classifier.3", a layer list its last "linear"). Empty when the model has no Linear.
+std::vector<std::string> head_parameter_names(Module& m);
+
+struct InitReport {
+  std::vector<std::string> loaded;   // from the file (names and PyTorch shapes equal)
+  std::vector<std::string> fresh;    // kept as the fresh model initialised them (the head, counters)
+  std::vector<std::string> ignored;  // in the file, not in the model
+};
+// Loads the weights of a model being fine-tuned from `sd` (PyTorch layout, read from `file`): every
+// tensor whose name and shape match. A head tensor (head_parameter_names) that is missing or shaped
+// differently (num_classes differs) and a missing `num_batches_tracked` keep the model's fresh values;
+// names in `sd` that the model lacks are ignored. Anything else (a missing backbone tensor, a shape
+// that differs outside the head) is an error naming each such tensor, both shapes and `file`.
+InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file);
+
 }  // namespace kiln

@@ -200,4 +200,44 @@ bool is_recomputing() { return t_recomputing; }
 RecomputeScope::RecomputeScope(bool on) : prev_(t_recomputing) { t_recomputing = on; }
 RecomputeScope::~RecomputeScope() { t_recomputing = prev_; }
 
+// ---------------------------------------------------------------------------------------------
+// Freezing
+bool name_under(const std::string& name, const std::string& prefix) {
+  return name.size() >= prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+         (name.size() == prefix.size() || name[prefix.size()] == '.');
+}
+
+std::vector<std::string> freeze(Module& m, const std::vector<std::string>& prefixes, const std::string& what) {
+  NamedTensors params = m.named_parameters();
+  auto frozen_name = [&](const std::string& name) {
+    return std::any_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return name_under(name, p); });
+  };
+  for (size_t i = 0; i < prefixes.size(); ++i) {
+    const std::string& p = prefixes[i];
+    bool used = std::any_of(params.begin(), params.end(), [&](const auto& kv) { return name_under(kv.first, p); });
+    if (used) continue;
+    std::vector<std::string> tops;  // the top-level names, which is what a prefix usually is
+    for (auto& [name, child] : m.named_children())
+      if (!child->named_parameters().empty()) tops.push_back(name);
+    KILN_FAIL(what, "[", i, "] = \"", p, "\" matches no parameter of ", m.type(), "; accepted: a module path or a "
+              "parameter name (dotted, e.g. \"layer1\", \"layer1.0.conv1\", \"fc.weight\"); the model's top-level "
+              "modules with parameters are: ", tops.empty() ? "none" : join(tops));
+  }
+  std::vector<std::string> out;
+  for (auto& [name, t] : params) {
+    if (!frozen_name(name)) continue;
+    t.zero_grad();
+    t.set_requires_grad(false);
+    out.push_back(name);
+  }
+  for (auto& [path, mod] : m.named_modules()) {
+    NamedTensors own = mod->named_parameters();
+    bool all = !own.empty() && std::all_of(own.begin(), own.end(), [&](const auto& kv) {
+      return frozen_name(path.empty() ? kv.first : path + "." + kv.first);
+    });
+    if (all) mod->set_frozen(true);
+  }
+  return out;
+}
+
 }  // namespace kiln

@@ -59,6 +59,10 @@ class Module {
   void train(bool on = true);
   void eval() { train(false); }
   bool is_training() const { return training_; }
+  // Frozen (fine-tuning, freeze() below): set on a module whose parameters are all frozen. Layers
+  // with statistics (BatchNorm2d) then keep them as they are, in training mode too.
+  bool is_frozen() const { return frozen_; }
+  void set_frozen(bool on) { frozen_ = on; }
   // Moves every parameter, buffer and gradient to `device`, in place.
   void to(Device device);
   void zero_grad();
@@ -80,6 +84,7 @@ class Module {
 
   std::string type_;
   bool training_ = true;
+  bool frozen_ = false;
   NamedTensors params_;
   NamedTensors buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
@@ -90,6 +95,19 @@ class Module {
 // unexpected and mismatched key. `what` names the caller ("load_state_dict").
 void check_state_dict(const std::vector<std::pair<std::string, Shape>>& expected, const StateDict& given, bool strict,
                       const std::string& what);
+
+// True when `name` is `prefix` or lies below it in the dotted names: "layer1" covers "layer1" and
+// "layer1.0.conv1.weight", not "layer10.weight".
+bool name_under(const std::string& name, const std::string& prefix);
+
+// Freezes the parameters of `m` under any of `prefixes` (name_under; a prefix may be a module path
+// "layer1", "features.0" or a parameter name "fc.bias"): they stop requiring grad (their .grad is
+// dropped), so backward leaves them alone and an optimizer built from the parameters that still
+// require grad never updates them. Every module whose parameters are then all frozen is marked
+// frozen (BatchNorm2d keeps its running statistics, as torchvision's FrozenBatchNorm2d). `what`
+// names the option in errors ("train.freeze"): an entry that covers no parameter is an error naming
+// it. Returns the frozen parameters' names, in order.
+std::vector<std::string> freeze(Module& m, const std::vector<std::string>& prefixes, const std::string& what);
 
 // Mixed precision: the parameter as the layer computes with it for input `x`. When `x` is f16 or
 // bf16 and the parameter is f32 (the master copy), a recorded cast to x's dtype (its gradient flows

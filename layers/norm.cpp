@@ -37,7 +37,8 @@ BatchNorm2d::BatchNorm2d(const BatchNormOptions& o, const std::string& type) : M
 Tensor BatchNorm2d::forward(const Tensor& x) {
   KILN_CHECK((x.dim() == 4 || x.dim() == 2) && x.size(-1) == opts_.num_features, type(), "(", opts_.num_features,
              "): input ", x.str(), " must be (N, H, W, ", opts_.num_features, ") or (N, ", opts_.num_features, ")");
-  bool train = is_training();
+  // Frozen (fine-tuning): the running statistics normalise and stay as they are, in training too.
+  bool train = is_training() && !is_frozen();
   if (train && is_recomputing()) {
     // The first run already updated the running statistics; the recomputation must not again.
     Tensor mean = running_mean.detach().clone(), var = running_var.detach().clone();

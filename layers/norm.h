@@ -4,6 +4,9 @@
 //     "bias" (0); buffers "running_mean" (0), "running_var" (1) and "num_batches_tracked" (i64
 //     scalar), as torch.nn.BatchNorm2d. Training uses batch statistics and updates the running ones
 //     (not again when gradient checkpointing recomputes the forward); eval uses the running ones.
+//     A frozen BatchNorm2d (Module::is_frozen, set by freeze() when its weight and bias are frozen)
+//     uses and keeps the running ones in training too, as torchvision's FrozenBatchNorm2d (the
+//     gradient still flows to its input).
 //   LocalResponseNorm: across channels, AlexNet (core/ops/lrn.h); no parameters.
 // Tests: tests/layers/layers_test.cpp.
 #pragma once

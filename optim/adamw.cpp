@@ -82,7 +82,7 @@ AdamW::AdamW(std::vector<ParamRef> params, AdamWOptions options)
 }
 
 void AdamW::step() {
-  const double lr = this->lr();
+  const double base_lr = this->lr();
   const double beta1 = options_.betas[0], beta2 = options_.betas[1];
   const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
   const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
@@ -96,6 +96,7 @@ void AdamW::step() {
     Tensor grad = dense_grad(params_[k], "AdamW");
     if (!grad.defined()) continue;
     Slot& s = state_[k];
+    const double lr = base_lr * params_[k].lr_mult;
     if (!s.exp_avg.defined()) {
       const Shape& shape = params_[k].param.shape();
       s.exp_avg = Tensor::zeros(shape, DType::f32, device());

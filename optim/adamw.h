@@ -43,7 +43,7 @@ class AdamW : public Optimizer {
   void step() override;
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
-  json to_json() const override { return options_.to_json(); }
+  json to_json() const override { return with_lr_mult(options_.to_json()); }
   const AdamWOptions& options() const { return options_; }
 
  private:

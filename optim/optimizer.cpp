@@ -18,6 +18,40 @@ void Optimizer::set_lr(double lr) {
   lr_ = lr;
 }
 
+void Optimizer::set_lr_mult(const std::map<std::string, double>& mult, const std::string& path) {
+  // "layer1" covers "layer1" and "layer1.0.conv1.weight", not "layer10.weight" (as freeze() in layers/module.h).
+  auto covers = [](const std::string& prefix, const std::string& name) {
+    return name.compare(0, prefix.size(), prefix) == 0 && (name.size() == prefix.size() || name[prefix.size()] == '.');
+  };
+  for (const auto& [prefix, m] : mult) {
+    KILN_CHECK(std::isfinite(m) && m >= 0, path, ".\"", prefix, "\" = ", m, " is not accepted; accepted: a factor >= 0");
+    bool used = std::any_of(params_.begin(), params_.end(), [&](const ParamRef& p) { return covers(prefix, p.name); });
+    if (used) continue;
+    std::vector<std::string> tops;  // the first parts of the names, which is what a prefix usually is
+    for (const ParamRef& p : params_) {
+      std::string top = p.name.substr(0, p.name.find('.'));
+      if (std::find(tops.begin(), tops.end(), top) == tops.end()) tops.push_back(top);
+    }
+    KILN_FAIL(path, ".\"", prefix, "\" matches no parameter that ", type_, " updates (frozen ones, train.freeze, are not "
+              "among them); accepted: a dotted prefix of the parameter names, e.g. ", tops.empty() ? "none" : join(tops));
+  }
+  for (ParamRef& p : params_) {
+    size_t best = 0;
+    p.lr_mult = 1.0;
+    for (const auto& [prefix, m] : mult)
+      if (covers(prefix, p.name) && prefix.size() >= best) {
+        best = prefix.size();
+        p.lr_mult = m;
+      }
+  }
+  lr_mult_ = mult;
+}
+
+json Optimizer::with_lr_mult(json j) const {
+  if (!lr_mult_.empty()) j["lr_mult"] = lr_mult_;
+  return j;
+}
+
 namespace {
 
 // "conv.weight.exp_avg" -> ("conv.weight", "exp_avg"), the slot being the part after the last dot.

@@ -3,12 +3,18 @@
 //
 //   "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 5e-5}
 //
+// Every optimizer also takes "lr_mult": {"<prefix>": m, ...}: the parameters under a prefix (the
+// dotted names, "layer1" covers "layer1.0.conv1.weight" but not "layer10.x") learn at lr * m (weight
+// decay too, as a PyTorch param group with that lr); the longest matching prefix wins, the others
+// learn at lr; m = 0 stops a part (but freezing, train.freeze, also saves its gradients). A prefix
+// that covers no parameter of the optimizer is an error naming it (docs/finetune.md).
+//
 // Optimizers update f32 parameters in place (never recorded by autograd): on the CPU one fused loop
 // per parameter, on a GPU one multi-tensor kernel launch for all of them (core/cuda/optim_cuda.cu).
 // The state lives on the parameters' device. A parameter without .grad is left alone (its state does
 // not advance), as in PyTorch.
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
-// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp.
+// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp; lr_mult: tests/tools/finetune_test.cpp.
 #pragma once
 #include <map>
 #include <memory>
@@ -45,6 +51,11 @@ class Optimizer {
   const std::vector<ParamRef>& params() const { return params_; }
   double lr() const { return lr_; }
   void set_lr(double lr);
+  // Per-part learning rates (the "lr_mult" above): sets every parameter's ParamRef::lr_mult from
+  // the longest prefix of `mult` that covers it (1 where none does). `path` names the option in
+  // errors ("optim.lr_mult"). make_optimizer calls it; to_json() writes the map back.
+  void set_lr_mult(const std::map<std::string, double>& mult, const std::string& path);
+  const std::map<std::string, double>& lr_mult() const { return lr_mult_; }
 
   // Copies of the state on the CPU (safe to keep while training continues).
   virtual OptimizerState state_dict() const = 0;
@@ -74,11 +85,15 @@ class Optimizer {
     return no_decay_bn_bias && params_[i].no_decay ? 0.0 : weight_decay;
   }
 
+  // The options' JSON plus "lr_mult" when any is set (for the optimizers' to_json()).
+  json with_lr_mult(json j) const;
+
   std::vector<ParamRef> params_;
 
  private:
   std::string type_;
   double lr_;
+  std::map<std::string, double> lr_mult_;
 };
 
 // Builds the optimizer named by j["name"] ("sgd", "adamw"); `path` is the JSON path of `j` for

@@ -17,6 +17,9 @@ struct ParamRef {
   // Excluded from weight decay when the optimizer's `no_decay_bn_bias` is on (biases, batch-norm
   // weights and biases). Set by the caller, or by mark_no_decay_1d().
   bool no_decay = false;
+  // This parameter's learning rate is the optimizer's (scheduled) lr times lr_mult: PyTorch's param
+  // groups with scaled lrs. Set by make_optimizer from the config's "lr_mult" (default 1).
+  double lr_mult = 1.0;
 };
 
 // The usual rule: every 1-D parameter (biases, batch-norm weight and bias) is no_decay.

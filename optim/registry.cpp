@@ -1,6 +1,7 @@
 // The explicit registries that map config names to optimizers and learning-rate schedules: one
 // line per type. (No static self-registration: it silently disappears from static libraries.)
 #include <functional>
+#include <map>
 #include <utility>
 
 #include "optim/adamw.h"
@@ -61,7 +62,26 @@ const Maker& lookup(const std::vector<std::pair<std::string, Maker>>& registry, 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> params, const std::string& path) {
-  return lookup(optimizer_registry(), j, path)(j, std::move(params), path);
+  // "lr_mult" belongs to every optimizer (the base class); the rest are the named optimizer's options.
+  json options = j;
+  std::map<std::string, double> mult;
+  const std::string mult_path = path.empty() ? "lr_mult" : path + ".lr_mult";
+  if (j.is_object() && j.contains("lr_mult")) {
+    const json& m = j["lr_mult"];
+    KILN_CHECK(m.is_object(), "config: ", mult_path, " = ", m.dump(), " is not accepted; accepted: an object of "
+               "parameter-name prefixes and factors, e.g. {\"layer1\": 0.1, \"fc\": 1}");
+    for (auto it = m.begin(); it != m.end(); ++it) {
+      const std::string& prefix = it.key();
+      const json& v = it.value();
+      KILN_CHECK(v.is_number() && !prefix.empty(), "config: ", mult_path, ".\"", prefix, "\" = ", v.dump(),
+                 " is not accepted; accepted: a non-empty prefix with a number >= 0");
+      mult[prefix] = v.get<double>();
+    }
+    options.erase("lr_mult");
+  }
+  std::unique_ptr<Optimizer> opt = lookup(optimizer_registry(), options, path)(options, std::move(params), path);
+  opt->set_lr_mult(mult, "config: " + mult_path);
+  return opt;
 }
 std::vector<std::string> optimizer_names() { return names_of(optimizer_registry()); }
 

@@ -96,7 +96,7 @@ void SGD::step() {
       cuda::SgdEntry e;
       e.param = params_[k].param;
       e.grad = grad;
-      e.lr = this->lr();
+      e.lr = this->lr() * params_[k].lr_mult;
       e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
       if (momentum_on) {
         e.first_step = !momentum_[k].defined();
@@ -109,13 +109,13 @@ void SGD::step() {
     return;
 #endif
   }
-  const float lr = static_cast<float>(this->lr());
   const float mom = static_cast<float>(options_.momentum);
   const float damp = static_cast<float>(1.0 - options_.dampening);
   const bool momentum = options_.momentum != 0;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "SGD");
     if (!grad.defined()) continue;
+    const float lr = static_cast<float>(this->lr() * params_[k].lr_mult);
     const float wd = static_cast<float>(decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
     const bool first = momentum && !momentum_[k].defined();
     if (first) momentum_[k] = Tensor::empty(params_[k].param.shape());

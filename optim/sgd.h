@@ -40,7 +40,7 @@ class SGD : public Optimizer {
   void step() override;
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
-  json to_json() const override { return options_.to_json(); }
+  json to_json() const override { return with_lr_mult(options_.to_json()); }
   const SGDOptions& options() const { return options_; }
 
  private:

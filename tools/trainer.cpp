@@ -40,6 +40,53 @@ namespace fs = std::filesystem;
 
 namespace kiln {
 
+// --- fine-tuning: train.init and train.freeze (docs/finetune.md) -------------------------------------
+namespace {
+std::vector<std::string> freeze_list_from_json(const json& j, const std::string& path) {
+  const char* accepted = "; accepted: a list of parameter-name prefixes, e.g. [\"conv1\", \"bn1\", \"layer1\"]";
+  KILN_CHECK(j.is_array(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    KILN_CHECK(j[i].is_string() && !j[i].get<std::string>().empty(), "config: ", path, "[", i, "] = ", j[i].dump(),
+               " is not accepted", accepted);
+    out.push_back(j[i].get<std::string>());
+  }
+  return out;
+}
+
+// train.init: loads `init` into the fresh `model` and says what was loaded, new and ignored.
+void load_init_weights(Module& model, const std::string& init, bool show) {
+  std::string file = init;
+  if (!fs::is_regular_file(file)) {
+    std::string p = init;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    // A run folder: its best checkpoint (the weights a fine-tuning wants), else its last.
+    if (fs::is_directory(p) && (fs::exists(p + "/best") || fs::exists(p + "/best.safetensors"))) p += "/best";
+    file = checkpoint_files(resolve_checkpoint(p)).weights;
+  }
+  SafetensorsContents c = load_safetensors(file);
+  InitReport r = import_pytorch_for_finetuning(model, c.tensors, file);
+  if (!show) return;
+  std::cout << "init: " << r.loaded.size() << " tensors loaded from " << file << "\n";
+  if (!r.fresh.empty()) std::cout << "init: new (initialised as a fresh model): " << join(r.fresh) << "\n";
+  if (!r.ignored.empty()) std::cout << "init: ignored (in the file, not in the model): " << join(r.ignored) << "\n";
+}
+
+// train.freeze: freezes the parameters and returns those the optimizer updates.
+std::vector<ParamRef> trainable_params(Module& model, const std::vector<std::string>& freeze_prefixes, bool show) {
+  std::vector<std::string> frozen = freeze(model, freeze_prefixes, "config: train.freeze");
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : model.named_parameters())
+    if (p.requires_grad()) params.push_back({name, p, false});
+  KILN_CHECK(!params.empty() || model.named_parameters().empty(), "config: train.freeze = [", join(freeze_prefixes),
+             "] freezes every parameter of ", model.type(), "; nothing would train: leave at least the head out");
+  if (show && !frozen.empty())
+    std::cout << "freeze: " << frozen.size() << " parameters frozen (" << join(freeze_prefixes) << "), "
+              << params.size() << " trained\n";
+  return params;
+}
+}  // namespace
+
 TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   TrainOptions o;
   JsonReader r(j, path);
@@ -52,6 +99,9 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
   o.checkpoint = r.get("checkpoint", o.checkpoint);
   o.resume = r.get("resume", o.resume);
+  o.init = r.get("init", o.init);
+  if (r.has("freeze")) o.freeze = freeze_list_from_json(r.raw("freeze"), r.path_of("freeze"));
+  else r.allow("freeze");
   o.runs_dir = r.get("runs_dir", o.runs_dir);
   o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
   o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
@@ -77,6 +127,8 @@ json TrainOptions::to_json() const {
               {"clip_grad_norm", clip_grad_norm},
               {"checkpoint", checkpoint},
               {"resume", resume},
+              {"init", init},
+              {"freeze", freeze},
               {"runs_dir", runs_dir},
               {"log_every", log_every},
               {"max_steps_per_epoch", max_steps_per_epoch},
@@ -222,6 +274,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   // --- model, data ------------------------------------------------------------------------------
   manual_seed(static_cast<uint64_t>(opt.seed));
   std::shared_ptr<Module> model = models::build_model(s.model, "model");
+  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*model, opt.init, show);
+  else if (!opt.init.empty() && show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
   model->to(device);
   if (breq.auto_fraction > 0) config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
   else config["data"]["batch_size"] = breq.global;
@@ -236,8 +290,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                    train_set->num_classes());
 
   // --- optimizer --------------------------------------------------------------------------------
-  std::vector<ParamRef> params;
-  for (auto& [name, p] : model->named_parameters()) params.push_back({name, p, false});
+  std::vector<ParamRef> params = trainable_params(*model, opt.freeze, show);
   mark_no_decay_1d(params);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(s.optim, params, "optim");
 

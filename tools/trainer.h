@@ -8,7 +8,7 @@
 // rank). Rank 0 broadcasts the initial weights, every rank reads its own shard of the data, the
 // gradients are averaged in buckets during backward (optim/grad_sync.h), and only rank 0 writes
 // logs and checkpoints; evaluation counts are summed over ranks.
-// Tests: tests/tools/trainer_test.cpp, tests/slow/, tests/mpi/.
+// Tests: tests/tools/trainer_test.cpp, tests/tools/finetune_test.cpp (train.init, train.freeze), tests/slow/, tests/mpi/.
 #pragma once
 #include <memory>
 #include <string>
@@ -44,6 +44,16 @@ struct TrainOptions {
   std::string checkpoint;
   /// checkpoint to resume from: a run folder, or runs/x/last (default "": a fresh run)
   std::string resume;
+  /// fine-tuning: start from these weights (docs/finetune.md): a safetensors file in PyTorch layout
+  /// (a kiln run's, or tools/convert_weights.py's), a run folder (its best checkpoint, else its last)
+  /// or a checkpoint (runs/x/last); tensors with the model's names and shapes load, a classifier head
+  /// of another num_classes starts fresh, any other mismatch is an error. Not read when resuming: the
+  /// checkpoint's weights win (default "": the model's own initialisation)
+  std::string init;
+  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]):
+  /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
+  /// statistics (default []: nothing frozen)
+  std::vector<std::string> freeze;
   /// folder that holds the run folders (default "runs")
   std::string runs_dir = "runs";
   /// progress: print a plain line every N steps when not on a terminal; 0 = ten per epoch (default 0)
