@@ -11,6 +11,8 @@ static const char* kUsage =
     "commands:\n"
     "  train CONFIG [key=value ...]   train a model; e.g. epochs=3 batch=128 device=0 lr=0.05\n"
     "  eval CONFIG weights=FILE       top-1/top-5 and a confusion matrix on the validation split\n"
+    "  predict RUN|CONFIG [weights=FILE] INPUT... [topk=5] [out=FILE.csv|FILE.jsonl]\n"
+    "                            top-k classes of image files, folders or .txt image lists\n"
     "  info                      devices and library versions\n"
     "  bench matmul [n=4096]     CPU vs GPU matrix product table (fp32, bf16)\n"
     "  bench conv                3x3 64->64 conv forward+backward on (32,32,32,64)\n"
@@ -37,7 +39,8 @@ int run(const Args& args) {
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
   if (cmd == "data") return cmd_data(rest);
-  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench, data (see kiln --help)");
+  if (cmd == "predict") return cmd_predict(rest);
+  KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, predict, info, bench, data (see kiln --help)");
 }
 
 }  // namespace kiln::cli
