@@ -151,7 +151,7 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& paths
           load(p.path, key, xs + static_cast<int64_t>(i) * numel, ws, img);
         } catch (const std::exception& e) {
           p.error = e.what();
-          if (p.error.find(p.path) == std::string::npos) p.error = p.path + ": " + p.error;
+          if (p.error.rfind(p.path + ": ", 0) != 0) p.error = p.path + ": " + p.error;  // the file first
         }
       }
     };
