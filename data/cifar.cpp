@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "core/check.h"
 #include "data/file_io.h"
@@ -72,20 +74,19 @@ std::shared_ptr<CifarDataset> CifarDataset::open(CifarKind kind, const std::stri
 const std::vector<std::string>& cifar_class_names(CifarKind kind) {
   static const std::vector<std::string> ten = {"airplane", "automobile", "bird", "cat",  "deer",
                                                "dog",      "frog",       "horse", "ship", "truck"};
-  static const std::vector<std::string> hundred = {
-      "apple",      "aquarium_fish", "baby",         "bear",      "beaver",     "bed",         "bee",       "beetle",
-      "bicycle",    "bottle",        "bowl",         "boy",       "bridge",     "bus",         "butterfly", "camel",
-      "can",        "castle",        "caterpillar",  "cattle",    "chair",      "chimpanzee",  "clock",     "cloud",
-      "cockroach",  "couch",         "crab",         "crocodile", "cup",        "dinosaur",    "dolphin",   "elephant",
-      "flatfish",   "forest",        "fox",          "girl",      "hamster",    "house",       "kangaroo",  "keyboard",
-      "lamp",       "lawn_mower",    "leopard",      "lion",      "lizard",     "lobster",     "man",       "maple_tree",
-      "motorcycle", "mountain",      "mouse",        "mushroom",  "oak_tree",   "orange",      "orchid",    "otter",
-      "palm_tree",  "pear",          "pickup_truck", "pine_tree", "plain",      "plate",       "poppy",     "porcupine",
-      "possum",     "rabbit",        "raccoon",      "ray",       "road",       "rocket",      "rose",      "sea",
-      "seal",       "shark",         "shrew",        "skunk",     "skyscraper", "snail",       "snake",     "spider",
-      "squirrel",   "streetcar",     "sunflower",    "sweet_pepper", "table",   "tank",        "telephone", "television",
-      "tiger",      "tractor",       "train",        "trout",     "tulip",      "turtle",      "wardrobe",  "whale",
-      "willow_tree", "wolf",         "woman",        "worm"};
+  // CIFAR-100's fine labels are numbered in alphabetical order.
+  static const std::vector<std::string> hundred = [] {
+    std::istringstream in(
+      "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly "
+      "camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup "
+      "dinosaur dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower "
+      "leopard lion lizard lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange "
+      "orchid otter palm_tree pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit "
+      "raccoon ray road rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel "
+      "streetcar sunflower sweet_pepper table tank telephone television tiger tractor train trout tulip "
+      "turtle wardrobe whale willow_tree wolf woman worm");
+    return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
+  }();
   return kind == CifarKind::cifar10 ? ten : hundred;
 }
 

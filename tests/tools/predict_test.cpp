@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -67,8 +68,10 @@ class Predict : public ::testing::Test {
  protected:
   // One run for every test: root/{train,val}/<class>/<i>.png of 8x8, trained a few steps.
   static void SetUpTestSuite() {
-    dir_ = ::testing::TempDir() + "kiln_predict_test";
-    fs::remove_all(dir_);
+    // One folder per process: ctest runs each test in its own process, several at once.
+    dir_ = ::testing::TempDir() + "kiln_predict_test_" + std::to_string(::getpid());
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
     root_ = dir_ + "/images";
     for (int64_t i = 0; i < 64; ++i) {
       const std::string split = i < 48 ? "train" : "val";
@@ -94,6 +97,13 @@ class Predict : public ::testing::Test {
     config_file_ = dir_ + "/config.json";
     std::ofstream(config_file_) << c.dump(2);
   }
+
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // A failure in SetUpTestSuite would otherwise read as a skipped test under ctest.
+  void SetUp() override { ASSERT_FALSE(run_.empty()) << "training the test's run failed"; }
 
   static KilnRun kiln(const std::string& args) {
     const std::string out = dir_ + "/stdout.txt", err = dir_ + "/stderr.txt";
