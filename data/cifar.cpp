@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "core/check.h"
 #include "data/file_io.h"
@@ -17,6 +20,7 @@ constexpr int64_t kImageBytes = 3 * kPixels;
 CifarDataset::CifarDataset(CifarKind kind, const std::vector<std::string>& files, std::string name)
     : kind_(kind), name_(std::move(name)) {
   KILN_CHECK(!files.empty(), name_, ": no files given");
+  class_names_ = cifar_class_names(kind);
   const int64_t label_bytes = kind == CifarKind::cifar10 ? 1 : 2;
   const int64_t record = label_bytes + kImageBytes;
   const int64_t classes = num_classes();
@@ -62,7 +66,39 @@ std::shared_ptr<CifarDataset> CifarDataset::open(CifarKind kind, const std::stri
   std::string what = source + " " + split_name(split);
   std::vector<std::string> files;
   for (const std::string& n : names) files.push_back(find_file(dir, {n}, what));
-  return std::make_shared<CifarDataset>(kind, files, what + " (" + dir + ")");
+  auto ds = std::make_shared<CifarDataset>(kind, files, what + " (" + dir + ")");
+  ds->class_names_ = read_cifar_class_names(kind, dir);
+  return ds;
+}
+
+const std::vector<std::string>& cifar_class_names(CifarKind kind) {
+  static const std::vector<std::string> ten = {"airplane", "automobile", "bird", "cat",  "deer",
+                                               "dog",      "frog",       "horse", "ship", "truck"};
+  // CIFAR-100's fine labels are numbered in alphabetical order.
+  static const std::vector<std::string> hundred = [] {
+    std::istringstream in(
+      "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly "
+      "camel can castle caterpillar cattle chair chimpanzee clock cloud cockroach couch crab crocodile cup "
+      "dinosaur dolphin elephant flatfish forest fox girl hamster house kangaroo keyboard lamp lawn_mower "
+      "leopard lion lizard lobster man maple_tree motorcycle mountain mouse mushroom oak_tree orange "
+      "orchid otter palm_tree pear pickup_truck pine_tree plain plate poppy porcupine possum rabbit "
+      "raccoon ray road rocket rose sea seal shark shrew skunk skyscraper snail snake spider squirrel "
+      "streetcar sunflower sweet_pepper table tank telephone television tiger tractor train trout tulip "
+      "turtle wardrobe whale willow_tree wolf woman worm");
+    return std::vector<std::string>(std::istream_iterator<std::string>(in), {});
+  }();
+  return kind == CifarKind::cifar10 ? ten : hundred;
+}
+
+std::vector<std::string> read_cifar_class_names(CifarKind kind, const std::string& folder) {
+  const std::vector<std::string>& known = cifar_class_names(kind);
+  std::ifstream in((std::filesystem::path(folder) / (kind == CifarKind::cifar10 ? "batches.meta.txt" : "fine_label_names.txt")));
+  std::vector<std::string> names;
+  for (std::string line; in && std::getline(in, line);) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    if (!line.empty()) names.push_back(line);
+  }
+  return names.size() == known.size() ? names : known;
 }
 
 void CifarDataset::get_into(int64_t index, Sample& out) const {

@@ -6,7 +6,10 @@
 //   CIFAR-10:  data_batch_1.bin .. data_batch_5.bin (train), test_batch.bin (val)
 //   CIFAR-100: train.bin (train), test.bin (val)
 // found under `root` or under the folder the archive unpacks to (cifar-10-batches-bin,
-// cifar-100-binary). Tests: tests/data/sources_test.cpp.
+// cifar-100-binary). Class names: from the archive's meta file next to the data files
+// (batches.meta.txt for CIFAR-10, fine_label_names.txt for CIFAR-100: one name a line) when it
+// holds exactly 10 or 100 names, else the known lists (cifar_class_names()).
+// Tests: tests/data/sources_test.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -31,13 +34,23 @@ class CifarDataset : public Dataset {
   ImageShape image_shape() const override { return {32, 32, 3}; }
   std::string name() const override { return name_; }
   void get_into(int64_t index, Sample& out) const override;
+  std::vector<std::string> class_names() const override { return class_names_; }
 
  private:
   CifarKind kind_;
   std::string name_;
+  std::vector<std::string> class_names_;
   int64_t count_ = 0;
   std::vector<uint8_t> pixels_;  // count x 32 x 32 x 3
   std::vector<uint8_t> labels_;
 };
+
+// The known class names: CIFAR-10's "airplane" .. "truck", CIFAR-100's fine labels "apple" ..
+// "worm" (in label order, as the archives' meta files list them).
+const std::vector<std::string>& cifar_class_names(CifarKind kind);
+// The names in the meta file `folder`/batches.meta.txt (CIFAR-10) or fine_label_names.txt
+// (CIFAR-100), one a line, blank lines skipped; the known list when the file is missing or does not
+// hold exactly 10 or 100 names.
+std::vector<std::string> read_cifar_class_names(CifarKind kind, const std::string& folder);
 
 }  // namespace kiln

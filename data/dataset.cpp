@@ -12,6 +12,14 @@ std::string ImageShape::str() const {
 
 const char* split_name(Split s) { return s == Split::train ? "train" : "val"; }
 
+std::vector<std::string> numbered_class_names(int64_t k) {
+  std::vector<std::string> names;
+  for (int64_t i = 0; i < k; ++i) names.push_back(std::to_string(i));
+  return names;
+}
+
+std::vector<std::string> Dataset::class_names() const { return numbered_class_names(num_classes()); }
+
 void Dataset::check_index(int64_t index) const {
   KILN_CHECK(index >= 0 && index < size(), name(), ": sample index ", index, " out of range [0, ", size(), ")");
 }

@@ -51,6 +51,9 @@ struct Sample {
   int64_t label = 0;
 };
 
+// "0", "1", ..., "k-1": the class names of a source that knows none.
+std::vector<std::string> numbered_class_names(int64_t k);
+
 // Which part of a dataset: `train`, or `val` (the test files of MNIST/CIFAR, which serve as the
 // validation set).
 enum class Split { train, val };
@@ -68,6 +71,10 @@ class Dataset {
   // Decodes sample `index` into `out`, reusing its buffer. Safe to call from several threads at
   // once. Throws kiln::Error naming the file and index for a bad sample or an index out of range.
   virtual void get_into(int64_t index, Sample& out) const = 0;
+  // The name of each class, indexed by label (num_classes() of them): the class folders of an
+  // image folder, "T-shirt/top".."Ankle boot" for Fashion-MNIST, "airplane".."truck" for CIFAR-10;
+  // by default the labels as numbers "0".."k-1". Every run saves them as runs/<name>/classes.json.
+  virtual std::vector<std::string> class_names() const;
 
   // Region decoding (optional): loads only the part of sample `index` that the first transform
   // uses. `choose` gets the full image's (height, width) from the file's header and returns the

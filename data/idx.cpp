@@ -110,7 +110,19 @@ std::shared_ptr<IdxDataset> IdxDataset::open(const std::string& root, Split spli
                                         prefix + "-images.idx3-ubyte"}, what + " images");
   std::string labels = find_file(root, {prefix + "-labels-idx1-ubyte.gz", prefix + "-labels-idx1-ubyte",
                                         prefix + "-labels.idx1-ubyte"}, what + " labels");
-  return std::make_shared<IdxDataset>(images, labels, 10, what + " (" + root + ")");
+  auto ds = std::make_shared<IdxDataset>(images, labels, 10, what + " (" + root + ")");
+  if (name == "fashion_mnist") ds->class_names_ = fashion_mnist_class_names();
+  return ds;
+}
+
+std::vector<std::string> IdxDataset::class_names() const {
+  return class_names_.empty() ? Dataset::class_names() : class_names_;
+}
+
+const std::vector<std::string>& fashion_mnist_class_names() {
+  static const std::vector<std::string> names = {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                                 "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  return names;
 }
 
 void IdxDataset::get_into(int64_t index, Sample& out) const {

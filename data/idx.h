@@ -22,7 +22,8 @@ class IdxDataset : public Dataset {
              std::string name = "idx");
 
   // The standard file names under `root`: {train,t10k}-{images-idx3,labels-idx1}-ubyte, with or
-  // without .gz. `name` is "mnist" or "fashion_mnist" (used in messages only).
+  // without .gz. `name` is "mnist" or "fashion_mnist" (used in messages, and fashion_mnist's
+  // class names are Zalando's "T-shirt/top" .. "Ankle boot").
   static std::shared_ptr<IdxDataset> open(const std::string& root, Split split, const std::string& name = "mnist");
 
   int64_t size() const override { return count_; }
@@ -30,16 +31,22 @@ class IdxDataset : public Dataset {
   ImageShape image_shape() const override { return shape_; }
   std::string name() const override { return name_; }
   void get_into(int64_t index, Sample& out) const override;
+  // "0".."9" for MNIST, Fashion-MNIST's ten names when opened as "fashion_mnist".
+  std::vector<std::string> class_names() const override;
 
   const std::string& images_file() const { return images_file_; }
   const std::string& labels_file() const { return labels_file_; }
 
  private:
   std::string images_file_, labels_file_, name_;
+  std::vector<std::string> class_names_;  // empty: numbers
   int64_t num_classes_ = 0, count_ = 0;
   ImageShape shape_;
   std::vector<uint8_t> pixels_;  // the images file, header stripped: count x h x w x c
   std::vector<uint8_t> labels_;  // one byte per image
 };
+
+// Fashion-MNIST's class names by label (Zalando's README): "T-shirt/top", "Trouser", ..., "Ankle boot".
+const std::vector<std::string>& fashion_mnist_class_names();
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/json_read.h"
 
 namespace fs = std::filesystem;
 
@@ -81,46 +82,84 @@ std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::strin
   return std::make_shared<ImageFileDataset>(std::move(entries), std::move(classes), k, decode, name);
 }
 
-std::shared_ptr<ImageFileDataset> ImageFileDataset::open_list(const std::string& list_file, int64_t num_classes,
-                                                              DecodeOptions decode, const std::string& name) {
+ImageList read_image_list(const std::string& list_file, bool labels) {
   std::ifstream in(list_file);
-  KILN_CHECK(in, name, ": cannot open the list file ", list_file);
+  KILN_CHECK(in, "cannot open the list file ", list_file);
   const fs::path base = fs::path(list_file).parent_path();
-  std::vector<ImageFileEntry> entries;
+  const std::string classes_tag = "# classes:";
+  ImageList list;
   std::string line;
-  int64_t max_label = -1;
   for (int64_t no = 1; std::getline(in, line); ++no) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     const auto first = line.find_first_not_of(" \t");
+    if (first != std::string::npos && line.compare(first, classes_tag.size(), classes_tag) == 0) {
+      KILN_CHECK(list.classes.empty(), list_file, ":", no, ": a second \"", classes_tag, "\" line");
+      Json names;
+      try {
+        names = Json::parse(line.substr(first + classes_tag.size()));
+      } catch (const Json::exception&) {
+      }
+      bool ok = names.is_array() && !names.empty();
+      for (const Json& n : names) ok = ok && n.is_string() && !n.get<std::string>().empty();
+      KILN_CHECK(ok, list_file, ":", no, ": expected ", classes_tag, " followed by a JSON list of class names, e.g. ",
+                 classes_tag, " [\"cat\", \"dog\"]");
+      for (const Json& n : names) list.classes.push_back(n.get<std::string>());
+      continue;
+    }
     if (first == std::string::npos || line[first] == '#') continue;
     const auto last = line.find_last_not_of(" \t");
     const std::string s = line.substr(first, last - first + 1);
-    const auto sep = s.find_last_of(" \t");
-    KILN_CHECK(sep != std::string::npos, list_file, ":", no, ": expected \"<path> <label>\", got \"", s, "\"");
-    const std::string label_text = s.substr(sep + 1);
-    std::string path = s.substr(0, s.find_last_not_of(" \t", sep) + 1);
-    int64_t label = 0;
-    size_t used = 0;
-    try {
-      label = std::stoll(label_text, &used);
-    } catch (const std::exception&) {
-      used = 0;
+    std::string path = s;
+    int64_t label = -1;
+    if (labels || !is_image_file_name(s)) {
+      const auto sep = s.find_last_of(" \t");
+      KILN_CHECK(sep != std::string::npos, list_file, ":", no, ": expected \"<path> <label>\"",
+                 labels ? "" : " or an image path", ", got \"", s, "\"");
+      const std::string label_text = s.substr(sep + 1);
+      path = s.substr(0, s.find_last_not_of(" \t", sep) + 1);
+      size_t used = 0;
+      try {
+        label = std::stoll(label_text, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      KILN_CHECK(used == label_text.size() && used > 0, list_file, ":", no, ": the label \"", label_text,
+                 "\" is not a whole number; expected \"<path> <label>\"");
+      KILN_CHECK(label >= 0, list_file, ":", no, ": label ", label, " is out of range; accepted: labels >= 0");
     }
-    KILN_CHECK(used == label_text.size() && used > 0, list_file, ":", no, ": the label \"", label_text,
-               "\" is not a whole number; expected \"<path> <label>\"");
-    KILN_CHECK(label >= 0 && (num_classes <= 0 || label < num_classes), list_file, ":", no, ": label ", label,
-               " is out of range; accepted: 0 .. ",
-               num_classes > 0 ? std::to_string(num_classes - 1) + " (data.num_classes = " + std::to_string(num_classes) + ")"
-                               : std::string("(any label >= 0)"));
     KILN_CHECK(is_image_file_name(path), list_file, ":", no, ": ", path, " is not an image file name; accepted extensions: ",
                kExtensions);
     if (fs::path(path).is_relative()) path = (base / path).string();
-    max_label = std::max(max_label, label);
-    entries.push_back({std::move(path), label});
+    list.entries.push_back({std::move(path), label});
+    list.lines.push_back(no);
   }
-  KILN_CHECK(!entries.empty(), name, ": the list file ", list_file, " names no images (expected lines \"<path> <label>\")");
-  const int64_t k = num_classes > 0 ? num_classes : max_label + 1;
-  return std::make_shared<ImageFileDataset>(std::move(entries), std::vector<std::string>{}, k, decode, name);
+  return list;
+}
+
+std::shared_ptr<ImageFileDataset> ImageFileDataset::open_list(const std::string& list_file, int64_t num_classes,
+                                                              DecodeOptions decode, const std::string& name) {
+  KILN_CHECK(std::ifstream(list_file), name, ": cannot open the list file ", list_file);
+  ImageList list = read_image_list(list_file);
+  KILN_CHECK(!list.entries.empty(), name, ": the list file ", list_file, " names no images (expected lines \"<path> <label>\")");
+  const int64_t named = static_cast<int64_t>(list.classes.size());
+  KILN_CHECK(named == 0 || num_classes <= 0 || named == num_classes, list_file, ": its \"# classes:\" line names ",
+             named, " classes but data.num_classes = ", num_classes);
+  const int64_t bound = num_classes > 0 ? num_classes : named;
+  int64_t max_label = -1;
+  for (size_t i = 0; i < list.entries.size(); ++i) {
+    const ImageFileEntry& e = list.entries[i];
+    KILN_CHECK(bound <= 0 || e.label < bound, list_file, ":", list.lines[i], ": label ", e.label,
+               " is out of range; accepted: 0 .. ", bound - 1,
+               num_classes > 0 ? " (data.num_classes = " + std::to_string(num_classes) + ")"
+                               : " (the \"# classes:\" line names " + std::to_string(named) + ")");
+    max_label = std::max(max_label, e.label);
+  }
+  const int64_t k = bound > 0 ? bound : max_label + 1;
+  return std::make_shared<ImageFileDataset>(std::move(list.entries), std::move(list.classes), k, decode, name);
+}
+
+std::vector<std::string> ImageFileDataset::class_names() const {
+  return classes_.empty() ? Dataset::class_names() : classes_;
 }
 
 void ImageFileDataset::get_into(int64_t index, Sample& out) const {

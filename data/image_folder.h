@@ -6,7 +6,9 @@
 //                (by folder, then by file name; byte-wise order).
 //   list file    one "<path> <label>" per line; the label is the last whitespace-separated field,
 //                the path the rest (so it may hold spaces); a relative path is relative to the list
-//                file's folder; blank lines and lines starting with '#' are skipped.
+//                file's folder; blank lines and lines starting with '#' are skipped, but for one
+//                "# classes: [\"cat\", \"dog\"]" line (a JSON list of strings), which names the
+//                classes by label (then num_classes defaults to their count).
 // Both read only names at open time; a missing, damaged or non-regular (FIFO, directory) image is an
 // error (naming the file) when its sample is loaded, which the loader can skip (data.skip_bad_samples, data/loader.h).
 // Tests: tests/data/image_file_test.cpp.
@@ -48,6 +50,8 @@ class ImageFileDataset : public Dataset {
 
   int64_t size() const override { return static_cast<int64_t>(entries_.size()); }
   int64_t num_classes() const override { return num_classes_; }
+  // The class folders (image folder) or the list file's "# classes:" line; else numbers.
+  std::vector<std::string> class_names() const override;
   ImageShape image_shape() const override { return {0, 0, decode_.channels}; }
   std::string name() const override { return name_; }
   void get_into(int64_t index, Sample& out) const override;
@@ -65,6 +69,15 @@ class ImageFileDataset : public Dataset {
   DecodeOptions decode_;
   std::string name_;
 };
+
+// A list file (see above), read without opening the images. With `labels` false a line may also be
+// a bare image path (label -1): `kiln predict`'s input lists. Errors name file:line.
+struct ImageList {
+  std::vector<ImageFileEntry> entries;  // relative paths made relative to the list file's folder
+  std::vector<std::string> classes;     // the "# classes:" line's names (empty without one)
+  std::vector<int64_t> lines;           // the line number of each entry, for messages
+};
+ImageList read_image_list(const std::string& list_file, bool labels = true);
 
 // True for the file names ImageFolder accepts: .jpg .jpeg .png .bmp .webp, any case.
 bool is_image_file_name(const std::string& name);

@@ -45,6 +45,7 @@ std::vector<std::string> split_commas(const std::string& s);
 int cmd_train(const Args& args);  // tools/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/train_cmd.cpp
 int cmd_data(const Args& args);   // tools/data_cmd.cpp
+int cmd_predict(const Args& args);  // tools/predict_cmd.cpp
 int bench_data_cmd(const Args& args);  // tools/data_cmd.cpp: `kiln bench data`
 
 }  // namespace kiln::cli

@@ -28,6 +28,7 @@
 #include "tools/checkpoint.h"
 #include "tools/metrics.h"
 #include "tools/model_check.h"
+#include "tools/predict.h"
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
 
@@ -401,6 +402,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   std::unique_ptr<MetricsLog> log;
   if (lead) {
     std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";
+    save_class_names(run_dir + "/classes.json", train_set->class_names());  // kiln predict's (tools/predict.h)
     log = std::make_unique<MetricsLog>(run_dir);
     if (show) {
       std::cout << "kiln: " << s.name << " on " << device.str() << (world > 1 ? " x" + std::to_string(world) + " ranks" : "")
