@@ -180,11 +180,13 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
   const double label_scale = out.cell >= 20 ? 0.45 : 0.35;
   const int label_h = cv::getTextSize("Ag", font, label_scale, 1, nullptr).height + 6;
   out.label_step = std::max(1, (label_h + out.cell - 1) / out.cell);
-  // Names longer than 24 characters are cut ("..."): the margins stay bounded.
+  // Names longer than 24 characters are cut in the middle ("n02085620...ihuahua"): the margins stay
+  // bounded and names that share a prefix stay apart.
   std::vector<std::string> shown(r.names.size());
   int name_w = 0;
   for (int i = 0; i < k; ++i) {
-    shown[i] = r.names[i].size() > 24 ? r.names[i].substr(0, 21) + "..." : r.names[i];
+    const std::string& n = r.names[i];
+    shown[i] = n.size() > 24 ? n.substr(0, 10) + "..." + n.substr(n.size() - 11) : n;
     if (i % out.label_step == 0) name_w = std::max(name_w, cv::getTextSize(shown[i], font, label_scale, 1, nullptr).width);
   }
   const int M = out.cell * k;
@@ -192,7 +194,9 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
   const int left = 10 + axis + name_w + 8, top = 48, bottom = 8 + name_w + 8 + axis, right = 90;
   out.x0 = left;
   out.y0 = top;
-  out.w = left + std::max(M, 200) + right;
+  const char* title = "confusion matrix, row-normalised (share of each true class)";
+  const int title_w = cv::getTextSize(title, font, 0.55, 1, nullptr).width;
+  out.w = std::max(left + std::max(M, 200) + right, 8 + title_w + 8);
   out.h = top + M + bottom;
   cv::Mat img(static_cast<int>(out.h), static_cast<int>(out.w), CV_8UC3, cv::Scalar(255, 255, 255));  // RGB
   // Colour map: white (0) to dark blue (1), as matplotlib's Blues.
@@ -200,8 +204,8 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
     v = std::clamp(v, 0.0, 1.0);
     return cv::Scalar(247 + (8 - 247) * v, 251 + (48 - 251) * v, 255 + (107 - 255) * v);
   };
-  cv::putText(img, "confusion matrix, row-normalised (share of each true class)", {left, 28}, font, 0.55,
-              {0, 0, 0}, 1, cv::LINE_AA);
+  cv::putText(img, title, {std::min(left, static_cast<int>(out.w) - 8 - title_w), 28}, font, 0.55, {0, 0, 0}, 1,
+              cv::LINE_AA);
   for (int i = 0; i < k; ++i) {
     const double support = static_cast<double>(r.classes[i].support);
     for (int j = 0; j < k; ++j) {
