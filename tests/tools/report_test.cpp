@@ -176,7 +176,8 @@ TEST(Report, HeatMapOfManyClassesDropsCellTextAndThinsNames) {
     c[i][(i + 1) % k] = 1;
     names.push_back("a_rather_long_class_name_number_" + std::to_string(i));  // cut to 24 characters
   }
-  HeatMapImage hm = render_confusion(classification_report(c, names));
+  ClassificationReport r = classification_report(c, names);
+  HeatMapImage hm = render_confusion(r);
   EXPECT_FALSE(hm.cell_text);
   EXPECT_GT(hm.label_step, 1);
   EXPECT_GE(hm.cell, 4);
@@ -190,6 +191,10 @@ TEST(Report, HeatMapOfManyClassesDropsCellTextAndThinsNames) {
   EXPECT_EQ(px(50, 50, 0), static_cast<uint8_t>(std::lround(247 + (8 - 247) * 0.75)));
   EXPECT_EQ(px(50, 51, 2), static_cast<uint8_t>(std::lround(255 + (107 - 255) * 0.25)));
   EXPECT_EQ(px(50, 52, 1), 251);
+  std::string dir = fresh_dir("many");
+  write_report_files(r, dir);
+  EXPECT_EQ(lines_of(dir + "/confusion.csv").size(), 121u);
+  EXPECT_EQ(lines_of(dir + "/confused_pairs.csv").size(), 11u);  // the top 10
 }
 
 // --- class weights ----------------------------------------------------------------------------------
