@@ -15,8 +15,11 @@
 #include "tools/config.h"
 #include "tools/report.h"
 #include "tools/trainer.h"
+#include "tests/data_parallel_config.h"
+#include "tests/layers/error_util.h"
 
 using namespace kiln;
+using kiln::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
@@ -33,15 +36,6 @@ std::vector<std::string> lines_of(const std::string& path) {
   std::vector<std::string> out;
   for (std::string l; std::getline(f, l);) out.push_back(l);
   return out;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // rows: true cat, dog, bird, fish; columns: predicted. fish has no sample and is never predicted.
@@ -249,21 +243,10 @@ TEST(ClassWeights, BadOptionsNameTheKeyAndWhatIsAccepted) {
 
 namespace {
 
+// A tiny synthetic problem (4 classes), one epoch.
 json tiny_config(const std::string& runs) {
-  json c = json::parse(R"({
-    "name": "tiny",
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3, "padding": 1},
-      {"type": "relu"},
-      {"type": "max_pool2d", "kernel_size": 2},
-      {"type": "flatten"},
-      {"type": "linear", "in_features": 64, "out_features": 4}]},
-    "data": {"source": "synthetic", "synthetic": {"size": 96, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
-             "batch_size": 32, "workers": 1},
-    "optim": {"name": "sgd", "lr": 0.1},
-    "train": {"epochs": 1, "seed": 5, "plots": false}
-  })");
-  c["train"]["runs_dir"] = runs;
+  json c = kiln::testing::data_parallel_config(runs, "tiny", 600);
+  c["train"]["epochs"] = 1;
   return c;
 }
 
