@@ -1,18 +1,31 @@
-// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG weights=FILE [key=value ...]`.
+// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [key=value ...]`
+// (the classification report: tools/report.h, docs/reports.md). Tests: tests/tools/report_test.cpp.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "tools/commands.h"
 #include "tools/config.h"
+#include "tools/metrics.h"
 #include "tools/mpi_comm.h"
+#include "tools/report.h"
 #include "tools/trainer.h"
+
+namespace fs = std::filesystem;
 
 namespace kiln::cli {
 
 namespace {
+// A run folder: a folder holding the config.json and metrics.csv that training writes.
+bool is_run_folder(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p / "config.json", ec) && fs::is_regular_file(p / "metrics.csv", ec);
+}
+
 json config_from_args(const Args& args, const char* usage, std::string* weights) {
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, usage);
-  json config = load_config_file(args[0]);
+  // CONFIG may be a run folder: its config.json, the config as run.
+  json config = load_config_file(is_run_folder(args[0]) ? (fs::path(args[0]) / "config.json").string() : args[0]);
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     if (weights && args[i].rfind("weights=", 0) == 0) *weights = args[i].substr(8);
@@ -20,6 +33,20 @@ json config_from_args(const Args& args, const char* usage, std::string* weights)
   }
   apply_overrides(config, overrides);
   return config;
+}
+
+// Where `kiln eval` writes its report without out=: the run folder `first` is, else the run folder
+// the weights lie in (the weights path itself, its parent or grandparent, as written: runs/x,
+// runs/x/best, runs/x/last.safetensors, runs/x/last-12/last.safetensors), else a new folder
+// <train.runs_dir>/<name>-eval (-eval-2, ...).
+std::string eval_output_folder(const std::string& first, const std::string& weights, const json& config) {
+  if (is_run_folder(first)) return first;
+  fs::path p = fs::path(weights).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+  for (int up = 0; up < 3 && !p.empty(); ++up, p = p.parent_path())
+    if (is_run_folder(p)) return p.string();
+  const TrainOptions t = TrainOptions::from_json(config.value("train", json::object()), "train");
+  return make_run_dir(t.runs_dir, config.value("name", std::string("run")) + "-eval");
 }
 }  // namespace
 
@@ -43,23 +70,30 @@ int cmd_train(const Args& args) {
 }
 
 int cmd_eval(const Args& args) {
-  static const char* kUsage = "usage: kiln eval CONFIG weights=FILE [key=value ...]";
+  static const char* kUsage =
+      "usage: kiln eval CONFIG|RUN weights=FILE [out=DIR] [key=value ...]\n"
+      "  Evaluates the weights on the validation split; prints top-1/top-5, the loss and the per-class\n"
+      "  report, and writes report.csv, report.json, confusion.csv, confusion.png and confused_pairs.csv\n"
+      "  (docs/reports.md) into DIR; without out=: the run folder when RUN is one or the weights lie in\n"
+      "  one (runs/<name>/best, runs/<name>/last-12/last.safetensors), else a new runs/<name>-eval.";
   if (wants_help(args, kUsage)) return 0;
-  std::string weights;
-  json config = config_from_args(args, kUsage, &weights);
+  std::string weights, out;
+  Args rest;
+  for (const std::string& a : args) {
+    if (a.rfind("out=", 0) == 0) out = a.substr(4);
+    else rest.push_back(a);
+  }
+  json config = config_from_args(rest, kUsage, &weights);
   KILN_CHECK(!weights.empty(), "kiln eval needs weights=FILE (a .safetensors file or a run folder such as runs/<name>)");
   EvalResult r = evaluate(config, weights);
-  std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n", static_cast<long long>(r.samples), 100 * r.top1,
+  std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n\n", static_cast<long long>(r.samples), 100 * r.top1,
               100 * r.top5, r.loss);
-  std::printf("confusion matrix (rows: true class, columns: predicted)\n     ");
-  size_t k = r.confusion.size();
-  for (size_t j = 0; j < k; ++j) std::printf("%6zu", j);
-  std::printf("\n");
-  for (size_t i = 0; i < k; ++i) {
-    std::printf("%5zu", i);
-    for (size_t j = 0; j < k; ++j) std::printf("%6lld", static_cast<long long>(r.confusion[i][j]));
-    std::printf("\n");
-  }
+  ClassificationReport rep = classification_report(r.confusion, r.class_names);
+  std::printf("%s", format_report(rep).c_str());
+  if (out.empty()) out = eval_output_folder(rest[0], weights, config);
+  write_report_files(rep, out);
+  std::printf("report files (report.csv, report.json, confusion.csv, confusion.png, confused_pairs.csv) in %s\n",
+              out.c_str());
   return 0;
 }
 

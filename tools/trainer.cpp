@@ -26,11 +26,13 @@
 #include "optim/optimizer.h"
 #include "tools/autobatch.h"
 #include "tools/checkpoint.h"
+#include "tools/class_weights.h"
 #include "tools/metrics.h"
 #include "tools/model_check.h"
 #include "tools/predict.h"
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
+#include "tools/report.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -97,6 +99,8 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
+  o.class_weights = r.raw("class_weights");  // null when absent
+  check_class_weights_option(o.class_weights, r.path_of("class_weights"));
   o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
   o.checkpoint = r.get("checkpoint", o.checkpoint);
   o.resume = r.get("resume", o.resume);
@@ -125,6 +129,7 @@ json TrainOptions::to_json() const {
               {"precision", precision},
               {"seed", seed},
               {"label_smoothing", label_smoothing},
+              {"class_weights", class_weights},
               {"clip_grad_norm", clip_grad_norm},
               {"checkpoint", checkpoint},
               {"resume", resume},
@@ -243,6 +248,42 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// --- class weights and the end-of-training report (docs/reports.md) ------------------------------
+
+// train.class_weights as the loss's (K) f32 weights on `device`; undefined when unweighted.
+Tensor loss_class_weights(const TrainOptions& opt, const Dataset& train, Device device, bool show) {
+  std::vector<double> w = resolve_class_weights(opt.class_weights, train, "train.class_weights");
+  if (w.empty()) return Tensor();
+  if (show) {
+    std::cout << "class weights (" << (opt.class_weights.is_string() ? "balanced" : "given") << "):";
+    for (size_t c = 0; c < w.size() && c < 20; ++c) std::cout << " " << fmt("%.4g", w[c]);
+    std::cout << (w.size() > 20 ? " ...\n" : "\n");
+  }
+  return Tensor::from_vector(w, {static_cast<int64_t>(w.size())}, DType::f32).to(device);
+}
+
+// The class names a report uses: none yet (reports number the classes).
+// TODO(merge): Dataset::class_names() from the predict branch.
+std::vector<std::string> report_class_names(const Dataset&) { return {}; }
+
+// The confusion matrix summed over ranks (every rank evaluates its shard).
+void all_reduce_confusion(Communicator& comm, std::vector<std::vector<int64_t>>& confusion) {
+  std::vector<double> flat;
+  for (const auto& row : confusion) flat.insert(flat.end(), row.begin(), row.end());
+  comm.all_reduce_doubles(flat);
+  size_t i = 0;
+  for (auto& row : confusion)
+    for (int64_t& v : row) v = static_cast<int64_t>(std::llround(flat[i++]));
+}
+
+// Rank 0 at the end of training: the report files into the run folder, the table to stdout.
+void write_run_report(const std::string& run_dir, const std::vector<std::vector<int64_t>>& confusion,
+                      const std::vector<std::string>& names, bool show) {
+  ClassificationReport rep = classification_report(confusion, names);
+  write_report_files(rep, run_dir);
+  if (show) std::cout << format_report(rep) << "report: " << run_dir << "/report.csv, confusion.png\n";
+}
+
 }  // namespace
 
 DType compute_dtype_of(const std::string& precision) {
@@ -289,6 +330,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   // Before anything is allocated or written: the loaders' buffers fit, the model takes the images.
   check_before_run(*model, dcfg, train_set->image_shape(), breq.auto_fraction > 0 ? 1 : breq.global / world,
                    train_set->num_classes());
+  const Tensor class_weights = loss_class_weights(opt, *train_set, device, show);
 
   // --- optimizer --------------------------------------------------------------------------------
   std::vector<ParamRef> params = trainable_params(*model, opt.freeze, show);
@@ -436,6 +478,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   const bool tty = Progress::stdout_is_tty();
   int64_t num_classes = train_set->num_classes();
   int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
+  std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
@@ -479,7 +522,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       Tensor logits = model->forward(x);
       // Softmax and the loss in f32 whatever the compute dtype.
       Tensor logits32 = logits.to(DType::f32);
-      Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing);
+      Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
       optimizer->zero_grad();
       (scaler ? scaler->scale_loss(loss) : loss).backward();
       if (sync) sync->finish();
@@ -540,7 +583,12 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
     if (do_eval) {
-      EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes, nullptr);
+      // The last evaluation of this invocation also counts the confusion matrix, for the report.
+      const bool final_eval = epoch + 1 == last_epoch;
+      if (final_eval) final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
+      EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes,
+                               final_eval ? &final_confusion : nullptr);
+      if (final_eval) all_reduce_confusion(*comm, final_confusion);
       std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
       comm->all_reduce_doubles(v);
       result.val_loss = v[0] / v[3];
@@ -587,6 +635,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     save_plot_png(run_dir + "/lr.png", "learning rate (end of epoch)", {{"lr", col("lr")}}, "epoch");
     if (show) std::cout << "results in " << run_dir << "\n";
   }
+  if (lead && !final_confusion.empty()) write_run_report(run_dir, final_confusion, report_class_names(*val_set), show);
   comm->barrier();
   return result;
 }
@@ -696,6 +745,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   EvalResult r;
   int64_t k = val_set->num_classes();
   r.confusion.assign(k, std::vector<int64_t>(k, 0));
+  r.class_names = report_class_names(*val_set);
   EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion);
   r.samples = static_cast<int64_t>(c.samples);
   r.top1 = c.top1 / c.samples;

@@ -38,6 +38,10 @@ struct TrainOptions {
   int64_t seed = 0;
   /// label smoothing of the cross-entropy loss, in [0, 1) (default 0)
   double label_smoothing = 0.0;
+  /// class weights of the loss, for imbalanced data: "balanced" (n_samples / (n_classes * count_c),
+  /// counted on the training split), a list of one number >= 0 per class, or null (default null:
+  /// unweighted). PyTorch's weighted mean (F.cross_entropy(weight=...)); docs/reports.md
+  json class_weights;
   /// clip the global gradient norm to this value; 0 = no clipping (default 0)
   double clip_grad_norm = 0.0;
   /// gradient checkpointing, passed to the model: "none", "blocks", "every:K" (default: the model's)
@@ -102,6 +106,8 @@ struct TrainResult {
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
+// After the last epoch's evaluation rank 0 writes the classification report (tools/report.h:
+// report.csv, report.json, confusion.csv, confusion.png, confused_pairs.csv) into the run folder.
 //   - one device: this process trains alone;
 //   - train.device listing several GPUs ("0,1"): one replica per GPU, each on its own thread, with
 //     an NCCL communicator per GPU (the global batch split evenly between them);
@@ -121,6 +127,7 @@ struct EvalResult {
   double top1 = 0, top5 = 0, loss = 0;
   int64_t samples = 0;
   std::vector<std::vector<int64_t>> confusion;  // [true][predicted]
+  std::vector<std::string> class_names;         // one per class, or empty (reports number them)
 };
 // Evaluates the weights file (safetensors, PyTorch layout) on the validation split.
 EvalResult evaluate(const json& config, const std::string& weights);

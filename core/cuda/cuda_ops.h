@@ -76,11 +76,16 @@ double max_abs(const Tensor& x);
 // logits (N, K) f32/f16/bf16, labels (N) i64 or i32; label smoothing e: target (1-e)*onehot + e/K.
 // Returns the mean loss as an f32 scalar (shape []). A label outside [0, K) makes the loss NaN
 // (and its gradient row NaN) instead of failing on the device.
-Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing);
+// With class_weights ((K) floating, same device): PyTorch's weighted mean (core/ops/loss.h), and
+// *weight_sum (if given) receives sum_i w[y_i] as an f32 scalar on the device, for the backward.
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                             const Tensor& class_weights = Tensor(), Tensor* weight_sum = nullptr);
 // grad_loss: scalar (any floating dtype) on the same device. Returns dL/dlogits in logits' dtype:
-// grad_loss/N * (softmax(logits) - target).
+// grad_loss/N * (softmax(logits) - target); weighted (class_weights and the forward's weight_sum):
+// grad_loss/S * ((1-e) w_y (softmax - onehot) + (e/K) (W softmax - w)), zero where S = 0.
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
-                              double label_smoothing);
+                              double label_smoothing, const Tensor& class_weights = Tensor(),
+                              const Tensor& weight_sum = Tensor());
 // Row-wise softmax of (N, K) logits, in logits' dtype.
 Tensor softmax(const Tensor& logits);
 // A training step's statistics accumulated on the device, so the step needs no host read

@@ -2,6 +2,9 @@
 // f32 math whatever the logits' dtype. Per row i with lse = max + log(sum exp(x - max)):
 //   loss_i = lse - (1-e) * x[y_i] - (e/K) * sum_j x_j           (target (1-e)*onehot + e/K)
 //   dloss/dx_ij = g/N * (exp(x_ij - lse) - (1-e)*[j == y_i] - e/K)
+// With class weights w (PyTorch's weighted mean, S = sum_i w[y_i], W = sum_k w_k):
+//   loss_i = (1-e) w_y (lse - x[y_i]) + (e/K) (W lse - sum_j w_j x_j),  loss = sum_i loss_i / S
+//   dloss/dx_ij = g/S * ((1-e) w_y (p_ij - [j == y_i]) + (e/K) (W p_ij - w_j)), 0 where S = 0
 // The batch mean goes through the deterministic reduction (no atomics). A label outside [0, K)
 // gives a NaN loss for that row (the device cannot throw; the NaN reaches all_finite and the
 // loss scaler). Tests: tests/gpu/loss_test.cpp.
@@ -14,57 +17,73 @@ namespace {
 
 // Row statistics: max, log-sum-exp, and the sum of the row (for smoothing). All threads get them.
 struct RowStats {
-  float lse, sum;
+  float lse, sum, wtotal;  // wtotal = sum_j w_j (with weights and need_sum)
 };
 
+// w (nullable): class weights; then sum = sum_j w_j x_j, and wtotal = sum_j w_j (summed on the
+// device: reading the weights on the host would block every training step).
 template <typename T>
-__device__ RowStats row_stats(const T* row, int64_t K, bool need_sum) {
+__device__ RowStats row_stats(const T* row, int64_t K, bool need_sum, const float* w = nullptr) {
   float m = -INFINITY;
   for (int64_t j = threadIdx.x; j < K; j += blockDim.x) m = MaxCombine::op(m, to_float(row[j]));
   m = block_combine<MaxCombine>(m);
-  float se = 0.f, sx = 0.f;
+  float se = 0.f, sx = 0.f, sw = 0.f;
   for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
     float v = to_float(row[j]);
     se += expf(v - m);
-    sx += v;
+    sx += w ? w[j] * v : v;
+    if (w) sw += w[j];
   }
   se = block_combine<SumCombine>(se);
   if (need_sum) sx = block_combine<SumCombine>(sx);
+  if (need_sum && w) sw = block_combine<SumCombine>(sw);
   // NOTE: a row of all -inf has m = -inf: lse is NaN, as in PyTorch.
-  return {m + logf(se), sx};
+  return {m + logf(se), sx, sw};
 }
 
+// w (nullable): class weights; row_w[i] = w[y_i] (weighted only).
 template <typename T, typename L>
 __global__ void ce_forward_kernel(const T* logits, const L* labels, int64_t N, int64_t K, float smoothing,
-                                  float* row_loss) {
+                                  const float* w, float* row_loss, float* row_w) {
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T* row = logits + i * K;
-    RowStats st = row_stats(row, K, smoothing != 0.f);
+    RowStats st = row_stats(row, K, smoothing != 0.f, w);
     if (threadIdx.x == 0) {
       int64_t y = static_cast<int64_t>(labels[i]);
-      float loss = NAN;
+      float loss = NAN, wy = NAN;
       if (y >= 0 && y < K) {
-        loss = st.lse - (1.f - smoothing) * to_float(row[y]);
-        if (smoothing != 0.f) loss -= smoothing / static_cast<float>(K) * st.sum;
+        wy = w ? w[y] : 1.f;
+        loss = (w ? wy * (1.f - smoothing) * (st.lse - to_float(row[y]))
+                  : st.lse - (1.f - smoothing) * to_float(row[y]));
+        if (smoothing != 0.f)
+          loss += w ? smoothing / static_cast<float>(K) * (st.wtotal * st.lse - st.sum)
+                    : -smoothing / static_cast<float>(K) * st.sum;
       }
       row_loss[i] = loss;
+      if (row_w) row_w[i] = wy;
     }
   }
 }
 
+// weight_sum (nullable with w): the divisor S; unweighted the divisor is N.
 template <typename T, typename L>
 __global__ void ce_backward_kernel(const float* grad_loss, const T* logits, const L* labels, int64_t N, int64_t K,
-                                   float smoothing, T* dlogits) {
-  float g = *grad_loss / static_cast<float>(N);
+                                   float smoothing, const float* w, const float* weight_sum,
+                                   T* dlogits) {
+  float div = w ? *weight_sum : static_cast<float>(N);
+  float g = div > 0.f ? *grad_loss / div : 0.f;
   float off = smoothing / static_cast<float>(K);
   for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
     const T* row = logits + i * K;
-    RowStats st = row_stats(row, K, false);
+    RowStats st = row_stats(row, K, w && smoothing != 0.f, w);
     int64_t y = static_cast<int64_t>(labels[i]);
     bool valid = y >= 0 && y < K;
+    float wy = w && valid ? w[y] : 1.f;
     for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
       float p = expf(to_float(row[j]) - st.lse);
-      float d = valid ? g * (p - off - (j == y ? 1.f - smoothing : 0.f)) : NAN;
+      float d = NAN;
+      if (valid && !w) d = g * (p - off - (j == y ? 1.f - smoothing : 0.f));
+      else if (valid) d = g * ((1.f - smoothing) * wy * (p - (j == y ? 1.f : 0.f)) + off * (st.wtotal * p - w[j]));
       dlogits[i * K + j] = from_float<T>(d);
     }
   }
@@ -118,6 +137,29 @@ struct StoreMean {
   __device__ void operator()(int64_t, int64_t, const double* v) const { *out = static_cast<float>(v[0] * scale); }
 };
 
+// Weighted: (sum_i loss_i, sum_i w[y_i]) -> loss = sum / S (0 where S = 0), and S.
+struct LoadLossWeight {
+  const float* loss;
+  const float* w;
+  __device__ Vals<2> operator()(int64_t, int64_t r, int64_t) const { return Vals<2>{{loss[r], w[r]}}; }
+};
+struct StoreWeightedMean {
+  float* out;
+  float* wsum;
+  __device__ void operator()(int64_t, int64_t, const double* v) const {
+    *out = v[1] > 0 ? static_cast<float>(v[0] / v[1]) : 0.f;
+    *wsum = static_cast<float>(v[1]);
+  }
+};
+
+// The class weights as packed f32 on the device, checked against K (undefined when not given).
+Tensor ce_weights(const char* op, const Tensor& class_weights, int64_t K) {
+  if (!class_weights.defined()) return Tensor();
+  KILN_CHECK(class_weights.dim() == 1 && class_weights.size(0) == K, op, ": class_weights must be (K) = (", K,
+             "), got ", class_weights.str());
+  return packed_f32(class_weights);
+}
+
 void check_ce_args(const char* op, const Tensor& logits, const Tensor& labels) {
   KILN_CHECK(logits.dim() == 2, op, ": logits must be (N, K), got ", logits.str());
   KILN_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0), op, ": labels must be (N) = (", logits.size(0),
@@ -150,45 +192,66 @@ template <typename T> const T* cptr(const Tensor& t) { return static_cast<const 
 
 }  // namespace
 
-Tensor cross_entropy_forward(const Tensor& logits0, const Tensor& labels0, double label_smoothing) {
+Tensor cross_entropy_forward(const Tensor& logits0, const Tensor& labels0, double label_smoothing,
+                             const Tensor& class_weights, Tensor* weight_sum) {
   const char* op = "cross_entropy";
-  int device = same_device(op, {&logits0, &labels0});
+  int device = class_weights.defined() ? same_device(op, {&logits0, &labels0, &class_weights})
+                                       : same_device(op, {&logits0, &labels0});
   check_ce_args(op, logits0, labels0);
   KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
              label_smoothing);
   Tensor logits = packed(logits0), labels = packed(labels0);
   int64_t N = logits.size(0), K = logits.size(1);
+  Tensor cw = ce_weights(op, class_weights, K);
+  const float* w = cw.defined() ? cptr<float>(cw) : nullptr;
   Tensor row_loss = Tensor::empty({N}, DType::f32, logits.device());
+  Tensor row_w = w ? Tensor::empty({N}, DType::f32, logits.device()) : Tensor();
   Tensor out = Tensor::empty({}, DType::f32, logits.device());
   float e = static_cast<float>(label_smoothing);
   float* rl = static_cast<float*>(row_loss.raw_data());
+  float* rw = w ? static_cast<float*>(row_w.raw_data()) : nullptr;
   launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     using L = typename decltype(ltag)::type;
-    ce_forward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<T>(logits), cptr<L>(labels), N, K, e, rl);
+    ce_forward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<T>(logits), cptr<L>(labels), N, K, e, w, rl, rw);
   });
   DeviceGuard g(device);
-  reduce_arb<1, SumCombine>(device, 1, N, 1, LoadVector{rl},
-                            StoreMean{static_cast<float*>(out.raw_data()), 1.0 / static_cast<double>(N)});
+  if (w) {
+    Tensor wsum = Tensor::empty({}, DType::f32, logits.device());
+    reduce_arb<2, SumCombine>(device, 1, N, 1, LoadLossWeight{rl, rw},
+                              StoreWeightedMean{static_cast<float*>(out.raw_data()), static_cast<float*>(wsum.raw_data())});
+    if (weight_sum) *weight_sum = wsum;
+  } else {
+    reduce_arb<1, SumCombine>(device, 1, N, 1, LoadVector{rl},
+                              StoreMean{static_cast<float*>(out.raw_data()), 1.0 / static_cast<double>(N)});
+  }
   return out;
 }
 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, const Tensor& labels0,
-                              double label_smoothing) {
+                              double label_smoothing, const Tensor& class_weights, const Tensor& weight_sum) {
   const char* op = "cross_entropy_backward";
   int device = same_device(op, {&grad_loss, &logits0, &labels0});
   check_ce_args(op, logits0, labels0);
   KILN_CHECK(grad_loss.numel() == 1, op, ": the loss gradient must be a scalar, got ", grad_loss.str());
+  KILN_CHECK(class_weights.defined() == weight_sum.defined(), op,
+             ": class_weights and weight_sum (from the forward) come together");
   Tensor g32 = packed_f32(grad_loss);
   Tensor logits = packed(logits0), labels = packed(labels0);
   int64_t N = logits.size(0), K = logits.size(1);
+  Tensor cw = ce_weights(op, class_weights, K);
+  const float* w = cw.defined() ? cptr<float>(cw) : nullptr;
+  Tensor ws = w ? packed_f32(weight_sum) : Tensor();
+  KILN_CHECK(!w || (ws.numel() == 1 && ws.device() == logits.device()), op,
+             ": weight_sum must be a scalar on the logits' device, got ", ws.str());
+  const float* wsp = w ? cptr<float>(ws) : nullptr;
   Tensor out = empty_on(logits.shape(), logits.dtype(), logits);
   float e = static_cast<float>(label_smoothing);
   launch_rows(op, device, logits, labels, [&](auto tag, auto ltag, int grid, int threads, cudaStream_t s) {
     using T = typename decltype(tag)::type;
     using L = typename decltype(ltag)::type;
-    ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<float>(g32), cptr<T>(logits), cptr<L>(labels), N, K, e,
-                                                      static_cast<T*>(out.raw_data()));
+    ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<float>(g32), cptr<T>(logits), cptr<L>(labels), N, K, e, w,
+                                                      wsp, static_cast<T*>(out.raw_data()));
   });
   return out;
 }

@@ -2,6 +2,10 @@
 //   logits: (N, K) floating; labels: (N) i64 or i32 in [0, K)
 //   label_smoothing e in [0, 1]: target = (1-e)*onehot + e/K (PyTorch's definition), i.e.
 //   loss_i = (1-e) * nll_i + e * mean_k(-log p_ik)
+// class_weights (optional, (K) floating, >= 0, on the logits' device): PyTorch's weighted mean,
+//   loss = sum_i [(1-e) w_{y_i} nll_i + (e/K) sum_k w_k (-log p_ik)] / sum_i w_{y_i}
+// (F.cross_entropy(weight=w, label_smoothing=e)); without weights, w = 1 and the divisor is N.
+// NOTE: a batch whose labels all have weight 0 gives loss 0 and a zero gradient (PyTorch: NaN).
 // A label outside [0, K) is an error naming the label, its index and K on the CPU; on a GPU (where a
 // kernel cannot throw without a sync) it makes the loss and that row's gradient NaN.
 // CUDA: core/cuda/loss_cuda.cu (f32, f16, bf16 logits; labels on the same GPU).
@@ -13,7 +17,8 @@
 
 namespace kiln::ops {
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0);
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
+                     const Tensor& class_weights = Tensor());
 // Softmax over the last dim, in the input's dtype (computed in f32), not recorded (for evaluation and tests).
 Tensor softmax(const Tensor& logits);
 

@@ -3,6 +3,9 @@
 //   loss_i = (1-e) * (lse_i - z_iy) + e * mean_k (lse_i - z_ik) = lse_i - (1-e) z_iy - e * mean_k z_ik
 //   loss   = mean_i loss_i
 //   dloss/dz_ik = (softmax_ik - (1-e) [k == y_i] - e/K) / N
+// With class weights w (PyTorch's weighted mean, S = sum_i w_{y_i}):
+//   loss_i = (1-e) w_{y_i} (lse_i - z_iy) + (e/K) sum_k w_k (lse_i - z_ik),  loss = sum_i loss_i / S
+//   dloss/dz_ik = ((1-e) w_{y_i} (softmax_ik - [k == y_i]) + (e/K) (W softmax_ik - w_k)) / S,  W = sum_k w_k
 // Rows in f32 (f64 for f64 logits), the batch sum in double. Backward keeps only the logits and the
 // per-row (m_i, log s_i), and recomputes the softmax. Tests: tests/core/loss_test.cpp.
 #include "core/ops/loss.h"
@@ -50,53 +53,94 @@ std::vector<int64_t> checked_labels(const Tensor& logits, const Tensor& labels) 
   return y;
 }
 
-// What backward needs: the labels and each row's log-sum-exp parts.
+// What backward needs: the labels, each row's log-sum-exp parts, and the class weights (if any).
 struct CeSaved {
   std::vector<int64_t> y;
   std::vector<double> m, log_s;
   double e = 0;
+  std::vector<double> w;  // empty: unweighted
+  double wsum = 0;        // sum_i w[y_i] (weighted only): the divisor
 };
 
-// Returns the mean loss; fills s.m and s.log_s.
+std::vector<double> checked_weights(const Tensor& logits, const Tensor& weights) {
+  nn::check_floating("cross_entropy", "class_weights", weights);
+  KILN_CHECK(weights.dim() == 1 && weights.size(0) == logits.size(1), "cross_entropy: class_weights ", weights.str(),
+             " must be (K) = [", logits.size(1), "] for logits ", logits.str());
+  std::vector<double> w = weights.to_double_vector();
+  for (size_t k = 0; k < w.size(); ++k)
+    KILN_CHECK(std::isfinite(w[k]) && w[k] >= 0, "cross_entropy: class_weights[", k, "] = ", w[k],
+               " must be finite and >= 0");
+  return w;
+}
+
+// Returns the loss (the mean, or the weighted mean); fills s.m, s.log_s (and s.wsum when weighted).
 template <typename T>
 double ce_forward(const T* z, int64_t N, int64_t K, CeSaved& s) {
   std::vector<double> row(N);
   s.m.resize(N);
   s.log_s.resize(N);
   const double e = s.e;
+  const double* w = s.w.empty() ? nullptr : s.w.data();
 #pragma omp parallel for schedule(static) if (N * K > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const T* zi = z + i * K;
     Lse<T> l = log_sum_exp(zi, K);
-    double zsum = 0;
-    if (e != 0)
-      for (int64_t k = 0; k < K; ++k) zsum += zi[k];
     s.m[i] = l.m;
     s.log_s[i] = l.log_s;
     // In double: m - z_y is exact, so huge logits lose nothing here.
-    row[i] = static_cast<double>(l.log_s) + l.m - (1 - e) * zi[s.y[i]] - e * zsum / K;
+    const double lse = static_cast<double>(l.log_s) + l.m;
+    if (!w) {
+      double zsum = 0;
+      if (e != 0)
+        for (int64_t k = 0; k < K; ++k) zsum += zi[k];
+      row[i] = lse - (1 - e) * zi[s.y[i]] - e * zsum / K;
+    } else {
+      double smooth = 0;  // sum_k w_k (lse - z_k)
+      if (e != 0)
+        for (int64_t k = 0; k < K; ++k) smooth += w[k] * (lse - zi[k]);
+      row[i] = (1 - e) * w[s.y[i]] * (lse - zi[s.y[i]]) + e / K * smooth;
+    }
   }
   double sum = 0;  // in row order: the loss does not depend on the thread count
   for (double r : row) sum += r;
-  return sum / N;
+  if (!w) return sum / N;
+  s.wsum = 0;
+  for (int64_t i = 0; i < N; ++i) s.wsum += w[s.y[i]];
+  return s.wsum > 0 ? sum / s.wsum : 0.0;
 }
 
-// dz = gscale * (softmax - (1-e) onehot - e/K), gscale = upstream gradient / N.
+// Unweighted: dz = gscale * (softmax - (1-e) onehot - e/K), gscale = upstream gradient / N.
+// Weighted: dz = gscale * ((1-e) w_y (softmax - onehot) + (e/K) (W softmax - w)), gscale = upstream / S.
 template <typename T>
 void ce_backward(const T* z, int64_t N, int64_t K, const CeSaved& s, double gscale, T* dz) {
-  const T a = static_cast<T>(gscale), off = static_cast<T>(gscale * s.e / K), hit = static_cast<T>(gscale * (1 - s.e));
+  const double* w = s.w.empty() ? nullptr : s.w.data();
+  double wtotal = 0;
+  if (w)
+    for (int64_t k = 0; k < K; ++k) wtotal += w[k];
 #pragma omp parallel for schedule(static) if (N * K > kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const T m = static_cast<T>(s.m[i]), ls = static_cast<T>(s.log_s[i]);
-    for (int64_t k = 0; k < K; ++k) dz[i * K + k] = a * std::exp((z[i * K + k] - m) - ls) - off;
+    const double wy = w ? w[s.y[i]] : 1.0;
+    const T a = static_cast<T>(w ? gscale * ((1 - s.e) * wy + s.e * wtotal / K) : gscale);
+    const T hit = static_cast<T>(gscale * (1 - s.e) * wy);
+    if (w) {
+      const double off = gscale * s.e / K;
+      for (int64_t k = 0; k < K; ++k)
+        dz[i * K + k] = a * std::exp((z[i * K + k] - m) - ls) - static_cast<T>(off * w[k]);
+    } else {
+      const T off = static_cast<T>(gscale * s.e / K);
+      for (int64_t k = 0; k < K; ++k) dz[i * K + k] = a * std::exp((z[i * K + k] - m) - ls) - off;
+    }
     dz[i * K + s.y[i]] -= hit;
   }
 }
 
 }  // namespace
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing) {
-  const bool on_gpu = op_on_cuda("cross_entropy", {logits, labels});
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, const Tensor& class_weights) {
+  const bool weighted = class_weights.defined();
+  const bool on_gpu =
+      weighted ? op_on_cuda("cross_entropy", {logits, labels, class_weights}) : op_on_cuda("cross_entropy", {logits, labels});
   nn::check_floating("cross_entropy", "logits", logits);
   KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0,
              "cross_entropy: logits must be (N, K) with N, K > 0, got ", logits.str());
@@ -108,10 +152,11 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
              label_smoothing);
   if (on_gpu) {  // NOTE: a label outside [0, K) gives a NaN loss there (a kernel cannot throw)
 #ifdef KILN_WITH_CUDA
-    Tensor loss = cuda::cross_entropy_forward(logits.detach(), labels, label_smoothing);
+    Tensor w = weighted ? class_weights.detach() : Tensor(), wsum;
+    Tensor loss = cuda::cross_entropy_forward(logits.detach(), labels, label_smoothing, w, &wsum);
     return record("cross_entropy", {logits}, loss,
-                  [zd = logits.detach(), labels, label_smoothing](const Tensor& g) {
-                    return grads{cuda::cross_entropy_backward(g, zd, labels, label_smoothing)};
+                  [zd = logits.detach(), labels, label_smoothing, w, wsum](const Tensor& g) {
+                    return grads{cuda::cross_entropy_backward(g, zd, labels, label_smoothing, w, wsum)};
                   });
 #endif
   }
@@ -119,6 +164,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   CeSaved s;
   s.y = checked_labels(logits, labels);
   s.e = label_smoothing;
+  if (weighted) s.w = checked_weights(logits, class_weights);
   DType ct = nn::compute_dtype(logits.dtype());
   Tensor z = nn::to_compute(logits, ct);
   double loss = nn::dispatch_compute(ct, [&](auto t) {
@@ -132,7 +178,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
                   const int64_t N = zd.size(0), K = zd.size(1);
                   nn::dispatch_compute(ct, [&](auto t) {
                     using T = decltype(t);
-                    ce_backward<T>(z.data<T>(), N, K, s, g.item() / N, dz.data<T>());
+                    const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
+                    ce_backward<T>(z.data<T>(), N, K, s, div > 0 ? g.item() / div : 0.0, dz.data<T>());
                   });
                   return grads{nn::from_compute(dz, zd.dtype())};
                 });
