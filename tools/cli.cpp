@@ -37,6 +37,7 @@ int run(const Args& args) {
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
   if (cmd == "data") return cmd_data(rest);
+  if (cmd == "export") return cmd_export(rest);
   KILN_FAIL("unknown command '", cmd, "'; accepted: train, eval, info, bench, data (see kiln --help)");
 }
 
