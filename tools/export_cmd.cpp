@@ -7,12 +7,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/autograd.h"
 #include "core/io/safetensors.h"
 #include "core/rng.h"
 #include "data/config.h"
 #include "data/image_decode.h"
+#include "layers/init.h"
 #include "models/registry.h"
 #include "tools/checkpoint.h"
 #include "tools/commands.h"
@@ -98,7 +100,10 @@ std::vector<std::string> list_images(const std::vector<std::string>& given) {
 std::vector<std::string> read_class_names(const std::string& run_dir) {
   std::string path = run_dir + "/classes.json";
   if (run_dir.empty() || !fs::exists(path)) return {};
-  json j = load_config_file(path);
+  std::ifstream f(path, std::ios::binary);
+  KILN_CHECK(f.good(), "cannot read '", path, "'");
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  json j = parse_config_text(text, "class names file '" + path + "'");
   if (j.is_object() && j.contains("classes")) j = j["classes"];
   KILN_CHECK(j.is_array(), "'", path, "' must hold a list of class names or {\"classes\": [...]}");
   std::vector<std::string> names;
@@ -158,7 +163,12 @@ int cmd_export(const Args& args) {
   if (config.contains("train") && config["train"].is_object() && config["train"].contains("seed"))
     seed = config["train"]["seed"].get<int64_t>();
   manual_seed(static_cast<uint64_t>(seed));
-  std::shared_ptr<Module> model = models::build_model(config["model"], "model");
+  std::shared_ptr<Module> model;
+  {
+    std::optional<init::SkipInitGuard> skip;  // weights to load: drawing the initial ones is wasted
+    if (!a.weights.empty()) skip.emplace();
+    model = models::build_model(config["model"], "model");
+  }
   if (!a.weights.empty()) load_weights(a.weights, *model);
   model->eval();
 
