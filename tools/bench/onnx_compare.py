@@ -10,7 +10,7 @@ config with a synthetic data source of a small input size, runs
 fp32 CPU logits for it), runs the .onnx in onnxruntime (CPUExecutionProvider) on the same input,
 and prints one table:
 
-    model  input  max|kiln|  max|diff|  tol  pass  export s  ort s
+    model  input  max|kiln|  max|diff|  diff/max(1,|kiln|)  tol  pass  same top-1  MiB  export s  ort s
 
 Tolerance: max|diff| <= 1e-4 * max(1, max|kiln logits|), i.e. 1e-4 absolute for logits up to 1
 and 1e-4 relative to the largest logit beyond (seed-initialised deep ResNets, whose batch norms
@@ -166,8 +166,8 @@ def main():
                                                  ["images=" + ",".join(photos)])))
         print_row(*rows[-1], file=sys.stderr)
     print()
-    print("| model | input (batch) | max abs kiln logit | max abs diff | tolerance | pass | same top-1 | MiB | export s | ort s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| model | input (batch) | max abs kiln logit | max abs diff | diff / max(1, logit) | tolerance | pass | same top-1 | MiB | export s | ort s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in rows:
         print_row(name, r)
     if not args.keep:
@@ -180,9 +180,9 @@ def main():
 
 def print_row(name, r, file=sys.stdout):
     if "error" in r:
-        print(f"| {name} | error: {r['error']} |||||||||", file=file)
+        print(f"| {name} | error: {r['error']} ||||||||||", file=file)
         return
-    print(f"| {name} | {r['input']} ({r['batch']}) | {r['scale']:.3g} | {r['diff']:.2e} | {r['tol']:.1e} | "
+    print(f"| {name} | {r['input']} ({r['batch']}) | {r['scale']:.3g} | {r['diff']:.2e} | {r['diff'] / max(1.0, r['scale']):.1e} | {r['tol']:.1e} | "
           f"{'yes' if r['pass'] else 'NO'} | {'yes' if r['top1'] else 'no'} | {r['mib']:.1f} | {r['export_s']:.1f} | "
           f"{r['ort_s']:.2f} |", file=file, flush=True)
 
