@@ -41,7 +41,9 @@ const char* kSupported =
 
 class GraphBuilder {
  public:
-  GraphBuilder(Module& root, ox::GraphProto& g) : g_(g), sd_(export_pytorch_state_dict(root)) {}
+  // The state dict shares the module's storage; each tensor is converted to PyTorch's layout when
+  // it becomes an initializer (one transient copy at a time, not a second copy of the model).
+  GraphBuilder(Module& root, ox::GraphProto& g) : root_(root), g_(g), sd_(root.state_dict()) {}
 
   // Emits module `m` at dotted path `path` on input `x`; returns its output.
   Value emit(Module& m, const std::string& path, const Value& x) {
@@ -154,7 +156,7 @@ class GraphBuilder {
     KILN_CHECK(it != sd_.end(), "onnx export: the model has no tensor '", name, "'");
     if (used_.insert(name).second) {
       NoGradGuard ng;
-      fill(g_.add_initializer(), name, it->second.to(DType::f32));
+      fill(g_.add_initializer(), name, to_pytorch_layout(root_, name, it->second).to(DType::f32));
     }
     return name;
   }
@@ -351,6 +353,7 @@ class GraphBuilder {
     return finish(b, path, h, x);
   }
 
+  Module& root_;
   ox::GraphProto& g_;
   StateDict sd_;
   std::set<std::string> used_;
