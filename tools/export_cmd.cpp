@@ -202,6 +202,16 @@ int cmd_export(const Args& args) {
   if (!a.weights.empty()) o.metadata["kiln.weights"] = a.weights;
   else o.metadata["kiln.weights"] = "init=random, seed " + std::to_string(seed);
 
+  // The reference batch first: an unreadable image then stops the command before any file is written.
+  Tensor x;
+  if (!a.reference.empty() && a.images.empty()) {
+    Generator gen;
+    gen.manual_seed(1234);
+    x = rand_normal({4, in.h, in.w, in.c}, 0.0, 1.0, DType::f32, Device::cpu(), &gen);
+  } else if (!a.reference.empty()) {
+    x = image_batch(list_images(a.images), d, in);
+  }
+
   std::string bytes = export_onnx(*model, o);
   write_file_atomically(a.out, bytes);
   std::printf("wrote %s: %s, input (batch, %lld, %lld, %lld), opset %lld, %.1f MiB%s\n", a.out.c_str(),
@@ -210,14 +220,6 @@ int cmd_export(const Args& args) {
               classes.empty() ? "" : (", " + std::to_string(classes.size()) + " class names").c_str());
 
   if (!a.reference.empty()) {
-    Tensor x;
-    if (a.images.empty()) {
-      Generator gen;
-      gen.manual_seed(1234);
-      x = rand_normal({4, in.h, in.w, in.c}, 0.0, 1.0, DType::f32, Device::cpu(), &gen);
-    } else {
-      x = image_batch(list_images(a.images), d, in);
-    }
     NoGradGuard ng;
     Tensor logits = (*model)(x).to(DType::f32).contiguous();
     save_safetensors(a.reference, {{"input", x.permute({0, 3, 1, 2}).contiguous()}, {"logits", logits}},

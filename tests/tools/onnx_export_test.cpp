@@ -15,11 +15,13 @@
 #include "core/autograd.h"
 #include "core/io/safetensors.h"
 #include "core/rng.h"
+#include "data/image_encode.h"
 #include "layers/activation.h"
 #include "layers/init.h"
 #include "layers/interop.h"
 #include "layers/linear.h"
 #include "models/registry.h"
+#include "tools/checkpoint.h"
 #include "tools/commands.h"
 #include "tools/onnx_export.h"
 
@@ -284,12 +286,69 @@ TEST(OnnxExportCommand, WeightsFileIsExported) {
   ox::ModelProto m = read_model(d + "/m.onnx");
   EXPECT_EQ(metadata(m, "kiln.weights"), d + "/w.safetensors");
   EXPECT_TRUE(metadata(m, "kiln.classes").empty());  // a config file: no classes.json
+  int checked = 0;
   for (auto& init : m.graph().initializer()) {
     if (init.name() != "classifier.3.bias") continue;
     float v;
     std::memcpy(&v, init.raw_data().data(), 4);
     EXPECT_EQ(v, 0.25f);
+    ++checked;
   }
+  EXPECT_EQ(checked, 1);
+}
+
+TEST(OnnxExportCommand, RunFolderWithoutWeightsExportsItsLastCheckpoint) {
+  std::string run = temp_dir("ckpt");
+  std::ofstream(run + "/config.json") << lenet_config().dump();
+  std::shared_ptr<Module> model = models::build_model({{"name", "lenet"}});
+  for (auto& [name, t] : model->named_parameters()) t.fill_(-0.5f);
+  TrainingState state;
+  state.config = lenet_config();
+  save_checkpoint(run + "/last", *model, state);
+  EXPECT_EQ(cli::cmd_export({run, "out=" + run + "/m.onnx"}), 0);
+  ox::ModelProto m = read_model(run + "/m.onnx");
+  EXPECT_EQ(metadata(m, "kiln.weights"), run);
+  int checked = 0;
+  for (auto& init : m.graph().initializer()) {
+    if (init.name() != "classifier.3.bias") continue;
+    float v;
+    std::memcpy(&v, init.raw_data().data(), 4);
+    EXPECT_EQ(v, -0.5f);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 1);
+}
+
+TEST(OnnxExportCommand, ReferenceFromImagesGoesThroughTheValidationTransforms) {
+  std::string d = temp_dir("images");
+  fs::create_directories(d + "/photos");
+  std::ofstream(d + "/c.json") << lenet_config().dump();
+  // Two 28x28 grey PNGs (and a file that is not an image, which a folder listing skips).
+  for (int k = 0; k < 2; ++k) {
+    std::vector<uint8_t> px(28 * 28);
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 7 + k * 50) % 256);
+    write_file(d + "/photos/" + std::to_string(k) + ".png", encode_png(px.data(), 28, 28, 1));
+  }
+  std::ofstream(d + "/photos/notes.txt") << "not an image";
+  std::string ref = d + "/ref.safetensors";
+  EXPECT_EQ(cli::cmd_export({d + "/c.json", "init=random", "out=" + d + "/m.onnx", "reference=" + ref,
+                             "images=" + d + "/photos"}), 0);
+  SafetensorsContents r = load_safetensors(ref);
+  const Tensor& in = r.tensors.at("input");
+  ASSERT_EQ(in.shape(), (Shape{2, 1, 28, 28}));
+  for (int k = 0; k < 2; ++k)
+    for (size_t i = 0; i < 28 * 28; i += 97) {
+      float px = static_cast<float>((i * 7 + k * 50) % 256);
+      EXPECT_NEAR(in.data<float>()[k * 784 + i], (px / 255.0 - 0.286) / 0.353, 1e-5) << k << " " << i;
+    }
+  EXPECT_EQ(r.tensors.at("logits").shape(), (Shape{2, 10}));
+  // An image of another size is refused naming it and the size the model takes, before any file is written.
+  std::vector<uint8_t> small(10 * 10, 9);
+  write_file(d + "/small.png", encode_png(small.data(), 10, 10, 1));
+  expect_error([&] { cli::cmd_export({d + "/c.json", "init=random", "out=" + d + "/m2.onnx", "reference=" + ref,
+                                      "images=" + d + "/small.png"}); },
+               {"image '" + d + "/small.png' is 10x10x1", "the model takes 28x28x1"});
+  EXPECT_FALSE(fs::exists(d + "/m2.onnx"));
 }
 
 TEST(OnnxExportCommand, ErrorsNameTheArgument) {
