@@ -23,8 +23,11 @@ Sizes: 32x32 for the CIFAR models and VGG (whose adaptive pooling then replicate
 224x224 only for the photo run. --photos also exports resnet18 at 224 with resize(256) +
 center_crop(224) and ImageNet's mean/std and compares on the skimage photos (images=).
 
+--run RUN also exports a trained run folder (its last checkpoint) and compares on --run-images
+(e.g. a `kiln data export` of its validation split) or the seeded random batch.
+
 Usage: /work/venv/bin/python tools/bench/onnx_compare.py [--kiln build/tools/kiln] [--models a,b]
-       [--photos DIR] [--keep DIR]   (onnxruntime is the PyPI package in /work/venv)
+       [--photos DIR] [--keep DIR] [--run RUN [--run-images DIR]]   (onnxruntime is the PyPI package in /work/venv)
 """
 import argparse
 import json
@@ -106,15 +109,20 @@ def config_for(model, channels, side, val_transforms=None):
             "train": {"seed": 7}}
 
 
-def run_case(kiln, work, name, config, extra_args=()):
+def run_case(kiln, work, name, config, extra_args=(), run_dir=None):
+    """Exports `config` (init=random), or the trained run folder `run_dir`, and compares."""
     safe = "".join(ch if ch.isalnum() else "_" for ch in name)
     cfg = os.path.join(work, safe + ".json")
     onnx_path = os.path.join(work, safe + ".onnx")
     ref = os.path.join(work, safe + ".ref.safetensors")
-    with open(cfg, "w") as f:
-        json.dump(config, f)
+    if run_dir:
+        source = [run_dir]
+    else:
+        with open(cfg, "w") as f:
+            json.dump(config, f)
+        source = [cfg, "init=random"]
     t0 = time.perf_counter()
-    p = subprocess.run([kiln, "export", cfg, "init=random", "format=onnx", "out=" + onnx_path, "reference=" + ref,
+    p = subprocess.run([kiln, "export", *source, "format=onnx", "out=" + onnx_path, "reference=" + ref,
                         *extra_args], capture_output=True, text=True)
     t_export = time.perf_counter() - t0
     if p.returncode != 0:
@@ -133,7 +141,8 @@ def run_case(kiln, work, name, config, extra_args=()):
     same_top1 = bool((y.argmax(1) == kiln_logits.argmax(1)).all())
     return {"input": "x".join(str(d) for d in r["input"].shape[1:]), "batch": r["input"].shape[0], "scale": scale,
             "diff": diff, "tol": tol, "pass": diff <= tol, "top1": same_top1, "export_s": t_export, "ort_s": t_ort,
-            "mib": os.path.getsize(onnx_path) / 2**20, "files": (cfg, onnx_path, ref)}
+            "mib": os.path.getsize(onnx_path) / 2**20,
+            "files": tuple(f for f in (cfg, onnx_path, ref) if os.path.exists(f))}
 
 
 def main():
@@ -143,6 +152,9 @@ def main():
     ap.add_argument("--photos", default="/usr/lib/python3/dist-packages/skimage/data",
                     help="folder of photos for the 224x224 run ('' to skip)")
     ap.add_argument("--keep", default="", help="keep the configs, .onnx and references in this folder")
+    ap.add_argument("--run", default="", help="also compare this trained run folder (its last checkpoint)")
+    ap.add_argument("--run-images", default="", help="images for --run (a folder or files, comma-separated; "
+                                                     "default: the seeded random batch)")
     args = ap.parse_args()
     work = args.keep or tempfile.mkdtemp(prefix="kiln_onnx_")
     os.makedirs(work, exist_ok=True)
@@ -164,6 +176,11 @@ def main():
                          [{"type": "resize", "size": 256}, {"type": "center_crop", "size": 224}])
         rows.append(("resnet18 photos", run_case(args.kiln, work, "resnet18_photos", cfg,
                                                  ["images=" + ",".join(photos)])))
+        print_row(*rows[-1], file=sys.stderr)
+    if args.run:
+        extra = ["images=" + args.run_images] if args.run_images else []
+        rows.append(("run " + os.path.basename(os.path.normpath(args.run)),
+                     run_case(args.kiln, work, "run", None, extra, run_dir=args.run)))
         print_row(*rows[-1], file=sys.stderr)
     print()
     print("| model | input (batch) | max abs kiln logit | max abs diff | diff / max(1, logit) | tolerance | pass | same top-1 | MiB | export s | ort s |")
