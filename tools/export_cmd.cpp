@@ -176,9 +176,11 @@ int cmd_export(const Args& args) {
   ImageShape in = d.val_transforms.output_shape(d.source_image_shape());
   KILN_CHECK(in.known(), "kiln export: data.val_transforms give images of ", in.str(), "; the model needs a fixed "
              "size: end data.val_transforms in a resize/center_crop to one");
+  int64_t num_outputs = 0;
   {  // one forward: checks that the model takes this size, and fixes the flatten shapes interop needs
     NoGradGuard ng;
-    (*model)(Tensor::zeros({1, in.h, in.w, in.c}));
+    Tensor y = (*model)(Tensor::zeros({1, in.h, in.w, in.c}));
+    num_outputs = y.dim() == 2 ? y.size(1) : 0;
   }
 
   OnnxExportOptions o;
@@ -198,6 +200,8 @@ int cmd_export(const Args& args) {
   o.metadata["kiln.val_transforms"] = d.val_transforms.to_json().dump();
   o.metadata["kiln.output"] = "logits (batch, classes); softmax gives probabilities";
   std::vector<std::string> classes = read_class_names(run_dir);
+  KILN_CHECK(classes.empty() || static_cast<int64_t>(classes.size()) == num_outputs, "kiln export: '", run_dir,
+             "/classes.json' names ", classes.size(), " classes but the model has ", num_outputs, " outputs");
   if (!classes.empty()) o.metadata["kiln.classes"] = json(classes).dump();
   if (!a.weights.empty()) o.metadata["kiln.weights"] = a.weights;
   else o.metadata["kiln.weights"] = "init=random, seed " + std::to_string(seed);

@@ -260,6 +260,10 @@ TEST(OnnxExportCommand, RunFolderGivesMetadataClassesAndAReference) {
   EXPECT_NE(metadata(m, "kiln.pixel_scale").find("/ 255"), std::string::npos);
   EXPECT_EQ(metadata(m, "kiln.classes"), json(classes).dump());
   EXPECT_EQ(metadata(m, "kiln.weights"), "init=random, seed 3");
+  // Class names that do not match the model's outputs are refused naming the file.
+  std::ofstream(run + "/classes.json") << R"(["a", "b"])";
+  expect_error([&] { cli::cmd_export({run, "init=random", "out=" + run + "/m2.onnx"}); },
+               {"classes.json' names 2 classes but the model has 10 outputs"});
 
   // The reference: kiln's logits of the model the config's seed builds, on the stored input.
   SafetensorsContents r = load_safetensors(ref);
