@@ -17,6 +17,8 @@ const std::vector<Command>& top_commands() {
       {"eval", "CONFIG weights=FILE", "top-1/top-5 and a confusion matrix on the validation split", cmd_eval},
       {"predict", "RUN|CONFIG [weights=FILE] INPUT... [topk=5] [out=FILE.csv|FILE.jsonl]",
        "top-k classes of image files, folders or .txt image lists", cmd_predict},
+      {"export", "RUN|CONFIG [weights=FILE|init=random] format=onnx out=FILE [reference=FILE]",
+       "the model as ONNX (opset 13, dynamic batch, preprocessing in the metadata)", cmd_export},
       {"info", "", "devices and library versions", cmd_info},
       {"bench", "", "", cmd_bench, &bench_commands()},
       {"data", "", "", cmd_data, &data_commands()},

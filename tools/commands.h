@@ -47,5 +47,6 @@ int cmd_eval(const Args& args);   // tools/train_cmd.cpp
 int cmd_data(const Args& args);   // tools/data_cmd.cpp
 int cmd_predict(const Args& args);  // tools/predict_cmd.cpp
 int bench_data_cmd(const Args& args);  // tools/data_cmd.cpp: `kiln bench data`
+int cmd_export(const Args& args);  // tools/export_cmd.cpp: `kiln export ... format=onnx`
 
 }  // namespace kiln::cli
