@@ -263,8 +263,8 @@ Tensor loss_class_weights(const TrainOptions& opt, const Dataset& train, Device 
 }
 
 // The class names a report uses: none yet (reports number the classes).
-// TODO(merge): Dataset::class_names() from the predict branch.
-std::vector<std::string> report_class_names(const Dataset&) { return {}; }
+// The names the reports label classes with: the source's (runs also save them as classes.json).
+std::vector<std::string> report_class_names(const Dataset& d) { return d.class_names(); }
 
 // The confusion matrix summed over ranks (every rank evaluates its shard).
 void all_reduce_confusion(Communicator& comm, std::vector<std::vector<int64_t>>& confusion) {
