@@ -129,8 +129,11 @@ kit="$stage/kiln-gpu"
 source "$kit/kit_env.sh" || die "kit_env.sh could not find the CUDA libraries"
 bad=0
 for f in "$kit/bin/"* "$kit/lib/"*; do
-  if readelf -d "$f" 2>/dev/null | grep -q -E 'RPATH|RUNPATH'; then
-    echo "  $(basename "$f"): has an RPATH/RUNPATH (it could find libraries outside the kit)"; bad=1
+  # An RPATH/RUNPATH of exactly $ORIGIN (Debian's OpenBLAS builds of libblas.so.3/liblapack.so.3 carry one) only
+  # searches the folder the library sits in, which is the kit's lib/; any other path could reach outside the kit.
+  rpath=$(readelf -d "$f" 2>/dev/null | sed -n -E 's/.*\((RPATH|RUNPATH)\).*\[(.*)\]/\2/p')
+  if [[ -n "$rpath" && "$rpath" != '$ORIGIN' ]]; then
+    echo "  $(basename "$f"): has an RPATH/RUNPATH of $rpath (it could find libraries outside the kit)"; bad=1
   fi
   while read -r line; do
     name=$(awk '{print $1}' <<<"$line")
