@@ -230,7 +230,10 @@ std::vector<std::string> freeze(Module& m, const std::vector<std::string>& prefi
     t.set_requires_grad(false);
     out.push_back(name);
   }
-  for (auto& [path, mod] : m.named_modules()) {
+  for (auto& entry : m.named_modules()) {
+    // (not a structured binding: clang before 16 cannot capture one in the lambda below)
+    const std::string& path = entry.first;
+    const auto& mod = entry.second;
     NamedTensors own = mod->named_parameters();
     bool all = !own.empty() && std::all_of(own.begin(), own.end(), [&](const auto& kv) {
       return frozen_name(path.empty() ? kv.first : path + "." + kv.first);

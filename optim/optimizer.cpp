@@ -23,7 +23,10 @@ void Optimizer::set_lr_mult(const std::map<std::string, double>& mult, const std
   auto covers = [](const std::string& prefix, const std::string& name) {
     return name.compare(0, prefix.size(), prefix) == 0 && (name.size() == prefix.size() || name[prefix.size()] == '.');
   };
-  for (const auto& [prefix, m] : mult) {
+  for (const auto& entry : mult) {
+    // (not a structured binding: clang before 16 cannot capture one in a lambda)
+    const std::string& prefix = entry.first;
+    const double m = entry.second;
     KILN_CHECK(std::isfinite(m) && m >= 0, path, ".\"", prefix, "\" = ", m, " is not accepted; accepted: a factor >= 0");
     bool used = std::any_of(params_.begin(), params_.end(), [&](const ParamRef& p) { return covers(prefix, p.name); });
     if (used) continue;
