@@ -19,6 +19,7 @@
 #include "tools/checkpoint.h"
 #include "tools/commands.h"
 #include "tools/config.h"
+#include "tools/model_io.h"
 #include "tools/onnx_export.h"
 
 namespace kiln::cli {
@@ -143,34 +144,17 @@ Tensor image_batch(const std::vector<std::string>& files, const DataConfig& d, I
 int cmd_export(const Args& args) {
   if (wants_help(args, kUsage)) return 0;
   ExportArgs a = parse(args);
-  std::string run_dir;
-  std::string config_path = a.source;
-  if (fs::is_directory(a.source)) {
-    run_dir = a.source;
-    config_path = a.source + "/config.json";
-    KILN_CHECK(fs::exists(config_path), "kiln export: '", a.source, "' is a folder without config.json; accepted: "
-               "a run folder (runs/<name>) or a config file");
-    if (a.weights.empty() && a.init.empty()) a.weights = a.source;
-  }
+  const RunOrConfig src = resolve_run_or_config("kiln export", a.source);
+  const std::string run_dir = src.run_dir;
+  const std::string& config_path = src.config_file;
+  if (src.is_run() && a.weights.empty() && a.init.empty()) a.weights = a.source;
   KILN_CHECK(!a.weights.empty() || !a.init.empty(), "kiln export ", a.source, " needs weights=FILE (a .safetensors "
              "file or a run folder) or init=random");
   json config = load_config_file(config_path);
   apply_overrides(config, a.overrides);
   KILN_CHECK(config.is_object() && config.contains("model") && config.contains("data"), "kiln export: '", config_path,
              "' needs a \"model\" and a \"data\" section");
-
-  int64_t seed = 0;
-  if (config.contains("train") && config["train"].is_object() && config["train"].contains("seed"))
-    seed = config["train"]["seed"].get<int64_t>();
-  manual_seed(static_cast<uint64_t>(seed));
-  std::shared_ptr<Module> model;
-  {
-    std::optional<init::SkipInitGuard> skip;  // weights to load: drawing the initial ones is wasted
-    if (!a.weights.empty()) skip.emplace();
-    model = models::build_model(config["model"], "model");
-  }
-  if (!a.weights.empty()) load_weights(a.weights, *model);
-  model->eval();
+  std::shared_ptr<Module> model = a.weights.empty() ? initial_model(config) : load_model(config, a.weights);
 
   DataConfig d = DataConfig::from_json(config["data"], "data");
   ImageShape in = d.val_transforms.output_shape(d.source_image_shape());
@@ -204,7 +188,7 @@ int cmd_export(const Args& args) {
              "/classes.json' names ", classes.size(), " classes but the model has ", num_outputs, " outputs");
   if (!classes.empty()) o.metadata["kiln.classes"] = json(classes).dump();
   if (!a.weights.empty()) o.metadata["kiln.weights"] = a.weights;
-  else o.metadata["kiln.weights"] = "init=random, seed " + std::to_string(seed);
+  else o.metadata["kiln.weights"] = "init=random, seed " + config.value("train", json::object()).value("seed", json(0)).dump();
 
   // The reference batch first: an unreadable image then stops the command before any file is written.
   Tensor x;

@@ -15,6 +15,7 @@
 #include "models/registry.h"
 #include "tools/checkpoint.h"
 #include "tools/config.h"
+#include "tools/model_io.h"
 #include "tools/trainer.h"
 
 namespace fs = std::filesystem;
@@ -59,12 +60,9 @@ void fix_auto_batch(json& data) {
 }  // namespace
 
 Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
-  std::error_code ec;
-  const bool run = fs::is_directory(arg, ec);
-  const std::string config_file = run ? (fs::path(arg) / "config.json").string() : arg;
-  KILN_CHECK(!run || fs::is_regular_file(config_file, ec), arg,
-             ": a folder without config.json is not a run folder; accepted: a run folder (runs/<name>) or a config "
-             "file with weights=FILE");
+  const RunOrConfig src = resolve_run_or_config("kiln predict", arg);
+  const bool run = src.is_run();
+  const std::string& config_file = src.config_file;
   config_ = load_config_file(config_file);
   apply_overrides(config_, o.overrides);
   weights_ = !o.weights.empty() ? o.weights : run ? arg : "";
@@ -88,16 +86,15 @@ Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
   batch_ = o.batch > 0 ? o.batch : std::min<int64_t>(256, data_.loader_options(Split::val).batch_size);
   workers_ = std::max<int64_t>(1, data_.loader.workers);
 
-  model_ = models::build_model(config_["model"], "model");
-  load_weights(weights_, *model_);
+  model_ = load_model(config_, weights_);
   model_->to(device_);
-  model_->eval();
   {
     NoGradGuard ng;
     Tensor x = Tensor::zeros({1, input_shape_.h, input_shape_.w, input_shape_.c}, DType::f32).to(device_).to(compute_);
     num_outputs_ = model_->forward(x).size(1);
   }
 
+  std::error_code ec;
   const std::string classes_file = run ? (fs::path(arg) / "classes.json").string() : "";
   if (run && fs::exists(classes_file, ec)) {
     classes_ = load_class_names(classes_file);

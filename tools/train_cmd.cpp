@@ -7,6 +7,7 @@
 #include "tools/commands.h"
 #include "tools/config.h"
 #include "tools/metrics.h"
+#include "tools/model_io.h"
 #include "tools/mpi_comm.h"
 #include "tools/report.h"
 #include "tools/trainer.h"
@@ -16,16 +17,10 @@ namespace fs = std::filesystem;
 namespace kiln::cli {
 
 namespace {
-// A run folder: a folder holding the config.json and metrics.csv that training writes.
-bool is_run_folder(const fs::path& p) {
-  std::error_code ec;
-  return fs::is_regular_file(p / "config.json", ec) && fs::is_regular_file(p / "metrics.csv", ec);
-}
-
-json config_from_args(const Args& args, const char* usage, std::string* weights) {
+json config_from_args(const char* command, const Args& args, const char* usage, std::string* weights) {
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, usage);
   // CONFIG may be a run folder: its config.json, the config as run.
-  json config = load_config_file(is_run_folder(args[0]) ? (fs::path(args[0]) / "config.json").string() : args[0]);
+  json config = load_config_file(resolve_run_or_config(std::string("kiln ") + command, args[0]).config_file);
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     if (weights && args[i].rfind("weights=", 0) == 0) *weights = args[i].substr(8);
@@ -55,7 +50,7 @@ int cmd_train(const Args& args) {
       "usage: kiln train CONFIG [key=value ...]  (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 "
       "device=cpu)";
   if (wants_help(args, kUsage)) return 0;
-  json config = config_from_args(args, kUsage, nullptr);
+  json config = config_from_args("train", args, kUsage, nullptr);
   TrainResult r = train(config);
   if (!r.run_dir.empty()) {
     std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,
@@ -83,7 +78,7 @@ int cmd_eval(const Args& args) {
     if (a.rfind("out=", 0) == 0) out = a.substr(4);
     else rest.push_back(a);
   }
-  json config = config_from_args(rest, kUsage, &weights);
+  json config = config_from_args("eval", rest, kUsage, &weights);
   KILN_CHECK(!weights.empty(), "kiln eval needs weights=FILE (a .safetensors file or a run folder such as runs/<name>)");
   EvalResult r = evaluate(config, weights);
   std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n\n", static_cast<long long>(r.samples), 100 * r.top1,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "../expect_error.h"
 #include "core/autograd.h"
@@ -62,6 +63,46 @@ TEST(LoadModel, ErrorsNameTheWeightsFileOrTheConfigKey) {
   c["data"]["synthetic"]["channels"] = 3;  // the conv takes 1 channel
   kiln::testing::expect_error([&] { load_model(c, file); }, {"model.layers[0]"});
   kiln::testing::expect_error([&] { load_model(json::object({{"model", c["model"]}}), file); }, {"\"data\""});
+}
+
+// eval, predict and export resolve RUN|CONFIG here: one rule, one wording.
+TEST(ResolveRunOrConfig, RunFolderConfigFileAndFolderWithoutConfig) {
+  namespace fs = std::filesystem;
+  const fs::path dir = temp_file("run");
+  fs::create_directories(dir);
+  // A folder without config.json is refused, naming the command and the folder.
+  kiln::testing::expect_error([&] { resolve_run_or_config("kiln predict", dir.string()); },
+                              {"kiln predict: '" + dir.string() + "' is a folder without config.json, not a run folder",
+                               "accepted: a run folder (runs/<name>) or a config file"});
+  EXPECT_FALSE(is_run_folder(dir.string()));
+  // With the config.json training writes first, it is a run (metrics.csv or checkpoints not needed).
+  std::ofstream(dir / "config.json") << tiny_config().dump();
+  EXPECT_TRUE(is_run_folder(dir.string()));
+  RunOrConfig r = resolve_run_or_config("kiln eval", dir.string());
+  EXPECT_TRUE(r.is_run());
+  EXPECT_EQ(r.run_dir, dir.string());
+  EXPECT_EQ(r.config_file, (dir / "config.json").string());
+  // A file is a config file, whatever its name; a missing path is left to load_config_file to name.
+  r = resolve_run_or_config("kiln export", (dir / "config.json").string());
+  EXPECT_FALSE(r.is_run());
+  EXPECT_EQ(r.config_file, (dir / "config.json").string());
+  EXPECT_FALSE(is_run_folder((dir / "config.json").string()));
+  EXPECT_EQ(resolve_run_or_config("kiln export", (dir / "none.json").string()).config_file, (dir / "none.json").string());
+  fs::remove_all(dir);
+}
+
+// init=random (kiln export): the initial weights of train.seed, the same every time.
+TEST(InitialModel, SeededByTrainSeed) {
+  json c = tiny_config();
+  c["train"] = {{"seed", 3}};
+  Tensor x = Tensor::ones({1, 6, 6, 1});
+  NoGradGuard ng;
+  std::vector<float> a = initial_model(c)->forward(x).to_float_vector();
+  EXPECT_EQ(a, initial_model(c)->forward(x).to_float_vector());
+  c["train"]["seed"] = 4;
+  EXPECT_NE(a, initial_model(c)->forward(x).to_float_vector());
+  c["train"]["seed"] = "x";
+  kiln::testing::expect_error([&] { initial_model(c); }, {"train.seed", "an integer"});
 }
 
 }  // namespace

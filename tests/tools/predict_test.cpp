@@ -263,7 +263,8 @@ TEST_F(Predict, BadArgumentsAreOneLineErrors) {
   r = kiln("predict " + run_ + " " + img + " topk=0");
   EXPECT_NE(r.err.find("topk=0: expected a whole number >= 1"), std::string::npos) << r.err;
   r = kiln("predict " + root_ + " " + img);
-  EXPECT_NE(r.err.find(root_ + ": a folder without config.json is not a run folder"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kiln predict: '" + root_ + "' is a folder without config.json, not a run folder"), std::string::npos)
+      << r.err;
   EXPECT_EQ(kiln("predict --help").code, 0);
 }
 
