@@ -114,7 +114,8 @@ std::vector<std::string> head_parameter_names(Module& m) {
   return out;
 }
 
-InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file) {
+InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file,
+                                         const std::vector<std::string>& keep_fresh) {
   const std::vector<std::string> head = head_parameter_names(m);
   auto is_head = [&](const std::string& n) { return std::find(head.begin(), head.end(), n) != head.end(); };
   auto ends_with = [](const std::string& s, const std::string& tail) {
@@ -127,7 +128,11 @@ InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const s
   for (auto& [name, t] : own) {
     const Shape want = pytorch_shape(layout_of(m, name), t.shape());
     auto it = sd.find(name);
-    if (it != sd.end() && it->second.shape() == want) {
+    const bool wanted_fresh =
+        std::any_of(keep_fresh.begin(), keep_fresh.end(), [&n = name](const std::string& p) { return name_under(n, p); });
+    if (wanted_fresh) {
+      r.fresh.push_back(name);
+    } else if (it != sd.end() && it->second.shape() == want) {
       take[name] = it->second;
       r.loaded.push_back(name);
     } else if (is_head(name) || (it == sd.end() && ends_with(name, ".num_batches_tracked"))) {

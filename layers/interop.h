@@ -37,6 +37,9 @@ struct InitReport {
 // differently (num_classes differs) and a missing `num_batches_tracked` keep the model's fresh values;
 // names in `sd` that the model lacks are ignored. Anything else (a missing backbone tensor, a shape
 // that differs outside the head) is an error naming each such tensor, both shapes and `file`.
-InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file);
+// Tensors under any of `keep_fresh` (name_under prefixes, e.g. {"fc"} for a new head of the same
+// size) are not loaded: they keep their fresh values, whatever the file holds.
+InitReport import_pytorch_for_finetuning(Module& m, const StateDict& sd, const std::string& file,
+                                         const std::vector<std::string>& keep_fresh = {});
 
 }  // namespace kiln

@@ -58,7 +58,16 @@ std::vector<std::string> freeze_list_from_json(const json& j, const std::string&
 }
 
 // train.init: loads `init` into the fresh `model` and says what was loaded, new and ignored.
-void load_init_weights(Module& model, const std::string& init, bool show) {
+void load_init_weights(Module& model, const std::string& init, const std::vector<std::string>& fresh, bool show) {
+  const StateDict own = model.state_dict();
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    const bool used = std::any_of(own.begin(), own.end(), [&](const auto& kv) { return name_under(kv.first, fresh[i]); });
+    std::vector<std::string> tops;  // the top-level modules, which is what a prefix usually is
+    for (auto& [name, child] : model.named_children()) tops.push_back(name);
+    KILN_CHECK(used, "config: train.init_fresh[", i, "] = \"", fresh[i], "\" matches no tensor of ", model.type(),
+               "; accepted: a module path or a tensor name (dotted, e.g. \"fc\", \"layer4.1\", \"fc.bias\"); the model's "
+               "top-level modules are: ", tops.empty() ? "none" : join(tops));
+  }
   std::string file = init;
   if (!fs::is_regular_file(file)) {
     std::string p = init;
@@ -68,7 +77,7 @@ void load_init_weights(Module& model, const std::string& init, bool show) {
     file = checkpoint_files(resolve_checkpoint(p)).weights;
   }
   SafetensorsContents c = load_safetensors(file);
-  InitReport r = import_pytorch_for_finetuning(model, c.tensors, file);
+  InitReport r = import_pytorch_for_finetuning(model, c.tensors, file, fresh);
   if (!show) return;
   std::cout << "init: " << r.loaded.size() << " tensors loaded from " << file << "\n";
   if (!r.fresh.empty()) std::cout << "init: new (initialised as a fresh model): " << join(r.fresh) << "\n";
@@ -107,6 +116,8 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.init = r.get("init", o.init);
   if (r.has("freeze")) o.freeze = freeze_list_from_json(r.raw("freeze"), r.path_of("freeze"));
   else r.allow("freeze");
+  if (r.has("init_fresh")) o.init_fresh = freeze_list_from_json(r.raw("init_fresh"), r.path_of("init_fresh"));
+  else r.allow("init_fresh");
   o.runs_dir = r.get("runs_dir", o.runs_dir);
   o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
   o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
@@ -135,6 +146,7 @@ json TrainOptions::to_json() const {
               {"resume", resume},
               {"init", init},
               {"freeze", freeze},
+              {"init_fresh", init_fresh},
               {"runs_dir", runs_dir},
               {"log_every", log_every},
               {"max_steps_per_epoch", max_steps_per_epoch},
@@ -316,7 +328,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   // --- model, data ------------------------------------------------------------------------------
   manual_seed(static_cast<uint64_t>(opt.seed));
   std::shared_ptr<Module> model = models::build_model(s.model, "model");
-  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*model, opt.init, show);
+  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*model, opt.init, opt.init_fresh, show);
   else if (!opt.init.empty() && show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
   model->to(device);
   if (breq.auto_fraction > 0) config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch

@@ -54,6 +54,10 @@ struct TrainOptions {
   /// of another num_classes starts fresh, any other mismatch is an error. Not read when resuming: the
   /// checkpoint's weights win (default "": the model's own initialisation)
   std::string init;
+  /// fine-tuning: what train.init does not load, as dotted name prefixes (["fc"]): these keep the fresh
+  /// model's initial values, e.g. a new classifier head for other classes of the same number
+  /// (default []: everything that fits is loaded)
+  std::vector<std::string> init_fresh;
   /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]):
   /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
   /// statistics (default []: nothing frozen)

@@ -221,6 +221,33 @@ TEST(Init, TrainerLoadsARunFolderOrAFileAndRefusesByName) {
   expect_error([&] { train(wrong, true); }, {r.run_dir, "best", "conv1.weight is [8, 3, 3, 3] in the file, [4, 3, 3, 3]"});
 }
 
+// train.init_fresh: a head of the same size but for other classes starts fresh instead of loading.
+TEST(Init, InitFreshKeepsNamedTensorsAtTheirFreshValues) {
+  json f = fixture_json();
+  manual_seed(7);
+  auto fresh = models::build_model(f["model"]);
+  manual_seed(7);
+  auto model = models::build_model(f["model"]);
+  SafetensorsContents c = load_safetensors(kFixture + ".safetensors");
+  InitReport r = import_pytorch_for_finetuning(*model, c.tensors, "tiny.safetensors", {"fc", "layer3.0.bn1"});
+  StateDict own = model->state_dict(), init = fresh->state_dict();
+  for (const char* n : {"fc.weight", "fc.bias", "layer3.0.bn1.weight", "layer3.0.bn1.running_var"}) {
+    EXPECT_EQ(own.at(n).to_double_vector(), init.at(n).to_double_vector()) << n;
+    EXPECT_NE(std::find(r.fresh.begin(), r.fresh.end(), n), r.fresh.end()) << n;
+  }
+  EXPECT_EQ(own.at("layer3.0.bn2.running_var").to_double_vector(), c.tensors.at("layer3.0.bn2.running_var").to_double_vector());
+  EXPECT_TRUE(r.ignored.empty());
+  // Through the trainer: a prefix that matches nothing is refused, naming the key and the top-level modules.
+  std::string runs = fresh_dir("init_fresh");
+  json cfg = small_config(runs, "fresh");
+  cfg["model"] = f["model"];
+  cfg["train"]["init"] = kFixture + ".safetensors";
+  cfg["train"]["init_fresh"] = json::array({"head"});
+  expect_error([&] { train(cfg, true); }, {"train.init_fresh[0] = \"head\" matches no tensor", "fc"});
+  cfg["train"]["init_fresh"] = "fc";
+  expect_error([&] { train(cfg, true); }, {"train.init_fresh", "a list of parameter-name prefixes"});
+}
+
 // --- train.freeze --------------------------------------------------------------------------------------------
 TEST(Freeze, FrozenParametersAndBatchNormStatisticsStayBitIdentical) {
   std::string runs = fresh_dir("freeze");
