@@ -365,46 +365,32 @@ TEST(AutoAugmentOptions, JsonRoundTripAndRegistry) {
 }
 
 TEST(AutoAugmentOptions, BadOptionsNameThePathAndWhatIsAccepted) {
-  auto err = [](const std::string& step) {
-    return error_of([&] { Pipeline::from_json(Json::array({Json::parse(step)}), "data.train_transforms"); });
+  // {step, parts its error must contain}; the step is item 0 of data.train_transforms.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {R"({"type": "rand_augment", "num_ops": -1})", {"data.train_transforms[0].num_ops", ">= 0"}},
+      {R"({"type": "rand_augment", "magnitude": 31})", {"data.train_transforms[0].magnitude", "[0, 30]"}},
+      {R"({"type": "rand_augment", "magnitude": -1})", {"[0, 30]"}},
+      {R"({"type": "rand_augment", "magnitude": 3, "num_magnitude_bins": 1})", {"num_magnitude_bins", ">= 2"}},
+      {R"({"type": "trivial_augment_wide", "num_magnitude_bins": 0})", {"num_magnitude_bins", ">= 2"}},
+      {R"({"type": "trivial_augment_wide", "fill": 256})", {"data.train_transforms[0].fill", "0..255"}},
+      {R"({"type": "trivial_augment_wide", "fill": [1, 2]})", {"1 or 3 values"}},
+      {R"({"type": "trivial_augment_wide", "bins": 31})", {"bins"}},
+      {R"({"type": "random_erasing", "p": 1.5})", {"data.train_transforms[0].p", "[0, 1]"}},
+      {R"({"type": "random_erasing", "p": -0.1})", {"data.train_transforms[0].p", "[0, 1]"}},
+      {R"({"type": "random_erasing", "scale": [0.4, 0.2]})", {"data.train_transforms[0].scale", "increasing pair"}},
+      {R"({"type": "random_erasing", "scale": [0.1, 1.5]})", {"hi <= 1"}},
+      {R"({"type": "random_erasing", "ratio": [3.3, 0.3]})", {"data.train_transforms[0].ratio", "increasing pair"}},
+      {R"({"type": "random_erasing", "ratio": [0, 1]})", {"0 < lo"}},
+      {R"({"type": "random_erasing", "ratio": [1, 2, 3]})", {"pair", "3 values"}},
+      {R"({"type": "random_erasing", "value": "noise"})", {"data.train_transforms[0].value", "\"random\""}},
+      {R"({"type": "random_erasing", "value": 300})", {"0..255"}},
   };
-  std::string m = err(R"({"type": "rand_augment", "num_ops": -1})");
-  EXPECT_HAS(m, "data.train_transforms[0].num_ops");
-  EXPECT_HAS(m, ">= 0");
-  m = err(R"({"type": "rand_augment", "magnitude": 31})");
-  EXPECT_HAS(m, "data.train_transforms[0].magnitude");
-  EXPECT_HAS(m, "[0, 30]");
-  m = err(R"({"type": "rand_augment", "magnitude": -1})");
-  EXPECT_HAS(m, "[0, 30]");
-  m = err(R"({"type": "rand_augment", "magnitude": 3, "num_magnitude_bins": 1})");
-  EXPECT_HAS(m, "num_magnitude_bins");
-  EXPECT_HAS(m, ">= 2");
-  m = err(R"({"type": "trivial_augment_wide", "fill": 256})");
-  EXPECT_HAS(m, "data.train_transforms[0].fill");
-  EXPECT_HAS(m, "0..255");
-  m = err(R"({"type": "trivial_augment_wide", "fill": [1, 2]})");
-  EXPECT_HAS(m, "1 or 3 values");
-  m = err(R"({"type": "trivial_augment_wide", "bins": 31})");
-  EXPECT_HAS(m, "bins");
-  m = err(R"({"type": "random_erasing", "p": 1.5})");
-  EXPECT_HAS(m, "data.train_transforms[0].p");
-  EXPECT_HAS(m, "[0, 1]");
-  m = err(R"({"type": "random_erasing", "scale": [0.4, 0.2]})");
-  EXPECT_HAS(m, "data.train_transforms[0].scale");
-  EXPECT_HAS(m, "increasing pair");
-  m = err(R"({"type": "random_erasing", "scale": [0.1, 1.5]})");
-  EXPECT_HAS(m, "hi <= 1");
-  m = err(R"({"type": "random_erasing", "ratio": [3.3, 0.3]})");
-  EXPECT_HAS(m, "data.train_transforms[0].ratio");
-  m = err(R"({"type": "random_erasing", "ratio": [0, 1]})");
-  EXPECT_HAS(m, "0 < lo");
-  m = err(R"({"type": "random_erasing", "ratio": [1, 2, 3]})");
-  EXPECT_HAS(m, "pair");
-  m = err(R"({"type": "random_erasing", "value": "noise"})");
-  EXPECT_HAS(m, "data.train_transforms[0].value");
-  EXPECT_HAS(m, "\"random\"");
-  m = err(R"({"type": "random_erasing", "value": 300})");
-  EXPECT_HAS(m, "0..255");
+  for (const auto& [step, parts] : cases) {
+    const std::string m =
+        error_of([&] { Pipeline::from_json(Json::array({Json::parse(step)}), "data.train_transforms"); });
+    for (const auto& part : parts) EXPECT_HAS(m, part) << " for " << step;
+  }
+  std::string m;
   // channels: 1 or 3; a per-channel fill must match
   Pipeline p = Pipeline::from_json(Json::parse(R"([{"type": "rand_augment", "fill": [1, 2, 3]}])"), "t");
   m = error_of([&] { p.output_shape({8, 8, 1}); });
