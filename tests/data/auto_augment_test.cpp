@@ -180,12 +180,17 @@ TEST(AutoAugment, ColorIsIdentityOnGreyAndOpsKeepShape) {
     apply_augment_op(t, AugmentOp::color, m, {0}, scratch);
     EXPECT_TRUE(same_bytes(t, grey)) << m;
   }
-  for (int64_t c : {1, 3})
-    for (int i = 0; i < kNumAugmentOps; ++i) {
-      Image t = make_image(7, 9, c, 6);
-      apply_augment_op(t, static_cast<AugmentOp>(i), i == 10 ? 4.0 : 0.5, {3}, scratch);
-      EXPECT_EQ(t.shape(), (ImageShape{7, 9, c}));
-    }
+  // every op at a small and a large magnitude on tiny and odd-sized images: the shape is kept
+  for (auto [h, w] : {std::pair<int64_t, int64_t>{1, 1}, {2, 3}, {3, 1}, {7, 9}})
+    for (int64_t c : {1, 3})
+      for (int i = 0; i < kNumAugmentOps; ++i)
+        for (double m : {0.5, -30.0}) {
+          const auto op = static_cast<AugmentOp>(i);
+          Image t = make_image(h, w, c, 6);
+          apply_augment_op(t, op, op == AugmentOp::posterize ? 4.0 : op == AugmentOp::solarize ? 100 : m, {3},
+                           scratch);
+          EXPECT_EQ(t.shape(), (ImageShape{h, w, c})) << augment_op_name(op);
+        }
 }
 
 TEST(AutoAugment, DrawsCoverOpsBinsAndSigns) {
