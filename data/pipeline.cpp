@@ -3,7 +3,9 @@
 
 #include "core/check.h"
 #include "data/augment.h"
+#include "data/auto_augment.h"
 #include "data/color.h"
+#include "data/erasing.h"
 #include "data/resize.h"
 
 namespace kiln {
@@ -11,14 +13,15 @@ namespace kiln {
 namespace {
 // The registry: one line per type. "normalize" is listed for suggestions; Pipeline handles it.
 const std::vector<std::string> kTransformTypes = {"random_crop", "horizontal_flip", "random_resized_crop", "resize",
-                                                  "center_crop", "color_jitter",   "normalize"};
+                                                  "center_crop", "color_jitter",   "trivial_augment_wide", "rand_augment",
+                                                  "random_erasing", "normalize"};
 
 std::string read_type(const Json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), path, ": expected a transform object like {\"type\": \"random_crop\", ...}, got ",
              json_type_name(j), " ", j.dump());
   auto it = j.find("type");
   KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: random_crop, horizontal_flip, random_resized_crop, resize, "
-             "center_crop, color_jitter, normalize");
+             "center_crop, color_jitter, trivial_augment_wide, rand_augment, random_erasing, normalize");
   std::string type;
   json_read(*it, json_path(path, "type"), type);
   check_choice(type, kTransformTypes, json_path(path, "type"));
@@ -35,6 +38,10 @@ std::shared_ptr<const Transform> make_transform(const Json& j, const std::string
   if (type == "resize") return std::make_shared<Resize>(ResizeOptions::from_json(j, path));
   if (type == "center_crop") return std::make_shared<CenterCrop>(CenterCropOptions::from_json(j, path));
   if (type == "color_jitter") return std::make_shared<ColorJitter>(ColorJitterOptions::from_json(j, path));
+  if (type == "trivial_augment_wide")
+    return std::make_shared<TrivialAugmentWide>(TrivialAugmentWideOptions::from_json(j, path));
+  if (type == "rand_augment") return std::make_shared<RandAugment>(RandAugmentOptions::from_json(j, path));
+  if (type == "random_erasing") return std::make_shared<RandomErasing>(RandomErasingOptions::from_json(j, path));
   KILN_FAIL(path, ": \"", type, "\" is not an image-to-image transform (normalize ends a pipeline)");
 }
 

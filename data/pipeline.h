@@ -10,6 +10,9 @@
 //   resize           ResizeOptions         (data/resize.h)
 //   center_crop      CenterCropOptions     (data/resize.h)
 //   color_jitter     ColorJitterOptions    (data/color.h)
+//   trivial_augment_wide  TrivialAugmentWideOptions (data/auto_augment.h)
+//   rand_augment     RandAugmentOptions    (data/auto_augment.h)
+//   random_erasing   RandomErasingOptions  (data/erasing.h)
 //   normalize        NormalizeOptions      (data/normalize.h), at most once and last
 // Step k of a sample draws from SampleRng(sample_key).fork(k), so adding a step leaves the others'
 // draws unchanged. Tests: tests/data/transforms_test.cpp.

@@ -3,7 +3,8 @@
 // (seed, epoch, dataset index, step), never of the thread or the order samples are processed in,
 // so a run gives the same batches with 1 worker or 16.
 // Implementations: data/augment.h (RandomCrop, HorizontalFlip), data/resize.h (RandomResizedCrop,
-// Resize, CenterCrop), data/color.h (ColorJitter); data/normalize.h is the final
+// Resize, CenterCrop), data/color.h (ColorJitter), data/auto_augment.h (TrivialAugmentWide,
+// RandAugment), data/erasing.h (RandomErasing); data/normalize.h is the final
 // uint8 -> float step; data/pipeline.h chains them and maps config names to them.
 // Tests: tests/data/transforms_test.cpp.
 #pragma once

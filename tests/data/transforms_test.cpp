@@ -265,7 +265,7 @@ TEST(Pipeline, FromJsonOrderAndErrors) {
   EXPECT_NE(msg.find("data.train_transforms[0]: normalize must be the last transform"), std::string::npos) << msg;
   msg = error_of([] { Pipeline::from_json(Json::parse(R"([{"type": "random_flip"}])"), "data.val_transforms"); });
   EXPECT_NE(msg.find("data.val_transforms[0].type"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("accepted: random_crop, horizontal_flip, random_resized_crop, resize, center_crop, color_jitter, normalize"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("accepted: random_crop, horizontal_flip, random_resized_crop, resize, center_crop, color_jitter, trivial_augment_wide, rand_augment, random_erasing, normalize"), std::string::npos) << msg;
   msg = error_of([] { Pipeline::from_json(Json::parse(R"([{"size": 3}])"), "t"); });
   EXPECT_NE(msg.find("t[0]: missing key \"type\""), std::string::npos) << msg;
   msg = error_of([] { Pipeline::from_json(Json{{"type", "normalize"}}, "t"); });
