@@ -322,27 +322,22 @@ TrainingState load_checkpoint(const std::string& base, Module& model, Module* em
                "; optimizer state is F32");
   check_finite(st.tensors, f.state, "checkpoint");
 
-  SafetensorsContents w = load_safetensors(f.weights);
-  const int64_t weights_step = metadata_step(w, f.weights);
-  KILN_CHECK(weights_step == s.step, "checkpoint '", base, "': the weights ", f.weights, " (step ", weights_step,
-             ") and the training state ", f.state, " (step ", s.step, ") are from different steps; was a save interrupted?");
-  check_finite(w.tensors, f.weights, "checkpoint");
-  try {
-    import_pytorch_state_dict(model, w.tensors, /*strict=*/true);
-  } catch (const Error& e) {
-    KILN_FAIL("checkpoint '", f.weights, "' does not fit the model: ", e.what());
-  }
-  if (ema && fs::exists(f.ema)) {
-    SafetensorsContents e = load_safetensors(f.ema);
-    const int64_t ema_step = metadata_step(e, f.ema);
-    KILN_CHECK(ema_step == s.step, "checkpoint '", base, "': the EMA weights ", f.ema, " (step ", ema_step,
-               ") and the training state ", f.state, " (step ", s.step, ") are from different steps");
-    check_finite(e.tensors, f.ema, "checkpoint");
+  // The weights (and the EMA's): from the state's step, finite, fitting the model.
+  auto load_into = [&](Module& m, const std::string& file, const char* what) {
+    SafetensorsContents w = load_safetensors(file);
+    const int64_t weights_step = metadata_step(w, file);
+    KILN_CHECK(weights_step == s.step, "checkpoint '", base, "': the ", what, " ", file, " (step ", weights_step,
+               ") and the training state ", f.state, " (step ", s.step, ") are from different steps; was a save interrupted?");
+    check_finite(w.tensors, file, "checkpoint");
     try {
-      import_pytorch_state_dict(*ema, e.tensors, /*strict=*/true);
-    } catch (const Error& err) {
-      KILN_FAIL("checkpoint '", f.ema, "' does not fit the model: ", err.what());
+      import_pytorch_state_dict(m, w.tensors, /*strict=*/true);
+    } catch (const Error& e) {
+      KILN_FAIL("checkpoint '", file, "' does not fit the model: ", e.what());
     }
+  };
+  load_into(model, f.weights, "weights");
+  if (ema && fs::exists(f.ema)) {
+    load_into(*ema, f.ema, "EMA weights");
     s.ema_loaded = true;
   }
   s.optimizer.tensors = std::move(st.tensors);

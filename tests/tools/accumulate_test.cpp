@@ -46,25 +46,13 @@ double max_abs_diff(const std::string& a, const std::string& b) {
   return m;
 }
 
-// The tiny model with batch norm and dropout of tests/tools/trainer_test.cpp.
+// The data-parallel config with batch norm and dropout added, and an EMA.
 json bn_config(const std::string& runs, const std::string& name) {
-  json c = json::parse(R"({
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-      {"type": "batch_norm2d", "num_features": 8},
-      {"type": "relu"},
-      {"type": "max_pool2d", "kernel_size": 2},
-      {"type": "flatten"},
-      {"type": "dropout", "p": 0.2},
-      {"type": "linear", "in_features": 128, "out_features": 4}]},
-    "data": {"source": "synthetic", "synthetic": {"size": 192, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
-             "train_transforms": [{"type": "horizontal_flip"}], "batch_size": 32, "workers": 2},
-    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "nesterov": true, "weight_decay": 1e-4},
-    "schedule": {"name": "cosine", "warmup_epochs": 0.5},
-    "train": {"epochs": 3, "seed": 3, "plots": false, "ema": {"decay": 0.9, "warmup": true}}
-  })");
-  c["name"] = name;
-  c["train"]["runs_dir"] = runs;
+  json c = kiln::testing::data_parallel_config(runs, name, 30);
+  json& layers = c["model"]["layers"];
+  layers.insert(layers.begin() + 1, json{{"type", "batch_norm2d"}, {"num_features", 8}});
+  layers.insert(layers.end() - 1, json{{"type", "dropout"}, {"p", 0.2}});
+  c["train"]["ema"] = json{{"decay", 0.9}, {"warmup", true}};
   return c;
 }
 
