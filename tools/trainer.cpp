@@ -412,8 +412,6 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       // The same N on every rank: the one for the smallest micro-batch that fits.
       accumulate = smallest_accumulation(breq.global / world, comm->all_reduce_min(plan.autobatch.batch));
       autobatch_target = plan.autobatch.target_bytes;
-      for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
-      default_generator().set_state(rng);
       if (show)
         std::cout << plan.report << (accumulate != plan.n ? " (another rank fits less: " + std::to_string(accumulate) +
                                                                 " micro-batches on every rank)" : "") << "\n";
@@ -422,8 +420,6 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
       breq.global = per_rank * world * accumulate;  // with train.accumulate = N: N micro-batches per rank
       autobatch_target = ab.target_bytes;
-      for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
-      default_generator().set_state(rng);
       if (show)
         std::cout << ab.report()
                   << (world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
@@ -431,6 +427,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                                 : "")
                   << "\n";
     }
+    for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
+    default_generator().set_state(rng);
   }
   KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
              world, " ranks");
