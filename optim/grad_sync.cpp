@@ -45,7 +45,7 @@ GradSync::GradSync(std::vector<Tensor> params, Communicator& comm, size_t bucket
 }
 
 void GradSync::on_grad_ready(size_t k) {
-  if (arrived_[k]) return;  // a second backward in the same step: counted at finish()
+  if (deferred_ || arrived_[k]) return;  // accumulating, or a second backward in the same step: counted at finish()
   arrived_[k] = true;
   auto [bi, slot] = where_[k];
   Bucket& b = buckets_[bi];

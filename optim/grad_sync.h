@@ -28,6 +28,11 @@ class GradSync {
   // Waits for every bucket (launching those whose gradients did not all arrive, with zeros for the
   // missing ones), divides by the number of ranks and writes the averages into .grad.
   void finish();
+  // Gradient accumulation (DistributedDataParallel's no_sync()): while deferred, backward passes
+  // launch nothing and the gradients sum locally in .grad; the first backward after
+  // set_deferred(false) launches each bucket with the summed gradients, and finish() averages them.
+  // So the all-reduce runs once per optimizer step however many micro-batches it has.
+  void set_deferred(bool deferred) { deferred_ = deferred; }
 
   size_t num_buckets() const { return buckets_.size(); }
   const std::vector<size_t>& bucket_params(size_t b) const { return buckets_[b].params; }
@@ -51,6 +56,7 @@ class GradSync {
   std::vector<std::pair<size_t, size_t>> where_;  // param -> (bucket, slot)
   std::vector<bool> arrived_;
   bool active_ = false;  // more than one rank, or always_reduce
+  bool deferred_ = false;  // set_deferred(true): hooks launch nothing
 };
 
 }  // namespace kiln

@@ -28,6 +28,7 @@ namespace {
 
 const std::string kExt = ".safetensors";
 const std::string kStateExt = ".state.safetensors";
+const std::string kEmaExt = ".ema.safetensors";
 const std::string kTmpFolder = "ckpt.tmp-";
 
 std::string errno_str() { return std::strerror(errno); }
@@ -204,7 +205,7 @@ int64_t metadata_step(const SafetensorsContents& c, const std::string& file) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& s) {
+void save_checkpoint(const std::string& base, Module& model, const TrainingState& s, Module* ema) {
   const fs::path b(base);
   const fs::path dir = b.parent_path().empty() ? fs::path(".") : b.parent_path();
   const std::string name = b.filename().string();
@@ -224,6 +225,10 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
                      {{"kiln_training_state", meta.dump()}, {"step", std::to_string(s.step)}});
     save_safetensors((fs::path(tmp) / (name + kExt)).string(), export_pytorch_state_dict(model),
                      {{"format", "pt"}, {"step", std::to_string(s.step)}, {"kiln_model", s.config.value("model", json()).dump()}});
+    if (ema)
+      save_safetensors((fs::path(tmp) / (name + kEmaExt)).string(), export_pytorch_state_dict(*ema),
+                       {{"format", "pt"}, {"step", std::to_string(s.step)}, {"kiln_model", s.config.value("model", json()).dump()},
+                        {"kiln_weights", "ema"}});
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -247,19 +252,21 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   // Fixed links for readers of the flat layout (replace a flat file of an older run atomically).
   switch_link(dir / (name + kExt), name + "/" + name + kExt, suffix);
   switch_link(dir / (name + kStateExt), name + "/" + name + kStateExt, suffix);
+  if (ema) switch_link(dir / (name + kEmaExt), name + "/" + name + kEmaExt, suffix);
+  else if (!link_target(dir / (name + kEmaExt)).empty()) ::unlink((dir / (name + kEmaExt)).c_str());
   fsync_dir(dir);
   remove_stale(dir, name);
 }
 
 CheckpointFiles checkpoint_files(const std::string& base) {
-  if (!fs::is_directory(base)) return {base + kExt, base + kStateExt};
+  if (!fs::is_directory(base)) return {base + kExt, base + kStateExt, base + kEmaExt};
   // Resolve the symlink once, so both files come from the same folder even if a save switches it.
   fs::path folder = base;
   if (std::string t = link_target(folder); !t.empty()) folder = fs::path(t).is_absolute() ? fs::path(t) : folder.parent_path() / t;
   std::string stem = folder_stem(folder);
   KILN_CHECK(!stem.empty(), "checkpoint '", base, "': the folder ", folder.string(), " must hold one <name>", kStateExt,
              " and its <name>", kExt, "; is it a kiln checkpoint?");
-  return {(folder / (stem + kExt)).string(), (folder / (stem + kStateExt)).string()};
+  return {(folder / (stem + kExt)).string(), (folder / (stem + kStateExt)).string(), (folder / (stem + kEmaExt)).string()};
 }
 
 std::string resolve_checkpoint(const std::string& path) {
@@ -294,7 +301,7 @@ void load_weights(const std::string& path, Module& model) {
   }
 }
 
-TrainingState load_checkpoint(const std::string& base, Module& model) {
+TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema) {
   const CheckpointFiles f = checkpoint_files(base);
   SafetensorsContents st = load_safetensors(f.state);
   auto it = st.metadata.find("kiln_training_state");
@@ -315,15 +322,23 @@ TrainingState load_checkpoint(const std::string& base, Module& model) {
                "; optimizer state is F32");
   check_finite(st.tensors, f.state, "checkpoint");
 
-  SafetensorsContents w = load_safetensors(f.weights);
-  const int64_t weights_step = metadata_step(w, f.weights);
-  KILN_CHECK(weights_step == s.step, "checkpoint '", base, "': the weights ", f.weights, " (step ", weights_step,
-             ") and the training state ", f.state, " (step ", s.step, ") are from different steps; was a save interrupted?");
-  check_finite(w.tensors, f.weights, "checkpoint");
-  try {
-    import_pytorch_state_dict(model, w.tensors, /*strict=*/true);
-  } catch (const Error& e) {
-    KILN_FAIL("checkpoint '", f.weights, "' does not fit the model: ", e.what());
+  // The weights (and the EMA's): from the state's step, finite, fitting the model.
+  auto load_into = [&](Module& m, const std::string& file, const char* what) {
+    SafetensorsContents w = load_safetensors(file);
+    const int64_t weights_step = metadata_step(w, file);
+    KILN_CHECK(weights_step == s.step, "checkpoint '", base, "': the ", what, " ", file, " (step ", weights_step,
+               ") and the training state ", f.state, " (step ", s.step, ") are from different steps; was a save interrupted?");
+    check_finite(w.tensors, file, "checkpoint");
+    try {
+      import_pytorch_state_dict(m, w.tensors, /*strict=*/true);
+    } catch (const Error& e) {
+      KILN_FAIL("checkpoint '", file, "' does not fit the model: ", e.what());
+    }
+  };
+  load_into(model, f.weights, "weights");
+  if (ema && fs::exists(f.ema)) {
+    load_into(*ema, f.ema, "EMA weights");
+    s.ema_loaded = true;
   }
   s.optimizer.tensors = std::move(st.tensors);
   return s;

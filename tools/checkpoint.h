@@ -3,11 +3,14 @@
 //                             (safetensors.torch.load_file + model.load_state_dict reads it);
 //   `last.state.safetensors`  the training state: the optimizer's tensors plus, in its metadata, the
 //                             epoch, step, RNG, loss scaler, best accuracy and the config as run.
+//   `last.ema.safetensors`    with train.ema: the EMA of the weights (tools/train_ema.h), same layout
+//                             and names as the weights file (docs/ema_accumulate.md).
 // On disk (one save of step 12):
 //   <run>/last-12/last.safetensors, last-12/last.state.safetensors   the pair
 //   <run>/last -> last-12                                           the one switch (a symlink)
 //   <run>/last.safetensors -> last/last.safetensors                 fixed links, for readers of
 //   <run>/last.state.safetensors -> last/last.state.safetensors     the older flat layout
+//   <run>/last.ema.safetensors -> last/last.ema.safetensors         with train.ema
 // A save writes both files into a new folder `<run>/ckpt.tmp-XXXXXX/`, fsyncs them, renames the
 // folder to `last-<step>` and then switches `last` to it with one rename of a symlink: a kill at any
 // moment leaves `last` naming a complete pair (the previous one or the new one). The previous folder
@@ -37,13 +40,17 @@ struct TrainingState {
   std::map<std::string, double> scaler;  // LossScaler::state_dict() (empty without fp16)
   OptimizerState optimizer;
   json config;  // the config as run
+  bool ema_loaded = false;  // load_checkpoint: the checkpoint had EMA weights and they were loaded
 };
 
 // Saves the pair as checkpoint `base` (`<run>/last`: the folder layout above).
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& state);
+// With `ema`, its weights are saved in the same folder as `<name>.ema.safetensors` (same step).
+void save_checkpoint(const std::string& base, Module& model, const TrainingState& state, Module* ema = nullptr);
 // Loads the weights into `model` and returns the training state. `base` is what
 // resolve_checkpoint() returns: a checkpoint folder (or the symlink naming one), or a flat base.
-TrainingState load_checkpoint(const std::string& base, Module& model);
+// With `ema`: the checkpoint's EMA weights go into it when it has them (state.ema_loaded), checked
+// like the weights (same step, finite, fitting the model); a checkpoint without them leaves `ema` alone.
+TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema = nullptr);
 // Loads only weights (PyTorch layout) into `model`: FILE.safetensors, or a checkpoint.
 void load_weights(const std::string& path, Module& model);
 // Accepts a run folder (-> its last checkpoint), `runs/x/last`, `runs/x/last.safetensors`,
@@ -54,6 +61,7 @@ std::string resolve_checkpoint(const std::string& path);
 // The two files of the checkpoint `base` (as load_checkpoint reads them).
 struct CheckpointFiles {
   std::string weights, state;
+  std::string ema;  // where the EMA weights are, if the checkpoint has them (check that it exists)
 };
 CheckpointFiles checkpoint_files(const std::string& base);
 

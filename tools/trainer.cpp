@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/io/safetensors.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
 #include "core/rng.h"
@@ -24,6 +25,7 @@
 #include "optim/grad_sync.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "tools/accumulate.h"
 #include "tools/autobatch.h"
 #include "tools/checkpoint.h"
 #include "tools/class_weights.h"
@@ -33,6 +35,7 @@
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
 #include "tools/report.h"
+#include "tools/train_ema.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -129,6 +132,8 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
   if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
   else r.allow("loss_scaler");
+  o.ema = EmaOptions::from_json(r.raw("ema"), r.path_of("ema"));
+  o.accumulate = accumulate_from_json(r.raw("accumulate"), r.path_of("accumulate"));
   r.finish();
   return o;
 }
@@ -156,7 +161,9 @@ json TrainOptions::to_json() const {
               {"reuse_first_batch", reuse_first_batch},
               {"comm_timeout_s", comm_timeout_s},
               {"autobatch_fraction", autobatch_fraction},
-              {"loss_scaler", loss_scaler.to_json()}};
+              {"loss_scaler", loss_scaler.to_json()},
+              {"ema", ema.to_json()},
+              {"accumulate", accumulate_to_json(accumulate)}};
 }
 
 namespace {
@@ -355,9 +362,18 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (auto& [n, t] : model->named_buffers()) comm->broadcast(t, 0);
   }
 
+  // EMA of the weights (optim/ema.h, tools/train_ema.h): starts as a copy of the initial weights.
+  std::unique_ptr<TrainingEma> ema = make_training_ema(opt.ema, s.model, *model, device);
+
   // --- AutoBatch --------------------------------------------------------------------------------
+  // train.accumulate = "auto" (0): AutoBatch measures the largest micro-batch for the fixed batch.
+  int64_t accumulate = opt.accumulate;
+  KILN_CHECK(accumulate != 0 || breq.auto_fraction == 0, "config: train.accumulate = \"auto\" needs a fixed "
+             "data.batch_size (the global batch to reach), not AutoBatch's; accepted: a data.batch_size > 0 with "
+             "train.accumulate = \"auto\", or data.batch_size = -1 with train.accumulate = N (global batch = "
+             "AutoBatch's micro-batch x ranks x N)");
   double autobatch_target = 0;
-  if (breq.auto_fraction > 0) {
+  if (breq.auto_fraction > 0 || accumulate == 0) {
     ImageShape shape = dcfg.transforms(Split::train).output_shape(train_set->image_shape());
     std::map<std::string, Tensor> saved;
     for (auto& [n, t] : model->named_buffers()) saved[n] = t.detach().clone();
@@ -401,21 +417,34 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       ~BenchmarkOff() { if (was) cuda::set_cudnn_benchmark(true); }
     } benchmark_off(device.is_cuda() && cuda::cudnn_benchmark());
 #endif
-    AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
-    int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
-    breq.global = per_rank * world;
-    autobatch_target = ab.target_bytes;
+    if (accumulate == 0) {
+      KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
+                 world, " ranks");
+      AccumulationPlan plan = plan_accumulation(probe, free_bytes, opt.autobatch_fraction, breq.global / world);
+      // The same N on every rank: the one for the smallest micro-batch that fits.
+      accumulate = smallest_accumulation(breq.global / world, comm->all_reduce_min(plan.autobatch.batch));
+      autobatch_target = plan.autobatch.target_bytes;
+      if (show)
+        std::cout << plan.report << (accumulate != plan.n ? " (another rank fits less: " + std::to_string(accumulate) +
+                                                                " micro-batches on every rank)" : "") << "\n";
+    } else {
+      AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
+      int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
+      breq.global = per_rank * world * accumulate;  // with train.accumulate = N: N micro-batches per rank
+      autobatch_target = ab.target_bytes;
+      if (show)
+        std::cout << ab.report()
+                  << (world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
+                                  "; global batch " + std::to_string(breq.global) + " over " + std::to_string(world) + " ranks"
+                                : "")
+                  << "\n";
+    }
     for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
     default_generator().set_state(rng);
-    if (show)
-      std::cout << ab.report()
-                << (world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
-                                "; global batch " + std::to_string(breq.global) + " over " + std::to_string(world) + " ranks"
-                              : "")
-                << "\n";
   }
   KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
              world, " ranks");
+  check_accumulation(breq.global, world, accumulate);
   dcfg.loader.batch_size = breq.global / world;
   Shard shard{rank, world};
   DataLoader train_loader(train_set, dcfg.train_transforms, dcfg.loader_options(Split::train), shard);
@@ -435,6 +464,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   as_run["train"] = opt.to_json();
   as_run["data"] = dcfg.to_json();
   as_run["data"]["batch_size"] = breq.global;
+  as_run["train"]["accumulate"] = accumulate;  // "auto"'s choice
   as_run["model"] = model->to_json();
   as_run["optim"] = optimizer->to_json();
   as_run["schedule"] = schedule->to_json();
@@ -442,7 +472,11 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   std::string run_dir;
   if (!opt.resume.empty()) {
     std::string base = resolve_checkpoint(opt.resume);
-    state = load_checkpoint(base, *model);
+    state = load_checkpoint(base, *model, ema ? ema->model.get() : nullptr);
+    if (ema && !state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
+      ema->ema->reset_to_live();
+      if (show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
+    }
     optimizer->load_state_dict(state.optimizer);
     default_generator().set_state(state.rng);
     run_dir = fs::path(base).parent_path().string();
@@ -461,7 +495,9 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     if (show) {
       std::cout << "kiln: " << s.name << " on " << device.str() << (world > 1 ? " x" + std::to_string(world) + " ranks" : "")
                 << ", " << model->num_parameters() << " parameters, batch " << breq.global << ", "
-                << steps_per_epoch << " steps/epoch -> " << run_dir << "\n";
+                << steps_per_epoch << " steps/epoch"
+                << (accumulate > 1 ? " of " + std::to_string(accumulate) + " micro-batches" : std::string())
+                << (ema ? ", EMA " + ema->ema->options().to_json().dump() : std::string()) << " -> " << run_dir << "\n";
     }
   }
 
@@ -483,6 +519,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   TrainResult result;
   result.run_dir = run_dir;
   result.batch = breq.global;
+  result.accumulate = accumulate;
   result.autobatch_target_bytes = autobatch_target;
   CachingAllocator& device_alloc = allocator_for(device);
   device_alloc.reset_peak();
@@ -530,15 +567,32 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (; i < steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || train_loader.next(b)); ++i) {
       double lr = schedule->lr_at(state.step);
       optimizer->set_lr(lr);
-      Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
-      Tensor logits = model->forward(x);
-      // Softmax and the loss in f32 whatever the compute dtype.
-      Tensor logits32 = logits.to(DType::f32);
-      Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
       optimizer->zero_grad();
-      (scaler ? scaler->scale_loss(loss) : loss).backward();
+      // train.accumulate: the batch as micro-batches, each loss weighted by its share of the batch;
+      // the gradients sum in .grad and are all-reduced once, after the last backward (tools/accumulate.h).
+      const std::vector<int64_t> micro = micro_batch_sizes(b.size(), accumulate);
+      double l = 0, batch_correct = 0;
+      for (size_t k = 0, start = 0; k < micro.size(); start += micro[k], ++k) {
+        const Batch mb = micro.size() == 1 ? b : micro_batch(b, static_cast<int64_t>(start), micro[k]);
+        Tensor x = model_input(mb.images, device, compute), y = mb.labels.to(device);
+        Tensor logits = model->forward(x);
+        // Softmax and the loss in f32 whatever the compute dtype.
+        Tensor logits32 = logits.to(DType::f32);
+        Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
+        const double share = static_cast<double>(mb.size()) / static_cast<double>(b.size());
+        Tensor part = micro.size() == 1 ? loss : ops::mul_scalar(loss, share);
+        if (sync) sync->set_deferred(k + 1 < micro.size());
+        (scaler ? scaler->scale_loss(part) : part).backward();
+        if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+          cuda::accumulate_step_stats(stats, loss.detach(), logits32.detach(), y, static_cast<double>(mb.size()), i);
+#endif
+        } else {
+          l += loss.item() * share;
+          batch_correct += top_k_correct(logits.detach().to(Device::cpu()), mb.labels, 1, mb.size());
+        }
+      }
       if (sync) sync->finish();
-      double l = on_gpu ? 0.0 : loss.item();
       if (scaler) {
         // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts
         // after loss_scaler.max_nonfinite_steps such steps in a row. On a GPU the gradients' check
@@ -547,6 +601,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         if (ok) {
           if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
           optimizer->step();
+          if (ema) ema->ema->update(state.step);
         }
         scaler->update(!ok);
       } else {
@@ -554,19 +609,17 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                    "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
         if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
         optimizer->step();
+        if (ema) ema->ema->update(state.step);
       }
       ++state.step;
       seen += b.size();
       if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-        cuda::accumulate_step_stats(stats, loss.detach(), logits32.detach(), y, static_cast<double>(b.size()), i);
-#endif
         if ((i + 1) % read_every != 0) continue;  // nothing new to show
         read_stats();
       } else {
         if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
         loss_sum += l * b.size();
-        correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
+        correct += batch_correct;
       }
       if (show) {
         fields = progress_fields(lr);
@@ -610,12 +663,24 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         std::cout << "val   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
                   << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
                   << static_cast<int64_t>(v[3]) << " images)\n";
+      if (ema) {  // the EMA weights on the same images (tools/train_ema.h)
+        EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr);
+        std::vector<double> ve{ee.loss_sum, ee.top1, ee.top5, ee.samples};
+        comm->all_reduce_doubles(ve);
+        result.ema_val_loss = ve[0] / ve[3];
+        result.ema_val_top1 = ve[1] / ve[3];
+        result.ema_val_top5 = ve[2] / ve[3];
+        if (show)
+          std::cout << "ema   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.ema_val_loss)
+                    << "  top1 " << fmt("%.2f%%", 100 * result.ema_val_top1) << "  top5 "
+                    << fmt("%.2f%%", 100 * result.ema_val_top5) << "\n";
+      }
     }
     state.epoch = epoch + 1;
     state.rng = default_generator().state();
     if (scaler) state.scaler = scaler->state_dict();
     if (lead) {
-      log->write({{"epoch", static_cast<double>(epoch + 1)},
+      std::vector<std::pair<std::string, double>> row{{"epoch", static_cast<double>(epoch + 1)},
                   {"step", static_cast<double>(state.step)},
                   {"lr", optimizer->lr()},
                   {"train_loss", result.train_loss},
@@ -627,12 +692,20 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                   {"data_wait_share", result.data_wait_share},
                   {"epoch_seconds", train_time},
                   {"skipped_steps", static_cast<double>(result.skipped_steps)},
-                  {"loss_scale", result.loss_scale}});
+                  {"loss_scale", result.loss_scale}};
+      if (ema)
+        for (auto [k, x] : {std::pair{"ema_val_loss", result.ema_val_loss}, {"ema_val_top1", result.ema_val_top1},
+                            {"ema_val_top5", result.ema_val_top5}})
+          row.emplace_back(k, do_eval ? x : NAN);
+      log->write(row);
       state.optimizer = optimizer->state_dict();
-      bool best = do_eval && result.val_top1 > state.best_top1;
-      if (best) state.best_top1 = result.val_top1;
-      save_checkpoint(run_dir + "/last", *model, state);
-      if (best) save_checkpoint(run_dir + "/best", *model, state);
+      // `best`: by the live weights' top-1, or with train.ema.best_by = "ema" by the EMA's.
+      const double top1 = ema && opt.ema.best_by == "ema" ? result.ema_val_top1 : result.val_top1;
+      bool best = do_eval && top1 > state.best_top1;
+      if (best) state.best_top1 = top1;
+      Module* ema_model = ema ? ema->model.get() : nullptr;
+      save_checkpoint(run_dir + "/last", *model, state, ema_model);
+      if (best) save_checkpoint(run_dir + "/best", *model, state, ema_model);
     }
   }
 

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/json_util.h"
+#include "optim/ema.h"
 #include "optim/loss_scaler.h"
 
 namespace kiln {
@@ -85,6 +86,13 @@ struct TrainOptions {
   double autobatch_fraction = 0.6;
   /// fp16 dynamic loss scaling (optim/loss_scaler.h)
   LossScalerOptions loss_scaler;
+  /// EMA of the weights, evaluated and saved beside them: false/null (default), true, or
+  /// {"decay": 0.9998, "warmup": true, "best_by": "live"|"ema"} (optim/ema.h, docs/ema_accumulate.md)
+  EmaOptions ema;
+  /// gradient accumulation: N micro-batches per optimizer step (data.batch_size stays the global
+  /// batch of a step), or "auto" (stored as 0): AutoBatch picks the smallest N that fits (default 1;
+  /// tools/accumulate.h, docs/ema_accumulate.md)
+  int64_t accumulate = 1;
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
@@ -96,6 +104,8 @@ DType compute_dtype_of(const std::string& precision);
 
 struct TrainResult {
   double val_top1 = 0, val_top5 = 0, val_loss = 0;
+  double ema_val_top1 = 0, ema_val_top5 = 0, ema_val_loss = 0;  // with train.ema (0 otherwise)
+  int64_t accumulate = 1;  // micro-batches per optimizer step (train.accumulate, "auto"'s choice)
   double train_loss = 0, train_acc = 0;
   double images_per_s = 0;
   double data_wait_share = 0;
