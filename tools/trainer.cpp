@@ -33,6 +33,7 @@
 #include "tools/mpi_comm.h"
 #include "tools/progress.h"
 #include "tools/report.h"
+#include "tools/tta.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -118,6 +119,9 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
   if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
   else r.allow("loss_scaler");
+  if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
+  else r.allow("mixup");
+  o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/tta.h
   r.finish();
   return o;
 }
@@ -144,7 +148,9 @@ json TrainOptions::to_json() const {
               {"reuse_first_batch", reuse_first_batch},
               {"comm_timeout_s", comm_timeout_s},
               {"autobatch_fraction", autobatch_fraction},
-              {"loss_scaler", loss_scaler.to_json()}};
+              {"loss_scaler", loss_scaler.to_json()},
+              {"mixup", mixup.to_json()},
+              {"tta", tta}};
 }
 
 namespace {
@@ -218,7 +224,7 @@ struct EvalCounts {
 Tensor model_input(const Tensor& images, Device device, DType compute) { return images.to(device).to(compute); }
 
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
-                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion) {
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta) {
   NoGradGuard ng;
   model.eval();
   loader.start_epoch(epoch);
@@ -226,7 +232,7 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
   Batch b;
   while (loader.next(b)) {
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = model.forward(model_input(b.images, device, compute)).to(Device::cpu()).to(DType::f32);
+    Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/tta.h)
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
     c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
@@ -518,11 +524,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (; i < steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || train_loader.next(b)); ++i) {
       double lr = schedule->lr_at(state.step);
       optimizer->set_lr(lr);
-      Tensor x = model_input(b.images, device, compute), y = b.labels.to(device);
+      // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h).
+      MixedBatch mb = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing);
+      Tensor x = model_input(mb.images, device, compute), y = mb.labels.to(device);
       Tensor logits = model->forward(x);
       // Softmax and the loss in f32 whatever the compute dtype.
       Tensor logits32 = logits.to(DType::f32);
-      Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
+      Tensor loss = mb.targets.defined()
+                        ? ops::soft_cross_entropy(logits32, mb.targets.to(device), 0.0, class_weights)
+                        : ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
       optimizer->zero_grad();
       (scaler ? scaler->scale_loss(loss) : loss).backward();
       if (sync) sync->finish();
@@ -554,7 +564,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       } else {
         if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
         loss_sum += l * b.size();
-        correct += top_k_correct(logits.detach().to(Device::cpu()), b.labels, 1, b.size());
+        correct += top_k_correct(logits.detach().to(Device::cpu()), mb.labels, 1, b.size());
       }
       if (show) {
         fields = progress_fields(lr);
@@ -587,7 +597,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       const bool final_eval = epoch + 1 == last_epoch;
       if (final_eval) final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
       EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes,
-                               final_eval ? &final_confusion : nullptr);
+                               final_eval ? &final_confusion : nullptr, "none");
       if (final_eval) all_reduce_confusion(*comm, final_confusion);
       std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
       comm->all_reduce_doubles(v);
@@ -622,6 +632,23 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       save_checkpoint(run_dir + "/last", *model, state);
       if (best) save_checkpoint(run_dir + "/best", *model, state);
     }
+  }
+
+  // train.tta: the last evaluation again with test-time augmentation; its numbers are the result and
+  // the report's (metrics.csv and the best checkpoint keep the plain evaluations).
+  if (opt.tta != "none" && !final_confusion.empty()) {
+    final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
+    EvalCounts ec = run_eval(*model, val_loader, device, compute, last_epoch - 1, num_classes, &final_confusion, opt.tta);
+    all_reduce_confusion(*comm, final_confusion);
+    std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
+    comm->all_reduce_doubles(v);
+    result.val_loss = v[0] / v[3];
+    result.val_top1 = v[1] / v[3];
+    result.val_top5 = v[2] / v[3];
+    if (show)
+      std::cout << "val   tta=" << opt.tta << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
+                << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
+                << static_cast<int64_t>(v[3]) << " images)\n";
   }
 
   if (lead && opt.plots && log) {
@@ -746,7 +773,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   int64_t k = val_set->num_classes();
   r.confusion.assign(k, std::vector<int64_t>(k, 0));
   r.class_names = report_class_names(*val_set);
-  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion);
+  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion, s.train.tta);
   r.samples = static_cast<int64_t>(c.samples);
   r.top1 = c.top1 / c.samples;
   r.top5 = c.top5 / c.samples;

@@ -18,6 +18,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/json_util.h"
+#include "data/mix.h"
 #include "optim/loss_scaler.h"
 
 namespace kiln {
@@ -81,6 +82,12 @@ struct TrainOptions {
   double autobatch_fraction = 0.6;
   /// fp16 dynamic loss scaling (optim/loss_scaler.h)
   LossScalerOptions loss_scaler;
+  /// batch-level MixUp/CutMix with soft targets (data/mix.h, docs/mixup_tta.md): {"mixup_alpha",
+  /// "cutmix_alpha", "prob", "switch_prob"} as timm's Mixup (default: off)
+  MixupOptions mixup;
+  /// test-time augmentation of the evaluations: "none" or "flip" (the mean of the softmax of the
+  /// image and of its left-right mirror; docs/mixup_tta.md) (default "none")
+  std::string tta = "none";
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
