@@ -485,6 +485,18 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   int64_t num_classes = train_set->num_classes();
   int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
   std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
+  // An evaluation's counts summed over ranks into the result, and its line ("val   <what>  loss ...").
+  auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
+    std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
+    comm->all_reduce_doubles(v);
+    result.val_loss = v[0] / v[3];
+    result.val_top1 = v[1] / v[3];
+    result.val_top5 = v[2] / v[3];
+    if (show)
+      std::cout << "val   " << what << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
+                << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
+                << static_cast<int64_t>(v[3]) << " images)\n";
+  };
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
@@ -599,15 +611,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes,
                                final_eval ? &final_confusion : nullptr, "none");
       if (final_eval) all_reduce_confusion(*comm, final_confusion);
-      std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
-      comm->all_reduce_doubles(v);
-      result.val_loss = v[0] / v[3];
-      result.val_top1 = v[1] / v[3];
-      result.val_top5 = v[2] / v[3];
-      if (show)
-        std::cout << "val   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
-                  << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
-                  << static_cast<int64_t>(v[3]) << " images)\n";
+      publish_eval(ec, std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs));
     }
     state.epoch = epoch + 1;
     state.rng = default_generator().state();
@@ -640,15 +644,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
     EvalCounts ec = run_eval(*model, val_loader, device, compute, last_epoch - 1, num_classes, &final_confusion, opt.tta);
     all_reduce_confusion(*comm, final_confusion);
-    std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
-    comm->all_reduce_doubles(v);
-    result.val_loss = v[0] / v[3];
-    result.val_top1 = v[1] / v[3];
-    result.val_top5 = v[2] / v[3];
-    if (show)
-      std::cout << "val   tta=" << opt.tta << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
-                << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
-                << static_cast<int64_t>(v[3]) << " images)\n";
+    publish_eval(ec, "tta=" + opt.tta);
   }
 
   if (lead && opt.plots && log) {

@@ -135,6 +135,28 @@ void ce_backward(const T* z, int64_t N, int64_t K, const CeSaved& s, double gsca
   }
 }
 
+// A row loss in the compute dtype: forward(z, saved) -> the loss; recorded with a backward that
+// recomputes from the saved logits: backward(z, saved, upstream gradient, dz).
+template <typename Saved, typename Fwd, typename Bwd>
+Tensor record_row_loss(const char* name, const Tensor& logits, Saved s, Fwd forward, Bwd backward) {
+  DType ct = nn::compute_dtype(logits.dtype());
+  Tensor z = nn::to_compute(logits, ct);
+  double loss = nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    return forward(z.data<T>(), s);
+  });
+  return record(name, {logits}, Tensor::scalar(loss, ct),
+                [zd = logits.detach(), s = std::move(s), ct, backward](const Tensor& g) {
+                  Tensor z = nn::to_compute(zd, ct);
+                  Tensor dz = Tensor::empty(zd.shape(), ct);
+                  nn::dispatch_compute(ct, [&](auto t) {
+                    using T = decltype(t);
+                    backward(z.data<T>(), s, g.item(), dz.data<T>());
+                  });
+                  return grads{nn::from_compute(dz, zd.dtype())};
+                });
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, const Tensor& class_weights) {
@@ -165,24 +187,12 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   s.y = checked_labels(logits, labels);
   s.e = label_smoothing;
   if (weighted) s.w = checked_weights(logits, class_weights);
-  DType ct = nn::compute_dtype(logits.dtype());
-  Tensor z = nn::to_compute(logits, ct);
-  double loss = nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    return ce_forward<T>(z.data<T>(), N, K, s);
-  });
-  return record("cross_entropy", {logits}, Tensor::scalar(loss, ct),
-                [zd = logits.detach(), s = std::move(s), ct](const Tensor& g) {
-                  Tensor z = nn::to_compute(zd, ct);
-                  Tensor dz = Tensor::empty(zd.shape(), ct);
-                  const int64_t N = zd.size(0), K = zd.size(1);
-                  nn::dispatch_compute(ct, [&](auto t) {
-                    using T = decltype(t);
-                    const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
-                    ce_backward<T>(z.data<T>(), N, K, s, div > 0 ? g.item() / div : 0.0, dz.data<T>());
-                  });
-                  return grads{nn::from_compute(dz, zd.dtype())};
-                });
+  return record_row_loss(
+      "cross_entropy", logits, std::move(s), [N, K](auto* z, CeSaved& s) { return ce_forward(z, N, K, s); },
+      [N, K](auto* z, const CeSaved& s, double g, auto* dz) {
+        const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
+        ce_backward(z, N, K, s, div > 0 ? g / div : 0.0, dz);
+      });
 }
 
 // --- probability targets (soft_cross_entropy) ---------------------------------------------------
@@ -268,23 +278,9 @@ Tensor soft_cross_entropy(const Tensor& logits, const Tensor& targets, double la
       a = ((1 - e) * a + e / K) * (w.empty() ? 1.0 : w[k]);
       s.asum[i] += a;
     }
-  DType ct = nn::compute_dtype(logits.dtype());
-  Tensor z = nn::to_compute(logits, ct);
-  double loss = nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    return soft_forward<T>(z.data<T>(), N, K, s);
-  });
-  return record("soft_cross_entropy", {logits}, Tensor::scalar(loss, ct),
-                [zd = logits.detach(), s = std::move(s), ct](const Tensor& g) {
-                  Tensor z = nn::to_compute(zd, ct);
-                  Tensor dz = Tensor::empty(zd.shape(), ct);
-                  const int64_t N = zd.size(0), K = zd.size(1);
-                  nn::dispatch_compute(ct, [&](auto t) {
-                    using T = decltype(t);
-                    soft_backward<T>(z.data<T>(), N, K, s, g.item() / static_cast<double>(N), dz.data<T>());
-                  });
-                  return grads{nn::from_compute(dz, zd.dtype())};
-                });
+  return record_row_loss(
+      "soft_cross_entropy", logits, std::move(s), [N, K](auto* z, SoftSaved& s) { return soft_forward(z, N, K, s); },
+      [N, K](auto* z, const SoftSaved& s, double g, auto* dz) { soft_backward(z, N, K, s, g / N, dz); });
 }
 
 Tensor softmax(const Tensor& logits) {

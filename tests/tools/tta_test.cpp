@@ -43,6 +43,7 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
+// The tiny problem of trainer_test.cpp (without dropout and augmentation).
 json tiny_config(const std::string& runs) {
   json c = json::parse(R"({
     "name": "tiny",
