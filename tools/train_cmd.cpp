@@ -1,4 +1,4 @@
-// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [key=value ...]`
+// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]`
 // (the classification report: tools/report.h, docs/reports.md). Tests: tests/tools/report_test.cpp.
 #include <cstdio>
 #include <filesystem>
@@ -66,16 +66,19 @@ int cmd_train(const Args& args) {
 
 int cmd_eval(const Args& args) {
   static const char* kUsage =
-      "usage: kiln eval CONFIG|RUN weights=FILE [out=DIR] [key=value ...]\n"
+      "usage: kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]\n"
       "  Evaluates the weights on the validation split; prints top-1/top-5, the loss and the per-class\n"
       "  report, and writes report.csv, report.json, confusion.csv, confusion.png and confused_pairs.csv\n"
       "  (docs/reports.md) into DIR; without out=: the run folder when RUN is one or the weights lie in\n"
-      "  one (runs/<name>/best, runs/<name>/last-12/last.safetensors), else a new runs/<name>-eval.";
+      "  one (runs/<name>/best, runs/<name>/last-12/last.safetensors), else a new runs/<name>-eval.\n"
+      "  tta=flip (train.tta): each prediction is the mean of the softmax of the image and of its\n"
+      "  left-right mirror (docs/mixup_tta.md); the printed figures and the report files use it.";
   if (wants_help(args, kUsage)) return 0;
   std::string weights, out;
   Args rest;
   for (const std::string& a : args) {
     if (a.rfind("out=", 0) == 0) out = a.substr(4);
+    else if (a.rfind("tta=", 0) == 0) rest.push_back("train." + a);  // checked with train.tta's choices
     else rest.push_back(a);
   }
   json config = config_from_args("eval", rest, kUsage, &weights);

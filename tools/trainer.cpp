@@ -36,6 +36,7 @@
 #include "tools/progress.h"
 #include "tools/report.h"
 #include "tools/train_ema.h"
+#include "tools/tta.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -134,6 +135,9 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   else r.allow("loss_scaler");
   o.ema = EmaOptions::from_json(r.raw("ema"), r.path_of("ema"));
   o.accumulate = accumulate_from_json(r.raw("accumulate"), r.path_of("accumulate"));
+  if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
+  else r.allow("mixup");
+  o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/tta.h
   r.finish();
   return o;
 }
@@ -163,7 +167,9 @@ json TrainOptions::to_json() const {
               {"autobatch_fraction", autobatch_fraction},
               {"loss_scaler", loss_scaler.to_json()},
               {"ema", ema.to_json()},
-              {"accumulate", accumulate_to_json(accumulate)}};
+              {"accumulate", accumulate_to_json(accumulate)},
+              {"mixup", mixup.to_json()},
+              {"tta", tta}};
 }
 
 namespace {
@@ -237,7 +243,7 @@ struct EvalCounts {
 Tensor model_input(const Tensor& images, Device device, DType compute) { return images.to(device).to(compute); }
 
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
-                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion) {
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta) {
   NoGradGuard ng;
   model.eval();
   loader.start_epoch(epoch);
@@ -245,7 +251,7 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
   Batch b;
   while (loader.next(b)) {
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = model.forward(model_input(b.images, device, compute)).to(Device::cpu()).to(DType::f32);
+    Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/tta.h)
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
     c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
@@ -528,6 +534,18 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   int64_t num_classes = train_set->num_classes();
   int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
   std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
+  // An evaluation's counts summed over ranks into the result, and its line ("val   <what>  loss ...").
+  auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
+    std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
+    comm->all_reduce_doubles(v);
+    result.val_loss = v[0] / v[3];
+    result.val_top1 = v[1] / v[3];
+    result.val_top5 = v[2] / v[3];
+    if (show)
+      std::cout << "val   " << what << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
+                << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
+                << static_cast<int64_t>(v[3]) << " images)\n";
+  };
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
@@ -567,18 +585,30 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (; i < steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || train_loader.next(b)); ++i) {
       double lr = schedule->lr_at(state.step);
       optimizer->set_lr(lr);
+      // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
+      // for the whole batch, so that train.accumulate does not change what is mixed.
+      MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing);
+      Batch mixed_b = b;
+      mixed_b.images = mixed.images;
+      mixed_b.labels = mixed.labels;
       optimizer->zero_grad();
       // train.accumulate: the batch as micro-batches, each loss weighted by its share of the batch;
       // the gradients sum in .grad and are all-reduced once, after the last backward (tools/accumulate.h).
       const std::vector<int64_t> micro = micro_batch_sizes(b.size(), accumulate);
       double l = 0, batch_correct = 0;
       for (size_t k = 0, start = 0; k < micro.size(); start += micro[k], ++k) {
-        const Batch mb = micro.size() == 1 ? b : micro_batch(b, static_cast<int64_t>(start), micro[k]);
+        const bool whole = micro.size() == 1;
+        const Batch mb = whole ? mixed_b : micro_batch(mixed_b, static_cast<int64_t>(start), micro[k]);
         Tensor x = model_input(mb.images, device, compute), y = mb.labels.to(device);
         Tensor logits = model->forward(x);
         // Softmax and the loss in f32 whatever the compute dtype.
         Tensor logits32 = logits.to(DType::f32);
-        Tensor loss = ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
+        Tensor targets;  // mixed: the soft targets of these samples
+        if (mixed.targets.defined())
+          targets = whole ? mixed.targets
+                          : mixed.targets.slice(0, static_cast<int64_t>(start), static_cast<int64_t>(start) + micro[k]).contiguous();
+        Tensor loss = targets.defined() ? ops::soft_cross_entropy(logits32, targets.to(device), 0.0, class_weights)
+                                        : ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
         const double share = static_cast<double>(mb.size()) / static_cast<double>(b.size());
         Tensor part = micro.size() == 1 ? loss : ops::mul_scalar(loss, share);
         if (sync) sync->set_deferred(k + 1 < micro.size());
@@ -652,19 +682,11 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       const bool final_eval = epoch + 1 == last_epoch;
       if (final_eval) final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
       EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes,
-                               final_eval ? &final_confusion : nullptr);
+                               final_eval ? &final_confusion : nullptr, "none");
       if (final_eval) all_reduce_confusion(*comm, final_confusion);
-      std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
-      comm->all_reduce_doubles(v);
-      result.val_loss = v[0] / v[3];
-      result.val_top1 = v[1] / v[3];
-      result.val_top5 = v[2] / v[3];
-      if (show)
-        std::cout << "val   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
-                  << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
-                  << static_cast<int64_t>(v[3]) << " images)\n";
+      publish_eval(ec, std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs));
       if (ema) {  // the EMA weights on the same images (tools/train_ema.h)
-        EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr);
+        EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr, "none");
         std::vector<double> ve{ee.loss_sum, ee.top1, ee.top5, ee.samples};
         comm->all_reduce_doubles(ve);
         result.ema_val_loss = ve[0] / ve[3];
@@ -707,6 +729,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       save_checkpoint(run_dir + "/last", *model, state, ema_model);
       if (best) save_checkpoint(run_dir + "/best", *model, state, ema_model);
     }
+  }
+
+  // train.tta: the last evaluation again with test-time augmentation; its numbers are the result and
+  // the report's (metrics.csv and the best checkpoint keep the plain evaluations).
+  if (opt.tta != "none" && !final_confusion.empty()) {
+    final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
+    EvalCounts ec = run_eval(*model, val_loader, device, compute, last_epoch - 1, num_classes, &final_confusion, opt.tta);
+    all_reduce_confusion(*comm, final_confusion);
+    publish_eval(ec, "tta=" + opt.tta);
   }
 
   if (lead && opt.plots && log) {
@@ -831,7 +862,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   int64_t k = val_set->num_classes();
   r.confusion.assign(k, std::vector<int64_t>(k, 0));
   r.class_names = report_class_names(*val_set);
-  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion);
+  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion, s.train.tta);
   r.samples = static_cast<int64_t>(c.samples);
   r.top1 = c.top1 / c.samples;
   r.top5 = c.top5 / c.samples;

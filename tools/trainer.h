@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/json_util.h"
 #include "optim/ema.h"
+#include "data/mix.h"
 #include "optim/loss_scaler.h"
 
 namespace kiln {
@@ -93,6 +94,12 @@ struct TrainOptions {
   /// batch of a step), or "auto" (stored as 0): AutoBatch picks the smallest N that fits (default 1;
   /// tools/accumulate.h, docs/ema_accumulate.md)
   int64_t accumulate = 1;
+  /// batch-level MixUp/CutMix with soft targets (data/mix.h, docs/mixup_tta.md): {"mixup_alpha",
+  /// "cutmix_alpha", "prob", "switch_prob"} as timm's Mixup (default: off)
+  MixupOptions mixup;
+  /// test-time augmentation of the evaluations: "none" or "flip" (the mean of the softmax of the
+  /// image and of its left-right mirror; docs/mixup_tta.md) (default "none")
+  std::string tta = "none";
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;

@@ -86,6 +86,14 @@ Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double 
 Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
                               double label_smoothing, const Tensor& class_weights = Tensor(),
                               const Tensor& weight_sum = Tensor());
+// Probability targets (core/ops/loss.h soft_cross_entropy): targets (N, K) floating, same device;
+// t' = (1-e) t + e/K, loss = (1/N) sum_i sum_k w_k t'_ik (lse_i - z_ik) as an f32 scalar (w = 1 without
+// class_weights; the divisor is N either way, PyTorch's definition for probability targets).
+Tensor soft_cross_entropy_forward(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                  const Tensor& class_weights = Tensor());
+// dL/dlogits in logits' dtype: grad_loss/N * (softmax * sum_j w_j t'_ij - w_k t'_ik).
+Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                   double label_smoothing, const Tensor& class_weights = Tensor());
 // Row-wise softmax of (N, K) logits, in logits' dtype.
 Tensor softmax(const Tensor& logits);
 // A training step's statistics accumulated on the device, so the step needs no host read

@@ -5,6 +5,8 @@
 // With class weights w (PyTorch's weighted mean, S = sum_i w[y_i], W = sum_k w_k):
 //   loss_i = (1-e) w_y (lse - x[y_i]) + (e/K) (W lse - sum_j w_j x_j),  loss = sum_i loss_i / S
 //   dloss/dx_ij = g/S * ((1-e) w_y (p_ij - [j == y_i]) + (e/K) (W p_ij - w_j)), 0 where S = 0
+// Probability targets (soft_cross_entropy, MixUp/CutMix): a_ij = w_j ((1-e) t_ij + e/K),
+//   loss_i = sum_j a_ij (lse - x_ij), loss = sum_i loss_i / N,  dloss/dx_ij = g/N (p_ij sum_k a_ik - a_ij)
 // The batch mean goes through the deterministic reduction (no atomics). A label outside [0, K)
 // gives a NaN loss for that row (the device cannot throw; the NaN reaches all_finite and the
 // loss scaler). Tests: tests/gpu/loss_test.cpp.
@@ -85,6 +87,49 @@ __global__ void ce_backward_kernel(const float* grad_loss, const T* logits, cons
       if (valid && !w) d = g * (p - off - (j == y ? 1.f - smoothing : 0.f));
       else if (valid) d = g * ((1.f - smoothing) * wy * (p - (j == y ? 1.f : 0.f)) + off * (st.wtotal * p - w[j]));
       dlogits[i * K + j] = from_float<T>(d);
+    }
+  }
+}
+
+// Probability targets: a_j = w_j ((1-e) t_j + e/K) (w_j = 1 without weights).
+__device__ inline float soft_weight(const float* t, const float* w, int64_t j, float e, float inv_k) {
+  float a = (1.f - e) * t[j] + e * inv_k;
+  return w ? w[j] * a : a;
+}
+
+template <typename T>
+__global__ void soft_ce_forward_kernel(const T* logits, const float* targets, int64_t N, int64_t K, float e,
+                                       const float* w, float* row_loss) {
+  const float inv_k = 1.f / static_cast<float>(K);
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const T* row = logits + i * K;
+    const float* t = targets + i * K;
+    RowStats st = row_stats(row, K, false);
+    float r = 0.f;
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+      float a = soft_weight(t, w, j, e, inv_k);
+      if (a != 0.f) r += a * (st.lse - to_float(row[j]));
+    }
+    r = block_combine<SumCombine>(r);
+    if (threadIdx.x == 0) row_loss[i] = r;
+  }
+}
+
+template <typename T>
+__global__ void soft_ce_backward_kernel(const float* grad_loss, const T* logits, const float* targets, int64_t N,
+                                        int64_t K, float e, const float* w, T* dlogits) {
+  const float inv_k = 1.f / static_cast<float>(K);
+  const float g = *grad_loss / static_cast<float>(N);
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const T* row = logits + i * K;
+    const float* t = targets + i * K;
+    RowStats st = row_stats(row, K, false);
+    float asum = 0.f;
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x) asum += soft_weight(t, w, j, e, inv_k);
+    asum = block_combine<SumCombine>(asum);
+    for (int64_t j = threadIdx.x; j < K; j += blockDim.x) {
+      float p = expf(to_float(row[j]) - st.lse);
+      dlogits[i * K + j] = from_float<T>(g * (p * asum - soft_weight(t, w, j, e, inv_k)));
     }
   }
 }
@@ -253,6 +298,70 @@ Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, co
     ce_backward_kernel<T, L><<<grid, threads, 0, s>>>(cptr<float>(g32), cptr<T>(logits), cptr<L>(labels), N, K, e, w,
                                                       wsp, static_cast<T*>(out.raw_data()));
   });
+  return out;
+}
+
+namespace {
+void check_soft_args(const char* op, const Tensor& logits, const Tensor& targets, double label_smoothing) {
+  KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0, op,
+             ": logits must be (N, K) with N, K > 0, got ", logits.str());
+  KILN_CHECK(targets.shape() == logits.shape(), op, ": targets ", targets.str(), " must have the logits' shape ",
+             logits.str());
+  KILN_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
+             label_smoothing);
+}
+}  // namespace
+
+Tensor soft_cross_entropy_forward(const Tensor& logits0, const Tensor& targets0, double label_smoothing,
+                                  const Tensor& class_weights) {
+  const char* op = "soft_cross_entropy";
+  int device = class_weights.defined() ? same_device(op, {&logits0, &targets0, &class_weights})
+                                       : same_device(op, {&logits0, &targets0});
+  check_soft_args(op, logits0, targets0, label_smoothing);
+  Tensor logits = packed(logits0), targets = packed_f32(targets0);
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor cw = ce_weights(op, class_weights, K);
+  const float* w = cw.defined() ? cptr<float>(cw) : nullptr;
+  Tensor row_loss = Tensor::empty({N}, DType::f32, logits.device());
+  Tensor out = Tensor::empty({}, DType::f32, logits.device());
+  float e = static_cast<float>(label_smoothing);
+  float* rl = static_cast<float*>(row_loss.raw_data());
+  DeviceGuard g(device);
+  cudaStream_t s = stream_of(device);
+  int grid = static_cast<int>(std::min<int64_t>(N, 65535));
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    soft_ce_forward_kernel<T><<<grid, threads_for_row(K), 0, s>>>(cptr<T>(logits), cptr<float>(targets), N, K, e, w, rl);
+  });
+  CUDA_CHECK_LAUNCH();
+  reduce_arb<1, SumCombine>(device, 1, N, 1, LoadVector{rl},
+                            StoreMean{static_cast<float*>(out.raw_data()), 1.0 / static_cast<double>(N)});
+  return out;
+}
+
+Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits0, const Tensor& targets0,
+                                   double label_smoothing, const Tensor& class_weights) {
+  const char* op = "soft_cross_entropy_backward";
+  int device = same_device(op, {&grad_loss, &logits0, &targets0});
+  check_soft_args(op, logits0, targets0, label_smoothing);
+  KILN_CHECK(grad_loss.numel() == 1, op, ": the loss gradient must be a scalar, got ", grad_loss.str());
+  Tensor g32 = packed_f32(grad_loss);
+  Tensor logits = packed(logits0), targets = packed_f32(targets0);
+  int64_t N = logits.size(0), K = logits.size(1);
+  Tensor cw = ce_weights(op, class_weights, K);
+  const float* w = cw.defined() ? cptr<float>(cw) : nullptr;
+  Tensor out = empty_on(logits.shape(), logits.dtype(), logits);
+  float e = static_cast<float>(label_smoothing);
+  DeviceGuard g(device);
+  cudaStream_t s = stream_of(device);
+  int grid = static_cast<int>(std::min<int64_t>(N, 65535));
+  dispatch_float(logits.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    soft_ce_backward_kernel<T><<<grid, threads_for_row(K), 0, s>>>(cptr<float>(g32), cptr<T>(logits),
+                                                                   cptr<float>(targets), N, K, e, w,
+                                                                   static_cast<T*>(out.raw_data()));
+  });
+  CUDA_CHECK_LAUNCH();
   return out;
 }
 

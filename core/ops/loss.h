@@ -19,6 +19,16 @@ namespace kiln::ops {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
                      const Tensor& class_weights = Tensor());
+// Cross-entropy with probability targets (soft labels: MixUp/CutMix, data/mix.h), mean over the
+// batch, as F.cross_entropy(logits, targets, weight=w, label_smoothing=e) with float targets:
+//   t' = (1-e) t + e/K,  loss = (1/N) sum_i sum_k w_k t'_ik (-log softmax(z)_ik)   (w = 1 without weights)
+//   dloss/dz_ik = (softmax_ik sum_j w_j t'_ij - w_k t'_ik) / N
+// NOTE: the divisor is N even with class weights (PyTorch's definition for probability targets),
+// not sum_i w_{y_i} as with class-index labels. targets: (N, K) floating, same device (not checked
+// to sum to 1, as PyTorch). No gradient flows to the targets.
+// CUDA: core/cuda/loss_cuda.cu. Tests: tests/core/soft_loss_test.cpp (golden against PyTorch).
+Tensor soft_cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing = 0.0,
+                          const Tensor& class_weights = Tensor());
 // Softmax over the last dim, in the input's dtype (computed in f32), not recorded (for evaluation and tests).
 Tensor softmax(const Tensor& logits);
 

@@ -135,6 +135,28 @@ void ce_backward(const T* z, int64_t N, int64_t K, const CeSaved& s, double gsca
   }
 }
 
+// A row loss in the compute dtype: forward(z, saved) -> the loss; recorded with a backward that
+// recomputes from the saved logits: backward(z, saved, upstream gradient, dz).
+template <typename Saved, typename Fwd, typename Bwd>
+Tensor record_row_loss(const char* name, const Tensor& logits, Saved s, Fwd forward, Bwd backward) {
+  DType ct = nn::compute_dtype(logits.dtype());
+  Tensor z = nn::to_compute(logits, ct);
+  double loss = nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    return forward(z.data<T>(), s);
+  });
+  return record(name, {logits}, Tensor::scalar(loss, ct),
+                [zd = logits.detach(), s = std::move(s), ct, backward](const Tensor& g) {
+                  Tensor z = nn::to_compute(zd, ct);
+                  Tensor dz = Tensor::empty(zd.shape(), ct);
+                  nn::dispatch_compute(ct, [&](auto t) {
+                    using T = decltype(t);
+                    backward(z.data<T>(), s, g.item(), dz.data<T>());
+                  });
+                  return grads{nn::from_compute(dz, zd.dtype())};
+                });
+}
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, const Tensor& class_weights) {
@@ -165,24 +187,100 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   s.y = checked_labels(logits, labels);
   s.e = label_smoothing;
   if (weighted) s.w = checked_weights(logits, class_weights);
-  DType ct = nn::compute_dtype(logits.dtype());
-  Tensor z = nn::to_compute(logits, ct);
-  double loss = nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    return ce_forward<T>(z.data<T>(), N, K, s);
-  });
-  return record("cross_entropy", {logits}, Tensor::scalar(loss, ct),
-                [zd = logits.detach(), s = std::move(s), ct](const Tensor& g) {
-                  Tensor z = nn::to_compute(zd, ct);
-                  Tensor dz = Tensor::empty(zd.shape(), ct);
-                  const int64_t N = zd.size(0), K = zd.size(1);
-                  nn::dispatch_compute(ct, [&](auto t) {
-                    using T = decltype(t);
-                    const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
-                    ce_backward<T>(z.data<T>(), N, K, s, div > 0 ? g.item() / div : 0.0, dz.data<T>());
-                  });
-                  return grads{nn::from_compute(dz, zd.dtype())};
-                });
+  return record_row_loss(
+      "cross_entropy", logits, std::move(s), [N, K](auto* z, CeSaved& s) { return ce_forward(z, N, K, s); },
+      [N, K](auto* z, const CeSaved& s, double g, auto* dz) {
+        const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
+        ce_backward(z, N, K, s, div > 0 ? g / div : 0.0, dz);
+      });
+}
+
+// --- probability targets (soft_cross_entropy) ---------------------------------------------------
+
+namespace {
+// a_ik = w_k ((1-e) t_ik + e/K) and A_i = sum_k a_ik: all the backward needs besides the logits.
+struct SoftSaved {
+  std::vector<double> a, asum, m, log_s;
+};
+
+template <typename T>
+double soft_forward(const T* z, int64_t N, int64_t K, SoftSaved& s) {
+  std::vector<double> row(N);
+  s.m.resize(N);
+  s.log_s.resize(N);
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const T* zi = z + i * K;
+    Lse<T> l = log_sum_exp(zi, K);
+    s.m[i] = l.m;
+    s.log_s[i] = l.log_s;
+    const double lse = static_cast<double>(l.log_s) + l.m;
+    double r = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const double a = s.a[i * K + k];
+      if (a != 0) r += a * (lse - zi[k]);  // a zero target never turns a -inf logit into NaN
+    }
+    row[i] = r;
+  }
+  double sum = 0;
+  for (double r : row) sum += r;
+  return sum / N;
+}
+
+template <typename T>
+void soft_backward(const T* z, int64_t N, int64_t K, const SoftSaved& s, double gscale, T* dz) {
+#pragma omp parallel for schedule(static) if (N * K > kParallelMin)
+  for (int64_t i = 0; i < N; ++i) {
+    const T m = static_cast<T>(s.m[i]), ls = static_cast<T>(s.log_s[i]);
+    const T scale = static_cast<T>(gscale * s.asum[i]);
+    for (int64_t k = 0; k < K; ++k)
+      dz[i * K + k] = scale * std::exp((z[i * K + k] - m) - ls) - static_cast<T>(gscale * s.a[i * K + k]);
+  }
+}
+}  // namespace
+
+Tensor soft_cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                          const Tensor& class_weights) {
+  const bool weighted = class_weights.defined();
+  const bool on_gpu = weighted ? op_on_cuda("soft_cross_entropy", {logits, targets, class_weights})
+                               : op_on_cuda("soft_cross_entropy", {logits, targets});
+  nn::check_floating("soft_cross_entropy", "logits", logits);
+  nn::check_floating("soft_cross_entropy", "targets", targets);
+  KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0,
+             "soft_cross_entropy: logits must be (N, K) with N, K > 0, got ", logits.str());
+  KILN_CHECK(targets.shape() == logits.shape(), "soft_cross_entropy: targets ", targets.str(),
+             " must have the logits' shape ", logits.str());
+  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
+             "soft_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
+  if (weighted) {
+    nn::check_floating("soft_cross_entropy", "class_weights", class_weights);
+    KILN_CHECK(class_weights.dim() == 1 && class_weights.size(0) == logits.size(1), "soft_cross_entropy: class_weights ",
+               class_weights.str(), " must be (K) = [", logits.size(1), "] for logits ", logits.str());
+  }
+  if (on_gpu) {
+#ifdef KILN_WITH_CUDA
+    Tensor w = weighted ? class_weights.detach() : Tensor(), t = targets.detach();
+    Tensor loss = cuda::soft_cross_entropy_forward(logits.detach(), t, label_smoothing, w);
+    return record("soft_cross_entropy", {logits}, loss, [zd = logits.detach(), t, label_smoothing, w](const Tensor& g) {
+      return grads{cuda::soft_cross_entropy_backward(g, zd, t, label_smoothing, w)};
+    });
+#endif
+  }
+  const int64_t N = logits.size(0), K = logits.size(1);
+  std::vector<double> w = weighted ? checked_weights(logits, class_weights) : std::vector<double>();
+  SoftSaved s;
+  s.a = targets.contiguous().to_double_vector();
+  s.asum.assign(N, 0.0);
+  const double e = label_smoothing;
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      double& a = s.a[i * K + k];
+      a = ((1 - e) * a + e / K) * (w.empty() ? 1.0 : w[k]);
+      s.asum[i] += a;
+    }
+  return record_row_loss(
+      "soft_cross_entropy", logits, std::move(s), [N, K](auto* z, SoftSaved& s) { return soft_forward(z, N, K, s); },
+      [N, K](auto* z, const SoftSaved& s, double g, auto* dz) { soft_backward(z, N, K, s, g / N, dz); });
 }
 
 Tensor softmax(const Tensor& logits) {
