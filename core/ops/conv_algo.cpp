@@ -396,6 +396,20 @@ Stats stats() {
   return s.stats;
 }
 
+std::string report_once() {
+  static std::atomic<bool> done{false};
+  State& s = state();
+  std::lock_guard<std::mutex> l(s.mu);
+  if (done.load() || (s.stats.measured == 0 && s.stats.from_disk == 0)) return "";
+  done.store(true);
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "conv_algo: %lld (shape, pass) pairs measured in %.1f s, %lld from the disk cache",
+                static_cast<long long>(s.stats.measured), s.stats.measure_seconds,
+                static_cast<long long>(s.stats.from_disk));
+  const std::string path = s.cache_path_locked();
+  return std::string(buf) + (path.empty() ? " (off)" : " (" + path + ")") + "\n";
+}
+
 void reset() {
   State& s = state();
   std::lock_guard<std::mutex> l(s.mu);

@@ -341,3 +341,18 @@ TEST_F(ConvAlgo, Conv2dResultsUnderEveryChoiceMatchDirect) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(ConvAlgo, ReportOnceSaysWhatTheMeasuringCost) {
+  // Called before anything was measured: nothing to say, and the one report is still to come.
+  EXPECT_EQ(ca::report_once(), "");
+  fake({{ca::Algo::direct, 2.0}, {ca::Algo::winograd, 1.0}});
+  ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct);
+  const std::string r = ca::report_once();
+  EXPECT_EQ(r.rfind("conv_algo: 1 (shape, pass) pairs measured in ", 0), 0u) << r;
+  EXPECT_NE(r.find(path_), std::string::npos) << r;
+  EXPECT_EQ(ca::report_once(), "");  // once per process
+}
+
+}  // namespace
