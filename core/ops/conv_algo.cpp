@@ -246,17 +246,8 @@ Mode parse_mode(const std::string& s, const std::string& what) {
 }
 
 const char* mode_name(Mode m) {
-  switch (m) {
-    case Mode::direct:
-      return "direct";
-    case Mode::winograd:
-      return "winograd";
-    case Mode::heuristic:
-      return "heuristic";
-    case Mode::automatic:
-      break;
-  }
-  return "auto";
+  static const char* const kNames[] = {"auto", "direct", "winograd", "heuristic"};  // the order of Mode
+  return kNames[static_cast<int>(m)];
 }
 
 Mode mode() {
@@ -272,27 +263,13 @@ Mode mode() {
 void set_mode(Mode m) { g_mode.store(static_cast<int>(m)); }
 
 const char* algo_name(Algo a) {
-  switch (a) {
-    case Algo::winograd:
-      return "winograd";
-    case Algo::im2col:
-      return "im2col";
-    case Algo::direct:
-      break;
-  }
-  return "direct";
+  static const char* const kNames[] = {"direct", "winograd", "im2col"};  // the order of Algo
+  return kNames[static_cast<int>(a)];
 }
 
 const char* pass_name(Pass p) {
-  switch (p) {
-    case Pass::backward_data:
-      return "backward_data";
-    case Pass::backward_weights:
-      return "backward_weights";
-    case Pass::forward:
-      break;
-  }
-  return "forward";
+  static const char* const kNames[] = {"forward", "backward_data", "backward_weights"};  // the order of Pass
+  return kNames[static_cast<int>(p)];
 }
 
 std::string ConvKey::str() const {
