@@ -438,6 +438,15 @@ int bench_winograd(const Args& in) {
   return 0;
 }
 
+// `kiln bench conv_algo`: the same table under the name of what it shows.
+int bench_conv_algo(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench conv_algo [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]\n"
+      "  the same as `kiln bench winograd`: the CPU convolution algorithm chosen per layer shape and pass\n";
+  if (wants_help(in, kUsage)) return 0;
+  return bench_winograd(in);
+}
+
 }  // namespace
 
 const std::vector<Command>& bench_commands() {
@@ -449,7 +458,7 @@ const std::vector<Command>& bench_commands() {
        bench_checkpoint},
       {"winograd", "[model=resnet18] [dtype=bf16|fp32]", "CPU convolution algorithms chosen per layer and pass",
        bench_winograd},
-      {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_winograd},
+      {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_conv_algo},
       {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
        bench_data_cmd},  // tools/data_cmd.cpp
   };
