@@ -8,10 +8,10 @@
 // on one synthetic batch (normal images, fixed labels) kept on the device: forward, cross-entropy,
 // backward, SGD (momentum 0.9, Nesterov, weight decay 5e-5) per step; prints images/s of the timed
 // steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
-// `kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]`: the 3x3 stride-1 convolutions of
-// the CIFAR ResNet-18 (32x32x64 ... 4x4x512) on the CPU, oneDNN's direct kernels against Winograd
-// F(2x2,3x3) (core/ops/winograd_cpu.h), per pass: forward, backward-data, backward-weights (each
-// backward pass is timed as forward + that pass through autograd, minus the forward).
+// `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
+// `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
+// (core/ops/conv_algo.h) measuring from scratch; per layer shape and pass (forward, backward-data,
+// backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -31,6 +31,7 @@
 #include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/conv_algo.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/ops/winograd_cpu.h"
@@ -226,7 +227,7 @@ int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
-      "                        [conv_algo=auto|direct|winograd[,...]] [rounds=1]\n"
+      "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1]\n"
       "  images/s of training steps of a registry model on synthetic data\n";
   if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
@@ -254,8 +255,8 @@ int bench_train(const Args& args) {
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
   std::vector<std::string> algos = split_commas(a["conv_algo"]);
   for (const std::string& n : algos)
-    KILN_CHECK(n == "auto" || n == "direct" || n == "winograd", "bench train: conv_algo=", a["conv_algo"],
-               ": accepted values are auto, direct and winograd (comma-separated)");
+    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd", "bench train: conv_algo=",
+               a["conv_algo"], ": accepted values are auto, heuristic, direct and winograd (comma-separated)");
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
   const DType compute = compute_dtype_of(a["precision"]);
@@ -308,7 +309,7 @@ int bench_train(const Args& args) {
   const wg::Mode prev = wg::mode();
   if (algos.empty()) algos.push_back("");
   auto mode_of = [&](const std::string& n) {
-    return n == "direct" ? wg::Mode::direct : n == "winograd" ? wg::Mode::winograd : wg::Mode::automatic;
+    return ops::conv_algo::parse_mode(n, "bench train: conv_algo");
   };
   std::vector<std::vector<double>> times(algos.size());
   std::vector<double> blocked(algos.size(), 0.0), timed(algos.size(), 0.0);  // seconds, all rounds
@@ -322,6 +323,12 @@ int bench_train(const Args& args) {
       timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }
   wg::set_mode(prev);
+  if (d.is_cpu()) {
+    const ops::conv_algo::Stats st = ops::conv_algo::stats();
+    std::printf("# conv_algo: %lld (shape, pass) pairs measured in %.2f s (within the warm-up steps), %lld from the "
+                "disk cache\n",
+                (long long)st.measured, st.measure_seconds, (long long)st.from_disk);
+  }
   if (ints["rounds"] > 1)
     std::printf("# ms/step and images/s: the median of %lld rounds; best: the fastest round\n",
                 static_cast<long long>(ints["rounds"]));
@@ -341,76 +348,103 @@ int bench_train(const Args& args) {
   return 0;
 }
 
+// One training step's convolutions of a registry model, measured by the chooser
+// (core/ops/conv_algo.h) from a fresh process cache: per shape and pass, each candidate's time
+// and the choice, then per pass the time of the choices against direct everywhere.
 int bench_winograd(const Args& in) {
   static const char* kUsage =
-      "usage: kiln bench winograd [batch=128] [iters=5] [warmup=1] [dtype=bf16|fp32]\n"
-      "  3x3 convolutions of ResNet shapes on the CPU: direct against Winograd, forward and backward\n";
+      "usage: kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]\n"
+      "  (also `kiln bench conv_algo`) the CPU convolution algorithm chosen per layer shape and pass by timing:\n"
+      "  direct (oneDNN), winograd (3x3 stride 1), im2col (3x3 weight gradient); cache=1 reads and writes the\n"
+      "  disk cache (KILN_CONV_CACHE) instead of measuring afresh\n";
   if (wants_help(in, kUsage)) return 0;
-  Args args = in;
-  std::map<std::string, int64_t> a;
-  std::string dtype = "bf16";
-  for (auto it = args.begin(); it != args.end();) {
-    if (it->rfind("dtype=", 0) == 0) {
-      dtype = it->substr(6);
-      it = args.erase(it);
-    } else {
-      ++it;
-    }
+  std::map<std::string, std::string> a = {{"model", "resnet18"}, {"stem", "cifar"}, {"size", "32"},
+                                          {"batch", "128"},      {"dtype", "bf16"}, {"cache", "0"}};
+  for (const std::string& arg : in) {
+    auto eq = arg.find('=');
+    std::string k = eq == std::string::npos ? arg : arg.substr(0, eq);
+    std::string accepted;
+    for (auto& [name, v] : a) accepted += (accepted.empty() ? "" : ", ") + name;
+    KILN_CHECK(eq != std::string::npos && a.count(k), "bench winograd: unknown argument '", arg,
+               "'; accepted: ", accepted, " (as key=value)");
+    a[k] = arg.substr(eq + 1);
   }
-  KILN_CHECK(dtype == "bf16" || dtype == "fp32", "bench winograd: dtype=", dtype, ": accepted values are bf16 and fp32");
-  a = parse_int_args("bench winograd", args, {{"batch", 128}, {"iters", 5}, {"warmup", 1}});
-  const DType t = dtype == "bf16" ? DType::bf16 : DType::f32;
-  const int64_t N = a["batch"];
-  std::printf("# kiln bench winograd: 3x3 stride-1 pad-1 convolutions without bias, NHWC, %s, batch %lld, cpu, "
-              "%d threads; %lld warm-up + %lld timed runs\n",
-              dtype.c_str(), (long long)N, omp_get_max_threads(), (long long)a["warmup"], (long long)a["iters"]);
+  KILN_CHECK(a["dtype"] == "bf16" || a["dtype"] == "fp32", "bench winograd: dtype=", a["dtype"],
+             ": accepted values are bf16 and fp32");
+  KILN_CHECK(a["cache"] == "0" || a["cache"] == "1", "bench winograd: cache=", a["cache"],
+             ": accepted values are 0 (measure afresh) and 1 (use the disk cache)");
+  auto ints = parse_int_args("bench winograd", {"batch=" + a["batch"], "size=" + a["size"]}, {{"batch", 0}, {"size", 0}});
+  ints["cache"] = a["cache"] == "1";
+  const DType t = a["dtype"] == "bf16" ? DType::bf16 : DType::f32;
+  const int64_t N = ints["batch"], S = ints["size"];
+  namespace ca = ops::conv_algo;
+  const ca::Mode prev_mode = ca::mode();
+  const std::string prev_path = ca::cache_path();
+  ca::set_mode(ca::Mode::automatic);
+  if (!ints["cache"]) ca::set_cache_path("");
+  ca::reset();
+  manual_seed(0);
+  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", 3}, {"num_classes", 10}};
+  if (!a["stem"].empty()) mj["stem"] = a["stem"];
+  std::shared_ptr<Module> model = models::build_model(mj, "model");
+  model->train();
+  Generator gen(3);
+  Tensor x = rand_normal({N, S, S, 3}, 0.0, 1.0, DType::f32, Device::cpu(), &gen).to(t);
+  std::vector<int64_t> labels(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  Tensor y = Tensor::from_vector(labels, {N}, DType::i64, Device::cpu());
+  std::printf("# kiln bench winograd: %s (stem %s), input (%lld, %lld, %lld, 3) NHWC %s, cpu, %d threads\n",
+              a["model"].c_str(), a["stem"].c_str(), (long long)N, (long long)S, (long long)S, a["dtype"].c_str(),
+              omp_get_max_threads());
+  std::printf("# machine: %s\n", ca::machine_id().c_str());
   if (t == DType::bf16 && !onednn::native_compute(t))
-    std::printf("# this CPU has no native bf16 convolution: both algorithms run in f32 and round\n");
-  std::printf("%-16s %-9s %10s %10s %10s %10s %9s\n", "shape", "algo", "fwd ms", "bwd_d ms", "bwd_w ms", "total ms",
+    std::printf("# this CPU has no native bf16 convolution: only direct runs (in f32, rounded)\n");
+  std::printf("# one training step; each candidate: 1 untimed + 3 timed runs, the fastest kept (ms); %s\n",
+              ints["cache"] ? ("disk cache " + ca::cache_path()).c_str() : "disk cache off (measured afresh)");
+  const auto t0 = std::chrono::steady_clock::now();
+  ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
+  const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%-54s %-16s %9s %9s %9s  %-8s %7s\n", "shape", "pass", "direct", "winograd", "im2col", "choice",
               "speedup");
-  namespace wg = ops::winograd;
-  const wg::Mode prev = wg::mode();
-  ops::Conv2dParams p;
-  p.pad_h = p.pad_w = 1;
-  for (int64_t hw : {32, 16, 8, 4}) {
-    const int64_t C = 64 * 32 / hw;
-    Generator gen(3);
-    Tensor x = rand_normal({N, hw, hw, C}, 0.0, 1.0, t, Device::cpu(), &gen);
-    Tensor w = rand_normal({C, 3, 3, C}, 0.0, 0.05, t, Device::cpu(), &gen);
-    Tensor gy = rand_normal({N, hw, hw, C}, 0.0, 1.0, t, Device::cpu(), &gen);
-    double direct_total = 0.0;
-    for (wg::Mode m : {wg::Mode::direct, wg::Mode::winograd}) {
-      wg::set_mode(m);
-      auto timed = [&](bool gx, bool gw) {
-        x.set_requires_grad(gx);
-        w.set_requires_grad(gw);
-        auto step = [&] {
-          if (!gx && !gw) {
-            NoGradGuard ng;
-            (void)ops::conv2d(x, w, Tensor(), p);
-            return;
-          }
-          x.zero_grad();
-          w.zero_grad();
-          ops::conv2d(x, w, Tensor(), p).backward(gy);
-        };
-        double ms = time_ms(step, [] {}, a["warmup"], a["iters"]);
-        x.set_requires_grad(false);
-        w.set_requires_grad(false);
-        return ms;
-      };
-      double f = timed(false, false), fd = timed(true, false), fw = timed(false, true);
-      double total = fd + fw - f;  // forward + backward-data + backward-weights
-      if (m == wg::Mode::direct) direct_total = total;
-      char shape[32];
-      std::snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)hw, (long long)hw, (long long)C);
-      std::printf("%-16s %-9s %10.2f %10.2f %10.2f %10.2f %9.2f\n", shape,
-                  m == wg::Mode::direct ? "direct" : "winograd", f, fd - f, fw - f, total, direct_total / total);
-      std::fflush(stdout);
+  std::map<ca::Pass, std::pair<double, double>> sum;  // direct, chosen
+  for (const ca::Entry& e : ca::entries()) {
+    double ms[3] = {-1, -1, -1};
+    for (const ca::Timing& tm : e.choice.times) ms[static_cast<int>(tm.algo)] = tm.ms;
+    auto col = [](double v) {
+      char b[16];
+      if (v < 0)
+        std::snprintf(b, sizeof b, "%9s", "-");
+      else
+        std::snprintf(b, sizeof b, "%9.2f", v);
+      return std::string(b);
+    };
+    const double chosen = ms[static_cast<int>(e.choice.algo)];
+    std::printf("%-54s %-16s %s %s %s  %-8s %7.2f\n", e.key.c_str(), ca::pass_name(e.pass), col(ms[0]).c_str(),
+                col(ms[1]).c_str(), col(ms[2]).c_str(), ca::algo_name(e.choice.algo),
+                chosen > 0 && ms[0] > 0 ? ms[0] / chosen : 1.0);
+    if (ms[0] > 0 && chosen > 0) {
+      sum[e.pass].first += ms[0];
+      sum[e.pass].second += chosen;
     }
   }
-  wg::set_mode(prev);
+  for (auto& [pass, v] : sum)
+    std::printf("# %-16s sum over the measured shapes (each counted once): direct %.2f ms, chosen %.2f ms, %.2fx\n",
+                ca::pass_name(pass), v.first, v.second, v.first / v.second);
+  const ca::Stats st = ca::stats();
+  std::printf("# %lld (shape, pass) pairs measured in %.2f s, %lld from the disk cache; the measured step took %.2f s\n",
+              (long long)st.measured, st.measure_seconds, (long long)st.from_disk, step_s);
+  ca::set_mode(prev_mode);
+  ca::set_cache_path(prev_path);
   return 0;
+}
+
+// `kiln bench conv_algo`: the same table under the name of what it shows.
+int bench_conv_algo(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench conv_algo [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]\n"
+      "  the same as `kiln bench winograd`: the CPU convolution algorithm chosen per layer shape and pass\n";
+  if (wants_help(in, kUsage)) return 0;
+  return bench_winograd(in);
 }
 
 }  // namespace
@@ -422,7 +456,9 @@ const std::vector<Command>& bench_commands() {
       {"train", "[model=resnet50] [batch=128]", "images/s of training steps on synthetic data", bench_train},
       {"checkpoint", "[model=resnet50]", "time and peak memory per step of each checkpoint policy",
        bench_checkpoint},
-      {"winograd", "[dtype=bf16|fp32]", "CPU 3x3 convolutions: direct vs Winograd", bench_winograd},
+      {"winograd", "[model=resnet18] [dtype=bf16|fp32]", "CPU convolution algorithms chosen per layer and pass",
+       bench_winograd},
+      {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_conv_algo},
       {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
        bench_data_cmd},  // tools/data_cmd.cpp
   };

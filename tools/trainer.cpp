@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/io/safetensors.h"
+#include "core/ops/conv_algo.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
@@ -674,6 +675,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       result.loss_scale = scaler->scale();
     }
     if (show) bar.finish(fields);
+    if (show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
     // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;

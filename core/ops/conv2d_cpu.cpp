@@ -16,8 +16,9 @@
 // to the input dtype. The values equal a native low-precision conv with f32 accumulation (bf16 -> f32
 // is exact); only the speed differs.
 //
-// Where winograd::chosen() / im2col_chosen() say so (core/ops/winograd_cpu.h), the passes run
-// kiln's Winograd F(2x2,3x3) or the im2col weight gradient instead of oneDNN's direct kernels.
+// Each pass (forward, backward-data, backward-weights) runs the algorithm core/ops/conv_algo.h
+// chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or the im2col weight
+// gradient (core/ops/winograd_cpu.h); by default measured on the first call of each shape.
 //
 // CUDA tensors take cuDNN's forward, backward-data and backward-filter (core/cuda/conv2d_cuda.cu);
 // the dispatch and its autograd closure are conv2d_cuda() below (core/ops/dispatch.h).
@@ -26,8 +27,11 @@
 // tools/bench/bench_ops.py.
 #include "core/ops/conv2d.h"
 
+#include <algorithm>
+
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
+#include "core/ops/conv_algo.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
 #include "core/ops/winograd_cpu.h"
@@ -327,44 +331,94 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
 
   bool need_x = x0.requires_grad(), need_w = w0.requires_grad(), need_b = b0.defined() && b0.requires_grad();
   bool recording = needs_record({x0, w0, b0});
-  if (native && winograd::applicable(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w,
-                                     p.groups, g.bias, ct) &&
-      winograd::chosen(g.ic, g.oc, ct)) {
-    // Winograd F(2x2,3x3) for all three passes (core/ops/winograd_cpu.h); the bias gradient is dy
-    // summed over N, H, W.
-    Tensor y = winograd::forward(x, w, b);
-    if (!recording) return y;
-    return record("conv2d", {x0, w0, b0}, y,
-                  [xs = need_w ? x : Tensor(), ws = need_x ? w : Tensor(), dt, need_x, need_w,
-                   need_b](const Tensor& gy0) {
-                    Tensor gy = to_dtype(gy0, dt).contiguous();
-                    return grads{need_x ? winograd::backward_data(gy, ws) : Tensor(),
-                                 need_w ? winograd::backward_weights(gy, xs) : Tensor(),
-                                 need_b ? to_dtype(ops::sum(gy, {0, 1, 2}), dt) : Tensor()};
-                  });
-  }
+  // Each pass's algorithm (core/ops/conv_algo.h): measured on these operands the first time the
+  // shape is seen, or the static rule / a forced one. Without native compute only direct runs.
+  namespace ca = conv_algo;
+  const ca::ConvKey key{g.n,          g.h,          g.w,          g.ic,          g.oc,          g.kh,
+                        g.kw,         p.stride_h,   p.stride_w,   p.pad_h,       p.pad_w,       p.dilation_h,
+                        p.dilation_w, p.groups,     ct,           g.bias};
+  const bool wino_rule = native &&
+                         winograd::applicable(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                                              p.dilation_w, p.groups, g.bias, ct) &&
+                         winograd::chosen(g.ic, g.oc, ct);
+  auto has = [&](ca::Pass pass, ca::Algo a) {
+    if (!native) return false;
+    auto v = ca::applicable(key, pass);
+    return std::find(v.begin(), v.end(), a) != v.end();
+  };
+  const ca::Algo fwd_algo = ca::choose(
+      key, ca::Pass::forward,
+      has(ca::Pass::forward, ca::Algo::winograd)
+          ? std::vector<ca::Candidate>{{ca::Algo::direct, [&] { (void)forward_native(g, x, w, b, nullptr); }},
+                                       {ca::Algo::winograd, [&] { (void)winograd::forward(x, w, b); }}}
+          : std::vector<ca::Candidate>{{ca::Algo::direct, {}}},
+      wino_rule ? ca::Algo::winograd : ca::Algo::direct);
+
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   auto wr = std::make_shared<onednn::Reordered>();
-  bool keep_w = recording && need_x && native && bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
-  Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), keep_w ? wr.get() : nullptr);
-  y = to_dtype(y, dt);
+  Tensor y;
+  if (fwd_algo == ca::Algo::winograd) {
+    y = winograd::forward(x, w, b);
+  } else {
+    bool keep_w =
+        recording && need_x && native && bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc();
+    y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), keep_w ? wr.get() : nullptr);
+    y = to_dtype(y, dt);
+  }
   if (!recording) return y;
+  const bool gemm_rule = native && !g.bias &&
+                         winograd::im2col_chosen(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
+                                                 p.dilation_w, p.groups, g.ic, g.oc, ct);
+  const ca::Algo bw_rule = wino_rule ? ca::Algo::winograd : gemm_rule ? ca::Algo::im2col : ca::Algo::direct;
   // Saved in the caller's dtype (half the memory for bf16); converted again in backward if needed.
-  // Strided 3x3 convolutions take their weight gradient as one GEMM (winograd_cpu.h, im2col).
-  const bool gemm_w = native && !g.bias &&
-                      winograd::im2col_chosen(g.kh, g.kw, p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h,
-                                              p.dilation_w, p.groups, g.ic, g.oc, ct);
-  return record("conv2d", {x0, w0, b0}, y, [g, x, w, wr, dt, need_x, need_w, need_b, gemm_w](const Tensor& gy0) {
-    Tensor gy = to_dtype(gy0, g.dtype).contiguous();
-    ConvGrads r = backward_native(g, gy, to_dtype(x, g.dtype), to_dtype(w, g.dtype), wr.get(), need_x,
-                                  (need_w && !gemm_w) || need_b);
-    if (need_w && gemm_w) r.gw = winograd::im2col_backward_weights(gy, x, g.p.stride_h, g.p.pad_h);
-    Tensor gx = need_x ? to_dtype(r.gx, dt) : Tensor();
-    Tensor gw = need_w ? to_dtype(r.gw, dt) : Tensor();
-    Tensor gb = need_b ? to_dtype(r.gb, dt) : Tensor();
-    return grads{gx, gw, gb};
-  });
+  return record("conv2d", {x0, w0, b0}, y,
+                [g, key, x, w, wr, dt, need_x, need_w, need_b, native, wino_rule, bw_rule](const Tensor& gy0) {
+                  Tensor gy = to_dtype(gy0, g.dtype).contiguous();
+                  Tensor xc = to_dtype(x, g.dtype), wc = to_dtype(w, g.dtype);
+                  auto candidates = [&](ca::Pass pass, auto direct, auto wino, auto gemm) {
+                    std::vector<ca::Candidate> c{{ca::Algo::direct, direct}};
+                    if (!native) return c;
+                    for (ca::Algo a : ca::applicable(key, pass)) {
+                      if (a == ca::Algo::winograd) c.push_back({a, wino});
+                      if (a == ca::Algo::im2col) c.push_back({a, gemm});
+                    }
+                    return c;
+                  };
+                  const ca::Algo bd =
+                      !need_x ? ca::Algo::direct
+                              : ca::choose(key, ca::Pass::backward_data,
+                                           candidates(
+                                               ca::Pass::backward_data,
+                                               [&] { (void)backward_native(g, gy, xc, wc, nullptr, true, false); },
+                                               [&] { (void)winograd::backward_data(gy, wc); }, [] {}),
+                                           wino_rule ? ca::Algo::winograd : ca::Algo::direct);
+                  const ca::Algo bw =
+                      !need_w ? ca::Algo::direct
+                              : ca::choose(key, ca::Pass::backward_weights,
+                                           candidates(
+                                               ca::Pass::backward_weights,
+                                               [&] { (void)backward_native(g, gy, xc, wc, nullptr, false, true); },
+                                               [&] { (void)winograd::backward_weights(gy, xc); },
+                                               [&] { (void)winograd::im2col_backward_weights(gy, xc, g.p.stride_h,
+                                                                                            g.p.pad_h); }),
+                                           bw_rule);
+                  // The direct passes run together (they share dy's reorder); the bias gradient comes
+                  // with the direct weight gradient, else as dy summed over N, H, W.
+                  const bool direct_x = need_x && bd == ca::Algo::direct;
+                  const bool direct_w = (need_w && bw == ca::Algo::direct) || (need_b && !need_w);
+                  ConvGrads r;
+                  if (direct_x || direct_w) r = backward_native(g, gy, xc, wc, wr.get(), direct_x, direct_w);
+                  if (need_x && bd == ca::Algo::winograd) r.gx = winograd::backward_data(gy, wc);
+                  if (need_w && bw == ca::Algo::winograd) r.gw = winograd::backward_weights(gy, xc);
+                  if (need_w && bw == ca::Algo::im2col)
+                    r.gw = winograd::im2col_backward_weights(gy, xc, g.p.stride_h, g.p.pad_h);
+                  if (need_b && !direct_w) r.gb = ops::sum(gy, {0, 1, 2});
+                  Tensor gx = need_x ? to_dtype(r.gx, dt) : Tensor();
+                  Tensor gw = need_w ? to_dtype(r.gw, dt) : Tensor();
+                  Tensor gb = need_b ? to_dtype(r.gb, dt) : Tensor();
+                  return grads{gx, gw, gb};
+                });
 }
 
 }  // namespace kiln::ops

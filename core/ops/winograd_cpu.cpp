@@ -31,7 +31,6 @@ using namespace kernels;
 
 namespace {
 
-std::atomic<int> g_mode{-1};
 std::atomic<int64_t> g_chunk_bytes{int64_t{8} << 20};
 // Scratch per thread for thread-private chunks (about the size of a core's L2).
 std::atomic<int64_t> g_private_bytes{int64_t{1536} << 10};
@@ -49,15 +48,6 @@ bool use_avx512() {
 #endif
   }();
   return on;
-}
-
-Mode mode_from_env() {
-  const char* e = std::getenv("KILN_CONV_ALGO");
-  if (!e || !*e || std::string(e) == "auto") return Mode::automatic;
-  std::string s(e);
-  if (s == "direct") return Mode::direct;
-  if (s == "winograd") return Mode::winograd;
-  KILN_FAIL("KILN_CONV_ALGO=", s, ": accepted values are auto, direct and winograd");
 }
 
 struct Tiles {
@@ -401,17 +391,6 @@ void check(const Tensor& a, const char* what_a, const Tensor& b, const char* wha
 
 }  // namespace
 
-Mode mode() {
-  int m = g_mode.load();
-  if (m < 0) {
-    m = static_cast<int>(mode_from_env());
-    g_mode.store(m);
-  }
-  return static_cast<Mode>(m);
-}
-
-void set_mode(Mode m) { g_mode.store(static_cast<int>(m)); }
-
 void set_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(std::max<int64_t>(1, bytes)); }
 
 void set_private_bytes(int64_t bytes) { g_private_bytes.store(std::max<int64_t>(0, bytes)); }
@@ -436,6 +415,7 @@ bool chosen(int64_t ic, int64_t oc, DType dtype) {
     case Mode::winograd:
       return true;
     case Mode::automatic:
+    case Mode::heuristic:
       break;
   }
   // Measured with `kiln bench winograd` (docs/precision.md): bf16 wins 1.2-1.5x from 64 channels

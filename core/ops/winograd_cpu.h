@@ -17,21 +17,23 @@
 // GEMMs accumulate in f32 and the output transform runs in f32 before the single rounding of the
 // result. Tests (tests/core/winograd_test.cpp) bound the error against an f32 direct convolution.
 //
-// conv2d (core/ops/conv2d_cpu.cpp) takes this path where `chosen()` says so; `kiln bench winograd`
-// compares it with oneDNN's direct kernels layer by layer. See docs/precision.md.
+// conv2d (core/ops/conv2d_cpu.cpp) takes this path where core/ops/conv_algo.h chooses it;
+// `kiln bench winograd` prints the candidates' times and the choices layer by layer. See
+// docs/conv_algorithms.md and docs/precision.md.
 #pragma once
 #include <cstdint>
 
+#include "core/ops/conv_algo.h"
 #include "core/tensor.h"
 
 namespace kiln::ops::winograd {
 
-// Which algorithm conv2d uses for the convolutions Winograd can run (KILN_CONV_ALGO=auto|direct|
-// winograd, read once; auto by default): auto takes Winograd where it measured faster (see
-// chosen()), direct never, winograd always where applicable.
-enum class Mode { automatic, direct, winograd };
-Mode mode();
-void set_mode(Mode m);  // for tests and benchmarks; not thread-safe against running convolutions
+// Which algorithm conv2d uses: KILN_CONV_ALGO, read once (core/ops/conv_algo.h). automatic
+// measures per shape and pass; heuristic follows chosen() / im2col_chosen() below; direct never
+// takes Winograd or im2col; winograd takes Winograd wherever it applies.
+using Mode = conv_algo::Mode;
+using conv_algo::mode;
+using conv_algo::set_mode;
 
 // Scratch per shared chunk (default 8 MiB; at least 128 tiles per chunk) and per thread for
 // thread-private chunks (default 1.5 MiB). Tuning and test knobs.
@@ -44,7 +46,9 @@ bool set_simd_kernels(bool on);
 // The geometry Winograd F(2x2,3x3) covers.
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                 int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype);
-// Whether conv2d takes Winograd for an applicable convolution of ic to oc channels, under mode().
+// The static rule (tuned to one CPU, AVX-512 BF16): whether Winograd should run an applicable
+// convolution of ic to oc channels; under mode() direct false, winograd true. conv2d follows it
+// in the heuristic and forced modes; the automatic mode measures instead.
 bool chosen(int64_t ic, int64_t oc, DType dtype);
 
 // x (N, H, W, C), w (K, 3, 3, C) [+ b (K)] -> y (N, H, W, K). Contiguous CPU tensors of one dtype
@@ -58,8 +62,8 @@ Tensor backward_weights(const Tensor& gy, const Tensor& x);
 // Backward-weights of a strided 3x3 convolution as one GEMM (not Winograd, which needs stride 1):
 // gw (K, 3x3xC) = gy^T (K x N*OH*OW) . im2col(x) (N*OH*OW x 3x3xC), over chunks of output pixels,
 // f32 accumulation. For ResNet's stride-2 3x3 convolutions oneDNN 2.6's backward-weights kernel
-// reaches a quarter of the GEMM's rate. conv2d takes it where im2col_chosen() says so (3x3,
-// stride 2, pad 1, 64+ channels each side, AVX-512 BF16, mode() not direct).
+// reaches a quarter of the GEMM's rate. The static rule im2col_chosen(): 3x3, stride 2, pad 1,
+// 64+ channels each side, AVX-512 BF16, mode() not direct; the automatic mode measures instead.
 bool im2col_chosen(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                    int64_t dil_h, int64_t dil_w, int64_t groups, int64_t ic, int64_t oc, DType dtype);
 // gy (N, OH, OW, K), x (N, H, W, C) -> gw (K, 3, 3, C) for a 3x3 kernel with the given stride and pad.

@@ -237,11 +237,11 @@ TEST(Im2colWeightsGrad, MatchesReferenceForStride2) {
   }
 }
 
-TEST(Im2colWeightsGrad, Conv2dTakesItForStride2WhereChosen) {
+TEST(Im2colWeightsGrad, Conv2dTakesItForStride2WhereTheRuleChoosesIt) {
   ops::Conv2dParams p{2, 2, 1, 1, 1, 1, 1};
   if (!wg::im2col_chosen(3, 3, 2, 2, 1, 1, 1, 1, 1, 64, 64, DType::f32))
     GTEST_SKIP() << "not chosen on this CPU (it needs AVX-512 BF16)";
-  ModeGuard automatic(wg::Mode::automatic);
+  ModeGuard rule(wg::Mode::heuristic);  // the static rule (automatic measures)
   Tensor x = randn({2, 8, 8, 64}, 31), w = randn({64, 3, 3, 64}, 32, DType::f32, 0.1), gy = randn({2, 4, 4, 64}, 33);
   Tensor wr = w.clone();
   wr.set_requires_grad(true);

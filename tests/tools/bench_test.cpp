@@ -77,7 +77,7 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
     cli::cmd_bench({"train", "model=lenet", "conv_algo=direct,fast"});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("conv_algo=direct,fast: accepted values are auto, direct and winograd"),
+    EXPECT_NE(std::string(e.what()).find("conv_algo=direct,fast: accepted values are auto, heuristic, direct and winograd"),
               std::string::npos)
         << e.what();
   }
