@@ -21,4 +21,14 @@ inline void expect_error(const std::function<void()>& f, const std::vector<std::
   }
 }
 
+// The message of the kiln::Error `f` throws; "" when it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace kiln::testing

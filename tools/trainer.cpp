@@ -535,17 +535,21 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   int64_t num_classes = train_set->num_classes();
   int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
   std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
-  // An evaluation's counts summed over ranks into the result, and its line ("val   <what>  loss ...").
-  auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
+  // An evaluation's counts summed over ranks into (loss, top1, top5), and its line
+  // ("<label>   <what>  loss ..."): label "val" for the live weights, "ema" for train.ema's.
+  auto publish = [&](const EvalCounts& ec, const char* label, const std::string& what, double& loss, double& top1,
+                     double& top5) {
     std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
     comm->all_reduce_doubles(v);
-    result.val_loss = v[0] / v[3];
-    result.val_top1 = v[1] / v[3];
-    result.val_top5 = v[2] / v[3];
+    loss = v[0] / v[3];
+    top1 = v[1] / v[3];
+    top5 = v[2] / v[3];
     if (show)
-      std::cout << "val   " << what << "  loss " << fmt("%.4f", result.val_loss) << "  top1 "
-                << fmt("%.2f%%", 100 * result.val_top1) << "  top5 " << fmt("%.2f%%", 100 * result.val_top5) << "  ("
-                << static_cast<int64_t>(v[3]) << " images)\n";
+      std::cout << label << "   " << what << "  loss " << fmt("%.4f", loss) << "  top1 " << fmt("%.2f%%", 100 * top1)
+                << "  top5 " << fmt("%.2f%%", 100 * top5) << "  (" << static_cast<int64_t>(v[3]) << " images)\n";
+  };
+  auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
+    publish(ec, "val", what, result.val_loss, result.val_top1, result.val_top5);
   };
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
@@ -689,15 +693,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       publish_eval(ec, std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs));
       if (ema) {  // the EMA weights on the same images (tools/train_ema.h)
         EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr, "none");
-        std::vector<double> ve{ee.loss_sum, ee.top1, ee.top5, ee.samples};
-        comm->all_reduce_doubles(ve);
-        result.ema_val_loss = ve[0] / ve[3];
-        result.ema_val_top1 = ve[1] / ve[3];
-        result.ema_val_top5 = ve[2] / ve[3];
-        if (show)
-          std::cout << "ema   " << epoch + 1 << "/" << opt.epochs << "  loss " << fmt("%.4f", result.ema_val_loss)
-                    << "  top1 " << fmt("%.2f%%", 100 * result.ema_val_top1) << "  top5 "
-                    << fmt("%.2f%%", 100 * result.ema_val_top5) << "\n";
+        publish(ee, "ema", std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs), result.ema_val_loss,
+                result.ema_val_top1, result.ema_val_top5);
       }
     }
     state.epoch = epoch + 1;

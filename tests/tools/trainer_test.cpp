@@ -2,6 +2,8 @@
 // damaged checkpoints.
 #include <gtest/gtest.h>
 
+#include "../expect_error.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -41,14 +43,7 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 }  // namespace
 

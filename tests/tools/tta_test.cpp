@@ -4,6 +4,8 @@
 // and class weights; bad values name the key and what is accepted.
 #include <gtest/gtest.h>
 
+#include "../expect_error.h"
+
 #include <cmath>
 #include <filesystem>
 
@@ -64,14 +66,7 @@ json tiny_config(const std::string& runs) {
   return c;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using kiln::testing::error_of;
 
 }  // namespace
 
