@@ -392,7 +392,7 @@ TEST(AutoAugmentOptions, BadOptionsNameThePathAndWhatIsAccepted) {
   };
   for (const auto& [step, parts] : cases) {
     const std::string m =
-        error_of([&] { Pipeline::from_json(Json::array({Json::parse(step)}), "data.train_transforms"); });
+        error_of([&s = step] { Pipeline::from_json(Json::array({Json::parse(s)}), "data.train_transforms"); });
     for (const auto& part : parts) EXPECT_HAS(m, part) << " for " << step;
   }
   std::string m;
