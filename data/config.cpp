@@ -3,6 +3,7 @@
 
 #include "core/check.h"
 #include "data/cifar.h"
+#include "data/holdout.h"
 #include "data/idx.h"
 #include "data/image_folder.h"
 
@@ -36,6 +37,10 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   if (const Json* t = r.get("val_transforms")) c.val_transforms = Pipeline::from_json(*t, r.path_of("val_transforms"));
   LoaderOptions::read_fields(r, c.loader);
   r.read("val_batch_size", c.val_batch_size);
+  r.read("holdout", c.holdout);
+  KILN_CHECK(c.holdout >= 0, r.path_of("holdout"), ": the number of training images held out as the validation split ",
+             "(0 = none: validate on the source's validation files), got ", c.holdout);
+  r.read("holdout_seed", c.holdout_seed);
   KILN_CHECK(c.val_batch_size >= 0, r.path_of("val_batch_size"), ": must be >= 0 (0 = batch_size), got ",
              c.val_batch_size);
   for (auto [key, out] : {std::pair{"train_list", &c.train_list}, {"val_list", &c.val_list}}) {
@@ -79,6 +84,7 @@ Json DataConfig::to_json() const {
   j["train_transforms"] = train_transforms.to_json();
   j["val_transforms"] = val_transforms.to_json();
   j["val_batch_size"] = val_batch_size;
+  if (holdout > 0) j["holdout"] = holdout, j["holdout_seed"] = holdout_seed;
   return j;
 }
 
@@ -101,14 +107,16 @@ ImageShape DataConfig::source_image_shape() const {
   return {};
 }
 
-std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
-  if (c.source == "mnist" || c.source == "fashion_mnist") return IdxDataset::open(c.root, split, c.source);
-  if (c.source == "cifar10") return CifarDataset::open(CifarKind::cifar10, c.root, split);
-  if (c.source == "cifar100") return CifarDataset::open(CifarKind::cifar100, c.root, split);
+namespace {
+// The files of split `files`, decoded for the transforms of split `split`.
+std::shared_ptr<const Dataset> open_files(const DataConfig& c, Split files, Split split) {
+  if (c.source == "mnist" || c.source == "fashion_mnist") return IdxDataset::open(c.root, files, c.source);
+  if (c.source == "cifar10") return CifarDataset::open(CifarKind::cifar10, c.root, files);
+  if (c.source == "cifar100") return CifarDataset::open(CifarKind::cifar100, c.root, files);
   if (c.source == "synthetic") {
     SyntheticOptions o = c.synthetic;
-    if (split == Split::val) o.seed += 1;
-    return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(split));
+    if (files == Split::val) o.seed += 1;
+    return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(files));
   }
   if (is_image_source(c.source)) {
     DecodeOptions d;
@@ -116,20 +124,33 @@ std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
     d.max_pixels = c.max_image_pixels;
     d.min_side = c.transforms(split).min_source_side();
     if (c.source == "image_list") {
-      const std::string& file = split == Split::train ? c.train_list : c.val_list;
+      const std::string& file = files == Split::train ? c.train_list : c.val_list;
       return ImageFileDataset::open_list(file, c.num_classes, d,
-                                         std::string("image_list ") + split_name(split) + " (" + file + ")");
+                                         std::string("image_list ") + split_name(files) + " (" + file + ")");
     }
-    const std::string folder = c.root + "/" + split_name(split);
+    const std::string folder = c.root + "/" + split_name(files);
     // val/ is labelled with train/'s classes (torchvision labels each split by its own folders,
     // which silently shifts every label when val/ lacks a class).
     std::vector<std::string> classes;
-    if (split == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
-    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(split) + " (" + folder + ")",
+    if (files == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
+    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(files) + " (" + folder + ")",
                                          classes);
   }
   check_choice(c.source, kSources, "data.source");
   return nullptr;
+}
+}  // namespace
+
+std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
+  if (c.holdout == 0) return open_files(c, split, split);
+  // Both splits from the training files (holdout.h); the validation files are not read.
+  std::shared_ptr<const Dataset> base = open_files(c, Split::train, split);
+  KILN_CHECK(c.holdout < base->size(), "data.holdout: ", c.holdout, " images cannot be held out of the ", base->size(),
+             " of ", base->name(), "; accepted: 1 to ", base->size() - 1, " (0 = none)");
+  std::vector<int64_t> idx = holdout_indices(base->size(), c.holdout, c.holdout_seed, split);
+  std::string name = base->name() + " [holdout " + (split == Split::val ? "val: " : "train: ") +
+                     std::to_string(idx.size()) + " of " + std::to_string(base->size()) + "]";
+  return std::make_shared<SubsetDataset>(std::move(base), std::move(idx), std::move(name));
 }
 
 std::unique_ptr<DataLoader> make_loader(const DataConfig& c, Split split, Shard shard,

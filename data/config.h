@@ -19,6 +19,9 @@
 //   batch_size, shuffle, drop_last, workers, prefetch, seed, dtype, skip_bad_samples,
 //   max_bad_fraction  the training loader (LoaderOptions, data/loader.h)
 //   val_batch_size    samples per validation batch; 0 = batch_size               (default 0)
+//   holdout           N > 0: validate on N training images held out of training (a fixed seeded
+//                     choice, data/holdout.h), not on the validation files      (default 0)
+//   holdout_seed      the seed of that choice                                     (default 0)
 // The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype,
 // skip_bad_samples and max_bad_fraction.
 //
@@ -74,6 +77,11 @@ struct DataConfig {
   LoaderOptions loader;
   /// samples per validation batch; 0 = loader.batch_size (default 0)
   int64_t val_batch_size = 0;
+  /// training images held out as the validation split (data/holdout.h); 0 = validate on the
+  /// source's validation files (default 0)
+  int64_t holdout = 0;
+  /// the seed of the held-out choice (default 0)
+  uint64_t holdout_seed = 0;
 
   // `batches` = false skips the check that the transforms of an image source end in a fixed size
   // (for `kiln data export`, which reads the images without transforming them).

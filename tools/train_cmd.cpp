@@ -55,6 +55,9 @@ int cmd_train(const Args& args) {
   if (!r.run_dir.empty()) {
     std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,
                 r.val_loss, r.images_per_s);
+    if (r.ema_val_top1 > 0)
+      std::printf("final: ema top1 %.2f%%  top5 %.2f%%  loss %.4f\n", 100 * r.ema_val_top1, 100 * r.ema_val_top5,
+                  r.ema_val_loss);
     std::printf("memory: peak %.0f MiB during training, above the weights", r.peak_bytes / (1 << 20));
     if (r.autobatch_target_bytes > 0)
       std::printf(" (AutoBatch's target %.0f MiB: %.0f%%)", r.autobatch_target_bytes / (1 << 20),

@@ -682,6 +682,10 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     EvalCounts ec = run_eval(*model, val_loader, device, compute, last_epoch - 1, num_classes, &final_confusion, opt.tta);
     all_reduce_confusion(*comm, final_confusion);
     publish_eval(ec, "tta=" + opt.tta);
+    if (ema) {  // and the EMA weights, whose figures are the result's ema_val_*
+      EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, last_epoch - 1, num_classes, nullptr, opt.tta);
+      publish(ee, "ema", "tta=" + opt.tta, result.ema_val_loss, result.ema_val_top1, result.ema_val_top5);
+    }
   }
 
   if (lead && opt.plots && log) {

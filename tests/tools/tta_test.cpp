@@ -125,6 +125,23 @@ TEST(FlipTta, TrainAndEvalUseIt) {
   EXPECT_TRUE(fs::exists(with_tta.run_dir + "/report.csv"));
 }
 
+TEST(FlipTta, TheEmaWeightsGetTheFinalPassToo) {
+  // train.ema + train.tta: the result's EMA figures are the EMA weights' evaluation with TTA, which
+  // kiln eval of the saved EMA weights reproduces.
+  json cfg = tiny_config(fresh_dir("ema"));
+  cfg["name"] = "tiny_ema_tta";
+  cfg["train"]["ema"] = json{{"decay", 0.9}};
+  cfg["train"]["tta"] = "flip";
+  TrainResult r = train(cfg, true);
+  ASSERT_GT(r.ema_val_top1, 0);
+  EvalResult e = evaluate(cfg, r.run_dir + "/last.ema.safetensors");
+  EXPECT_DOUBLE_EQ(e.top1, r.ema_val_top1);
+  EXPECT_DOUBLE_EQ(e.loss, r.ema_val_loss);
+  json plain = cfg;
+  apply_overrides(plain, {"train.tta=none"});
+  EXPECT_NE(evaluate(plain, r.run_dir + "/last.ema.safetensors").loss, r.ema_val_loss);
+}
+
 TEST(FlipTta, BadValueNamesKeyAndChoices) {
   json cfg = tiny_config(fresh_dir("bad"));
   cfg["train"]["tta"] = "hflip";
