@@ -15,6 +15,9 @@ namespace kiln {
 
 namespace {
 const char* kExtensions = ".jpg, .jpeg, .png, .bmp, .webp";
+// The largest label a list file may name, exclusive: 2^24 classes (ImageNet-21k has 21,841). A
+// label beyond it is a typo or a damaged file, and would size the classifier's last layer.
+constexpr int64_t kMaxLabels = int64_t{1} << 24;
 }
 
 bool is_image_file_name(const std::string& name) {
@@ -125,7 +128,8 @@ ImageList read_image_list(const std::string& list_file, bool labels) {
       }
       KILN_CHECK(used == label_text.size() && used > 0, list_file, ":", no, ": the label \"", label_text,
                  "\" is not a whole number; expected \"<path> <label>\"");
-      KILN_CHECK(label >= 0, list_file, ":", no, ": label ", label, " is out of range; accepted: labels >= 0");
+      KILN_CHECK(label >= 0 && label < kMaxLabels, list_file, ":", no, ": label ", label,
+                 " is out of range; accepted: 0 .. ", kMaxLabels - 1);
     }
     KILN_CHECK(is_image_file_name(path), list_file, ":", no, ": ", path, " is not an image file name; accepted extensions: ",
                kExtensions);

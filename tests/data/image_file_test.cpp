@@ -251,6 +251,12 @@ TEST(ImageList, ReadsPathsAndLabels) {
   EXPECT_HAS(err("img/0.png one\n"), "bad.txt:1: the label \"one\" is not a whole number");
   EXPECT_HAS(err("img/0.png 1\n\nimg/1.png 5\n", 5), "bad.txt:3: label 5 is out of range; accepted: 0 .. 4");
   EXPECT_HAS(err("img/0.png -1\n"), "bad.txt:1: label -1 is out of range");
+  // The largest 64-bit label (found by the fuzzer: 1 + the largest label overflowed) and any label
+  // that would size a classifier of more than 2^24 classes are refused by name.
+  EXPECT_HAS(err("img/0.png 1\nimg/1.png 9223372036854775807\n"),
+             "bad.txt:2: label 9223372036854775807 is out of range; accepted: 0 .. 16777215");
+  EXPECT_HAS(err("img/0.png 16777216\n"), "bad.txt:1: label 16777216 is out of range");
+  EXPECT_EQ(ImageFileDataset::open_list(dir.file("list.txt"), 0, {}, "t")->num_classes(), 3);
   EXPECT_HAS(err("# only a comment\n"), "names no images");
   EXPECT_HAS(kt::error_of([&] { ImageFileDataset::open_list(dir.file("missing.txt"), 0, {}, "t"); }), "cannot open");
 }
