@@ -44,6 +44,7 @@ class AdamW : public Optimizer {
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   json to_json() const override { return with_lr_mult(options_.to_json()); }
+  int state_slots() const override { return options_.amsgrad ? 3 : 2; }
   const AdamWOptions& options() const { return options_; }
 
  private:

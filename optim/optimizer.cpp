@@ -50,6 +50,12 @@ void Optimizer::set_lr_mult(const std::map<std::string, double>& mult, const std
   lr_mult_ = mult;
 }
 
+double Optimizer::state_bytes() const {
+  double elements = 0;
+  for (const ParamRef& p : params_) elements += static_cast<double>(p.param.numel());
+  return elements * 4.0 * state_slots();  // f32
+}
+
 json Optimizer::with_lr_mult(json j) const {
   if (!lr_mult_.empty()) j["lr_mult"] = lr_mult_;
   return j;

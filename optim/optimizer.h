@@ -64,6 +64,11 @@ class Optimizer {
   virtual void load_state_dict(const OptimizerState& state) = 0;
   // The options as JSON, with "name": make_optimizer(opt.to_json(), params) builds an equal one.
   virtual json to_json() const = 0;
+  // f32 state tensors the optimizer keeps per parameter once it has stepped (SGD: 1 with momentum,
+  // else 0; AdamW: 2, 3 with amsgrad), and their bytes over every parameter: AutoBatch adds them to
+  // what a step's probe measured, since the state is allocated at the first step.
+  virtual int state_slots() const = 0;
+  double state_bytes() const;
 
  protected:
   void check_type(const OptimizerState& state) const;

@@ -41,6 +41,7 @@ class SGD : public Optimizer {
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   json to_json() const override { return with_lr_mult(options_.to_json()); }
+  int state_slots() const override { return options_.momentum > 0 ? 1 : 0; }
   const SGDOptions& options() const { return options_; }
 
  private:

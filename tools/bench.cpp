@@ -40,6 +40,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/commands.h"
+#include "tools/train_step.h"
 #include "tools/trainer.h"
 
 #ifdef KILN_WITH_CUDA
@@ -293,18 +294,12 @@ int bench_train(const Args& args) {
               static_cast<long long>(ints["warmup"]), static_cast<long long>(ints["steps"]),
               d.is_cuda() ? (ints["cudnn_benchmark"] ? ", cuDNN benchmark mode" : ", cuDNN heuristics") : "");
   Tensor loss;
-  auto step = [&] {
-    opt.zero_grad();
-    Tensor logits = model->forward(x);
-    loss = ops::cross_entropy(logits.to(DType::f32), y);
-    if (compute == DType::f16) {
-      scaler.scale_loss(loss).backward();
-      scaler.step(opt);
-    } else {
-      loss.backward();
-      opt.step();
-    }
-  };
+  StepSetup ss;  // the trainer's step (tools/train_step.h), without reading the loss each step
+  ss.device = d;
+  ss.compute = compute;
+  ss.scaler = compute == DType::f16 ? &scaler : nullptr;
+  ss.read_loss = false;
+  auto step = [&] { loss = train_step(*model, opt, StepBatch{x, y, Tensor()}, ss).last_loss; };
   namespace wg = ops::winograd;
   const wg::Mode prev = wg::mode();
   if (algos.empty()) algos.push_back("");

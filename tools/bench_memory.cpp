@@ -23,6 +23,7 @@
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "tools/commands.h"
+#include "tools/train_step.h"
 #include "tools/trainer.h"
 
 #ifdef KILN_WITH_CUDA
@@ -112,12 +113,11 @@ Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device devic
   CachingAllocator& alloc = allocator_for(device);
   Row r;
   r.policy = policy;
-  auto step = [&] {
-    opt->zero_grad();
-    Tensor logits = model->forward(x);
-    ops::cross_entropy(logits.to(DType::f32), y).backward();
-    opt->step();
-  };
+  StepSetup ss;  // the trainer's step (tools/train_step.h)
+  ss.device = device;
+  ss.compute = compute;
+  ss.read_loss = false;
+  auto step = [&] { train_step(*model, *opt, StepBatch{x, y, Tensor()}, ss); };
   for (int64_t i = 0; i < a.warmup; ++i) step();  // also allocates the optimizer state
   sync_device(device);
   double total_ms = 0;

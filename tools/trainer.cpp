@@ -38,6 +38,7 @@
 #include "tools/progress.h"
 #include "tools/report.h"
 #include "tools/train_ema.h"
+#include "tools/train_step.h"
 #include "tools/tta.h"
 
 #ifdef KILN_WITH_CUDA
@@ -185,9 +186,6 @@ struct EvalCounts {
   double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
 };
 
-// A batch's images on `device` in the compute dtype.
-Tensor model_input(const Tensor& images, Device device, DType compute) { return images.to(device).to(compute); }
-
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
                     int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta) {
   NoGradGuard ng;
@@ -331,8 +329,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (auto& [n, t] : model->named_buffers()) saved[n] = t.detach().clone();
     RngState rng = default_generator().state();
     CachingAllocator& alloc = allocator_for(device);
-    double state_bytes = 0;  // optimizer state is allocated at the first step: add it to the fit
-    for (auto& p : params) state_bytes += static_cast<double>(p.param.nbytes()) * (optimizer->type() == "adamw" ? 2 : 1);
+    // The optimizer's state is allocated at the first step: add it to the fit.
+    const double state_bytes = optimizer->state_bytes();
+    StepSetup probe_setup;  // the training step's forward and backward, without the update
+    probe_setup.device = device;
+    probe_setup.compute = compute;
+    probe_setup.label_smoothing = opt.label_smoothing;
+    probe_setup.class_weights = class_weights;
+    probe_setup.read_loss = false;
+    probe_setup.update = false;
     auto probe = [&](int64_t b) -> double {
       optimizer->zero_grad();
       alloc.reset_peak();
@@ -340,7 +345,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       try {
         Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device).to(compute);
         Tensor y = Tensor::zeros({b}, DType::i64, device);
-        ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
+        train_step(*model, *optimizer, StepBatch{x, y, Tensor()}, probe_setup);
       } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
         optimizer->zero_grad();
         throw;
@@ -466,6 +471,16 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (auto& p : params) ps.push_back(p.param);
     sync = std::make_unique<GradSync>(ps, *comm);
   }
+  StepSetup step_setup;
+  step_setup.device = device;
+  step_setup.compute = compute;
+  step_setup.label_smoothing = opt.label_smoothing;
+  step_setup.class_weights = class_weights;
+  step_setup.accumulate = accumulate;
+  step_setup.clip_grad_norm = opt.clip_grad_norm;
+  step_setup.scaler = scaler.get();
+  step_setup.sync = sync.get();
+  step_setup.read_loss = !device.is_cuda();  // a GPU accumulates the step's statistics on the device
 
   // --- epochs -----------------------------------------------------------------------------------
   TrainResult result;
@@ -538,59 +553,26 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
       // for the whole batch, so that train.accumulate does not change what is mixed.
       MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing);
-      Batch mixed_b = b;
-      mixed_b.images = mixed.images;
-      mixed_b.labels = mixed.labels;
-      optimizer->zero_grad();
-      // train.accumulate: the batch as micro-batches, each loss weighted by its share of the batch;
-      // the gradients sum in .grad and are all-reduced once, after the last backward (tools/accumulate.h).
-      const std::vector<int64_t> micro = micro_batch_sizes(b.size(), accumulate);
-      double l = 0, batch_correct = 0;
-      for (size_t k = 0, start = 0; k < micro.size(); start += micro[k], ++k) {
-        const bool whole = micro.size() == 1;
-        const Batch mb = whole ? mixed_b : micro_batch(mixed_b, static_cast<int64_t>(start), micro[k]);
-        Tensor x = model_input(mb.images, device, compute), y = mb.labels.to(device);
-        Tensor logits = model->forward(x);
-        // Softmax and the loss in f32 whatever the compute dtype.
-        Tensor logits32 = logits.to(DType::f32);
-        Tensor targets;  // mixed: the soft targets of these samples
-        if (mixed.targets.defined())
-          targets = whole ? mixed.targets
-                          : mixed.targets.slice(0, static_cast<int64_t>(start), static_cast<int64_t>(start) + micro[k]).contiguous();
-        Tensor loss = targets.defined() ? ops::soft_cross_entropy(logits32, targets.to(device), 0.0, class_weights)
-                                        : ops::cross_entropy(logits32, y, opt.label_smoothing, class_weights);
-        const double share = static_cast<double>(mb.size()) / static_cast<double>(b.size());
-        Tensor part = micro.size() == 1 ? loss : ops::mul_scalar(loss, share);
-        if (sync) sync->set_deferred(k + 1 < micro.size());
-        (scaler ? scaler->scale_loss(part) : part).backward();
-        if (on_gpu) {
+      // The shared step (tools/train_step.h): micro-batches (train.accumulate), scaled backward,
+      // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
+      // count go to the epoch's statistics: on a GPU accumulated on the device, on the CPU read.
+      double batch_correct = 0;
+      StepResult r = train_step(*model, *optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets}, step_setup,
+                                [&](const MicroBatchOut& mo) {
+                                  if (on_gpu) {
 #ifdef KILN_WITH_CUDA
-          cuda::accumulate_step_stats(stats, loss.detach(), logits32.detach(), y, static_cast<double>(mb.size()), i);
+                                    cuda::accumulate_step_stats(stats, mo.loss.detach(), mo.logits32.detach(),
+                                                                mo.labels, static_cast<double>(mo.size), i);
 #endif
-        } else {
-          l += loss.item() * share;
-          batch_correct += top_k_correct(logits.detach().to(Device::cpu()), mb.labels, 1, mb.size());
-        }
-      }
-      if (sync) sync->finish();
-      if (scaler) {
-        // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts
-        // after loss_scaler.max_nonfinite_steps such steps in a row. On a GPU the gradients' check
-        // alone decides (a non-finite loss has non-finite gradients).
-        bool ok = scaler->unscale_and_check(params) && std::isfinite(l);
-        if (ok) {
-          if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
-          optimizer->step();
-          if (ema) ema->ema->update(state.step);
-        }
-        scaler->update(!ok);
-      } else {
-        KILN_CHECK(std::isfinite(l), "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
-                   "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
-        if (opt.clip_grad_norm > 0) clip_grad_norm(params, opt.clip_grad_norm);
-        optimizer->step();
-        if (ema) ema->ema->update(state.step);
-      }
+                                  } else {
+                                    batch_correct += top_k_correct(mo.logits.detach().to(Device::cpu()),
+                                                                   mo.labels, 1, mo.size);
+                                  }
+                                });
+      double l = r.loss;
+      KILN_CHECK(r.finite || scaler, "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
+                 "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+      if (r.stepped && ema) ema->ema->update(state.step);
       ++state.step;
       seen += b.size();
       if (on_gpu) {
