@@ -40,6 +40,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/commands.h"
+#include "tools/kv_args.h"
 #include "tools/train_step.h"
 #include "tools/trainer.h"
 
@@ -51,25 +52,14 @@ namespace kiln::cli {
 
 namespace {
 
-// key=value arguments with integer values; unknown keys are errors that list the accepted ones.
+// key=value arguments with integer values (tools/kv_args.h); unknown keys are errors that list the
+// accepted ones.
+int64_t min_int_arg(const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" ? 0 : 1; }
 std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
-  auto min_of = [](const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" ? 0 : 1; };
-  for (const std::string& a : args) {
-    auto eq = a.find('=');
-    std::string k = eq == std::string::npos ? a : a.substr(0, eq);
-    std::string accepted;
-    for (auto& [name, v] : defs) accepted += (accepted.empty() ? "" : ", ") + name;
-    KILN_CHECK(eq != std::string::npos && defs.count(k), cmd, ": unknown argument '", a, "'; accepted: ", accepted,
-               " (as key=value)");
-    try {
-      size_t used = 0;
-      int64_t v = std::stoll(a.substr(eq + 1), &used);
-      KILN_CHECK(used == a.size() - eq - 1 && v >= min_of(k), "bad");
-      defs[k] = v;
-    } catch (const std::exception&) {
-      KILN_FAIL(cmd, ": '", a, "': ", k, " takes a whole number >= ", min_of(k));
-    }
-  }
+  std::map<std::string, std::string> text;
+  for (const auto& [k, v] : defs) text[k] = std::to_string(v);
+  const KeyValueArgs kv(cmd, args, text);
+  for (auto& [k, v] : defs) v = kv.integer(k, min_int_arg(k));
   return defs;
 }
 
@@ -236,22 +226,11 @@ int bench_train(const Args& args) {
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
                                           {"rounds", "1"}};
+  const KeyValueArgs kv("bench train", args, a);
+  for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;
-  for (const std::string& arg : args) {
-    auto eq = arg.find('=');
-    std::string k = eq == std::string::npos ? arg : arg.substr(0, eq);
-    std::string accepted;
-    for (auto& [name, v] : a) accepted += (accepted.empty() ? "" : ", ") + name;
-    KILN_CHECK(eq != std::string::npos && a.count(k), "bench train: unknown argument '", arg, "'; accepted: ", accepted,
-               " (as key=value)");
-    a[k] = arg.substr(eq + 1);
-  }
-  Args int_args;
   for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds"})
-    int_args.push_back(std::string(k) + "=" + a[k]);
-  ints = parse_int_args("bench train", int_args,
-                        {{"batch", 0}, {"size", 0}, {"channels", 0}, {"classes", 0}, {"steps", 0}, {"warmup", 0},
-                         {"cudnn_benchmark", 0}, {"rounds", 1}});
+    ints[k] = kv.integer(k, min_int_arg(k));
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/ops/winograd_cpu.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
   std::vector<std::string> algos = split_commas(a["conv_algo"]);
@@ -355,20 +334,13 @@ int bench_winograd(const Args& in) {
   if (wants_help(in, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet18"}, {"stem", "cifar"}, {"size", "32"},
                                           {"batch", "128"},      {"dtype", "bf16"}, {"cache", "0"}};
-  for (const std::string& arg : in) {
-    auto eq = arg.find('=');
-    std::string k = eq == std::string::npos ? arg : arg.substr(0, eq);
-    std::string accepted;
-    for (auto& [name, v] : a) accepted += (accepted.empty() ? "" : ", ") + name;
-    KILN_CHECK(eq != std::string::npos && a.count(k), "bench winograd: unknown argument '", arg,
-               "'; accepted: ", accepted, " (as key=value)");
-    a[k] = arg.substr(eq + 1);
-  }
+  const KeyValueArgs kv("bench winograd", in, a);
+  for (auto& [k, v] : a) v = kv.str(k);
   KILN_CHECK(a["dtype"] == "bf16" || a["dtype"] == "fp32", "bench winograd: dtype=", a["dtype"],
              ": accepted values are bf16 and fp32");
   KILN_CHECK(a["cache"] == "0" || a["cache"] == "1", "bench winograd: cache=", a["cache"],
              ": accepted values are 0 (measure afresh) and 1 (use the disk cache)");
-  auto ints = parse_int_args("bench winograd", {"batch=" + a["batch"], "size=" + a["size"]}, {{"batch", 0}, {"size", 0}});
+  std::map<std::string, int64_t> ints{{"batch", kv.integer("batch", 1)}, {"size", kv.integer("size", 1)}};
   ints["cache"] = a["cache"] == "1";
   const DType t = a["dtype"] == "bf16" ? DType::bf16 : DType::f32;
   const int64_t N = ints["batch"], S = ints["size"];

@@ -23,6 +23,7 @@
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "tools/commands.h"
+#include "tools/kv_args.h"
 #include "tools/train_step.h"
 #include "tools/trainer.h"
 
@@ -43,38 +44,22 @@ struct MemoryBenchArgs {
 
 MemoryBenchArgs parse(const Args& args) {
   MemoryBenchArgs a;
-  const char* accepted = "model, size, batch, steps, warmup, classes, device, precision, policies, rounds";
-  for (const std::string& arg : args) {
-    auto eq = arg.find('=');
-    KILN_CHECK(eq != std::string::npos, "bench checkpoint: '", arg, "' is not key=value; accepted keys: ", accepted);
-    std::string k = arg.substr(0, eq), v = arg.substr(eq + 1);
-    auto number = [&](int64_t lo) {
-      try {
-        size_t used = 0;
-        int64_t n = std::stoll(v, &used);
-        if (used == v.size() && n >= lo) return n;
-      } catch (const std::exception&) {
-      }
-      KILN_FAIL("bench checkpoint: '", arg, "': ", k, " takes a whole number >= ", lo);
-    };
-    if (k == "model") a.model = v;
-    else if (k == "size") a.size = number(8);
-    else if (k == "batch") a.batch = number(1);
-    else if (k == "steps") a.steps = number(1);
-    else if (k == "warmup") a.warmup = number(0);
-    else if (k == "rounds") a.rounds = number(1);
-    else if (k == "classes") a.classes = number(2);
-    else if (k == "device") a.device = v;
-    else if (k == "precision") {
-      compute_dtype_of(v);  // throws for a name it does not accept
-      a.precision = v;
-    } else if (k == "policies") {
-      a.policies = split_commas(v);
-      KILN_CHECK(!a.policies.empty(), "bench checkpoint: policies is empty; give e.g. none,blocks,every:2");
-    } else {
-      KILN_FAIL("bench checkpoint: unknown key '", k, "'; accepted keys: ", accepted);
-    }
-  }
+  const KeyValueArgs kv("bench checkpoint", args,
+                        {{"model", a.model}, {"size", "224"}, {"batch", "32"}, {"steps", "3"}, {"warmup", "1"},
+                         {"classes", "1000"}, {"device", a.device}, {"precision", a.precision},
+                         {"policies", "none,blocks"}, {"rounds", "1"}});
+  a.model = kv.str("model");
+  a.size = kv.integer("size", 8);
+  a.batch = kv.integer("batch", 1);
+  a.steps = kv.integer("steps", 1);
+  a.warmup = kv.integer("warmup", 0);
+  a.rounds = kv.integer("rounds", 1);
+  a.classes = kv.integer("classes", 2);
+  a.device = kv.str("device");
+  a.precision = kv.str("precision");
+  compute_dtype_of(a.precision);  // throws for a name it does not accept
+  a.policies = split_commas(kv.str("policies"));
+  KILN_CHECK(!a.policies.empty(), "bench checkpoint: policies is empty; give e.g. none,blocks,every:2");
   return a;
 }
 

@@ -23,6 +23,7 @@
 #include "data/image_encode.h"
 #include "tools/commands.h"
 #include "tools/config.h"
+#include "tools/kv_args.h"
 
 namespace fs = std::filesystem;
 
@@ -52,14 +53,14 @@ struct CmdArgs {
   std::vector<std::string> overrides;      // the rest: config overrides
 };
 CmdArgs split_args(const Args& args, size_t from, const std::vector<std::string>& keys) {
+  std::map<std::string, std::string> defaults;
+  for (const std::string& k : keys) defaults[k] = "";
+  const KeyValueArgs kv("kiln data", Args(args.begin() + static_cast<std::ptrdiff_t>(std::min(from, args.size())), args.end()),
+                        defaults, KeyValueArgs::Mode::overrides);
   CmdArgs a;
-  for (size_t i = from; i < args.size(); ++i) {
-    const auto eq = args[i].find('=');
-    KILN_CHECK(eq != std::string::npos, "'", args[i], "': expected key=value");
-    const std::string k = args[i].substr(0, eq);
-    if (std::find(keys.begin(), keys.end(), k) != keys.end()) a.own[k] = args[i].substr(eq + 1);
-    else a.overrides.push_back(args[i]);
-  }
+  for (const std::string& k : keys)
+    if (kv.given(k)) a.own[k] = kv.str(k);
+  a.overrides = kv.overrides();
   return a;
 }
 

@@ -19,6 +19,7 @@
 #include "tools/checkpoint.h"
 #include "tools/commands.h"
 #include "tools/config.h"
+#include "tools/kv_args.h"
 #include "tools/model_io.h"
 #include "tools/onnx_export.h"
 
@@ -51,19 +52,16 @@ ExportArgs parse(const Args& args) {
              "kiln export: the first argument must be a run folder or a config file\n", kUsage);
   ExportArgs a;
   a.source = args[0];
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& s = args[i];
-    size_t eq = s.find('=');
-    std::string key = eq == std::string::npos ? s : s.substr(0, eq), value = eq == std::string::npos ? "" : s.substr(eq + 1);
-    if (key == "weights") a.weights = value;
-    else if (key == "init") a.init = value;
-    else if (key == "format") a.format = value;
-    else if (key == "out") a.out = value;
-    else if (key == "reference") a.reference = value;
-    else if (key == "images") {
-      for (auto& p : split_commas(value)) a.images.push_back(p);
-    } else a.overrides.push_back(s);
-  }
+  const KeyValueArgs kv("kiln export", Args(args.begin() + 1, args.end()),
+                        {{"weights", ""}, {"init", ""}, {"format", a.format}, {"out", ""}, {"reference", ""}, {"images", ""}},
+                        KeyValueArgs::Mode::overrides);
+  a.weights = kv.str("weights");
+  a.init = kv.str("init");
+  a.format = kv.str("format");
+  a.out = kv.str("out");
+  a.reference = kv.str("reference");
+  for (auto& p : split_commas(kv.str("images"))) a.images.push_back(p);
+  a.overrides = kv.overrides();
   KILN_CHECK(a.format == "onnx", "kiln export: format=", a.format, " is not accepted; accepted: onnx");
   KILN_CHECK(!a.out.empty(), "kiln export: out=FILE is required (the .onnx file to write)");
   KILN_CHECK(a.init.empty() || a.init == "random", "kiln export: init=", a.init, " is not accepted; accepted: random");

@@ -14,6 +14,7 @@
 
 #include "core/check.h"
 #include "tools/commands.h"
+#include "tools/kv_args.h"
 #include "tools/predict.h"
 
 namespace fs = std::filesystem;
@@ -62,21 +63,18 @@ int cmd_predict(const Args& args) {
   if (wants_help(args, kUsage)) return 0;
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, "kiln predict needs a run folder or a config "
              "file first; see kiln predict --help");
-  std::map<std::string, std::string> own;
-  std::vector<std::string> inputs;
-  PredictOptions o;
+  std::vector<std::string> inputs, kv_text;  // an argument without '=', or an existing file, is an input
   for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
     std::error_code ec;
-    const auto eq = a.find('=');
-    if (eq == std::string::npos || fs::exists(a, ec)) {
-      inputs.push_back(a);
-      continue;
-    }
-    const std::string key = a.substr(0, eq);
-    if (key == "weights" || key == "topk" || key == "out" || key == "batch") own[key] = a.substr(eq + 1);
-    else o.overrides.push_back(a);
+    (args[i].find('=') == std::string::npos || fs::exists(args[i], ec) ? inputs : kv_text).push_back(args[i]);
   }
+  const KeyValueArgs kv("kiln predict", kv_text, {{"weights", ""}, {"topk", ""}, {"out", ""}, {"batch", ""}},
+                        KeyValueArgs::Mode::overrides);
+  std::map<std::string, std::string> own;
+  for (const char* k : {"weights", "topk", "out", "batch"})
+    if (kv.given(k)) own[k] = kv.str(k);
+  PredictOptions o;
+  o.overrides = kv.overrides();
   KILN_CHECK(!inputs.empty(), "kiln predict: no INPUT given (image files, folders or .txt image "
              "lists); see kiln predict --help");
   const int64_t topk = own.count("topk") ? parse_positive("topk", own["topk"]) : 5;
