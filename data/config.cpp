@@ -1,7 +1,10 @@
 // The data section of the config and its factory (see config.h).
 #include "data/config.h"
 
+#include <functional>
+
 #include "core/check.h"
+#include "core/registry.h"
 #include "data/cifar.h"
 #include "data/holdout.h"
 #include "data/idx.h"
@@ -10,16 +13,70 @@
 namespace kiln {
 
 namespace {
-const std::vector<std::string> kSources = {"mnist",     "fashion_mnist", "cifar10",   "cifar100",
-                                           "synthetic", "image_folder",  "image_list"};
 bool is_image_source(const std::string& s) { return s == "image_folder" || s == "image_list"; }
+
+// The image files of split `files`, decoded for the transforms of split `split`.
+std::shared_ptr<const Dataset> open_image_files(const DataConfig& c, Split files, Split split) {
+  DecodeOptions d;
+  d.channels = c.channels;
+  d.max_pixels = c.max_image_pixels;
+  d.min_side = c.transforms(split).min_source_side();
+  if (c.source == "image_list") {
+    const std::string& file = files == Split::train ? c.train_list : c.val_list;
+    return ImageFileDataset::open_list(file, c.num_classes, d,
+                                       std::string("image_list ") + split_name(files) + " (" + file + ")");
+  }
+  const std::string folder = c.root + "/" + split_name(files);
+  // val/ is labelled with train/'s classes (torchvision labels each split by its own folders,
+  // which silently shifts every label when val/ lacks a class).
+  std::vector<std::string> classes;
+  if (files == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
+  return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(files) + " (" + folder + ")",
+                                       classes);
+}
+
+// A data source: the shape of its images (0 x 0 when they vary) and how to open a split's files.
+struct Source {
+  std::function<ImageShape(const DataConfig&)> shape;
+  std::function<std::shared_ptr<const Dataset>(const DataConfig&, Split files, Split split)> open;
+};
+
+// The registry of data.source (core/registry.h): one line per source.
+const Registry<Source>& sources() {
+  auto fixed = [](int64_t h, int64_t w, int64_t c) { return [=](const DataConfig&) { return ImageShape{h, w, c}; }; };
+  auto idx = [](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
+    return IdxDataset::open(c.root, files, c.source);
+  };
+  auto cifar = [](CifarKind k) {
+    return [k](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
+      return CifarDataset::open(k, c.root, files);
+    };
+  };
+  auto images = [](const DataConfig& c) { return ImageShape{0, 0, c.channels}; };
+  static const Registry<Source> r("a data source", {
+      {"mnist", {fixed(28, 28, 1), idx}},
+      {"fashion_mnist", {fixed(28, 28, 1), idx}},
+      {"cifar10", {fixed(32, 32, 3), cifar(CifarKind::cifar10)}},
+      {"cifar100", {fixed(32, 32, 3), cifar(CifarKind::cifar100)}},
+      {"synthetic",
+       {[](const DataConfig& c) { return ImageShape{c.synthetic.height, c.synthetic.width, c.synthetic.channels}; },
+        [](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
+          SyntheticOptions o = c.synthetic;
+          if (files == Split::val) o.seed += 1;
+          return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(files));
+        }}},
+      {"image_folder", {images, open_image_files}},
+      {"image_list", {images, open_image_files}},
+  });
+  return r;
+}
 }  // namespace
 
 DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool batches) {
   DataConfig c;
   JsonObjectReader r(j, path);
   r.require("source", c.source);
-  check_choice(c.source, kSources, r.path_of("source"));
+  check_choice(c.source, sources().names(), r.path_of("source"));
   const bool synthetic = c.source == "synthetic", list = c.source == "image_list";
   if (r.read("root", c.root)) {
     KILN_CHECK(!synthetic, r.path_of("root"), ": the synthetic source reads no files; remove root");
@@ -99,45 +156,15 @@ LoaderOptions DataConfig::loader_options(Split split) const {
 }
 
 ImageShape DataConfig::source_image_shape() const {
-  if (source == "mnist" || source == "fashion_mnist") return {28, 28, 1};
-  if (source == "cifar10" || source == "cifar100") return {32, 32, 3};
-  if (source == "synthetic") return {synthetic.height, synthetic.width, synthetic.channels};
-  if (is_image_source(source)) return {0, 0, channels};
-  check_choice(source, kSources, "data.source");
-  return {};
+  check_choice(source, sources().names(), "data.source");
+  return sources().at(source, "data.source").shape(*this);
 }
 
 namespace {
 // The files of split `files`, decoded for the transforms of split `split`.
 std::shared_ptr<const Dataset> open_files(const DataConfig& c, Split files, Split split) {
-  if (c.source == "mnist" || c.source == "fashion_mnist") return IdxDataset::open(c.root, files, c.source);
-  if (c.source == "cifar10") return CifarDataset::open(CifarKind::cifar10, c.root, files);
-  if (c.source == "cifar100") return CifarDataset::open(CifarKind::cifar100, c.root, files);
-  if (c.source == "synthetic") {
-    SyntheticOptions o = c.synthetic;
-    if (files == Split::val) o.seed += 1;
-    return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(files));
-  }
-  if (is_image_source(c.source)) {
-    DecodeOptions d;
-    d.channels = c.channels;
-    d.max_pixels = c.max_image_pixels;
-    d.min_side = c.transforms(split).min_source_side();
-    if (c.source == "image_list") {
-      const std::string& file = files == Split::train ? c.train_list : c.val_list;
-      return ImageFileDataset::open_list(file, c.num_classes, d,
-                                         std::string("image_list ") + split_name(files) + " (" + file + ")");
-    }
-    const std::string folder = c.root + "/" + split_name(files);
-    // val/ is labelled with train/'s classes (torchvision labels each split by its own folders,
-    // which silently shifts every label when val/ lacks a class).
-    std::vector<std::string> classes;
-    if (files == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
-    return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(files) + " (" + folder + ")",
-                                         classes);
-  }
-  check_choice(c.source, kSources, "data.source");
-  return nullptr;
+  check_choice(c.source, sources().names(), "data.source");
+  return sources().at(c.source, "data.source").open(c, files, split);
 }
 }  // namespace
 

@@ -1,7 +1,10 @@
 // Pipeline and the transform registry (see pipeline.h).
 #include "data/pipeline.h"
 
+#include <functional>
+
 #include "core/check.h"
+#include "core/registry.h"
 #include "data/augment.h"
 #include "data/auto_augment.h"
 #include "data/color.h"
@@ -11,38 +14,48 @@
 namespace kiln {
 
 namespace {
-// The registry: one line per type. "normalize" is listed for suggestions; Pipeline handles it.
-const std::vector<std::string> kTransformTypes = {"random_crop", "horizontal_flip", "random_resized_crop", "resize",
-                                                  "center_crop", "color_jitter",   "trivial_augment_wide", "rand_augment",
-                                                  "random_erasing", "normalize"};
+using TransformMaker = std::function<std::shared_ptr<const Transform>(const Json&, const std::string&)>;
+
+template <class T, class Options>
+TransformMaker maker() {
+  return [](const Json& j, const std::string& path) { return std::make_shared<T>(Options::from_json(j, path)); };
+}
+
+// The registry: one line per type (core/registry.h). "normalize" is not a Transform: it ends the
+// pipeline (Pipeline::from_json handles it), and is listed for the accepted types and suggestions.
+const Registry<TransformMaker>& registry() {
+  static const Registry<TransformMaker> r("a transform type", {
+      {"random_crop", maker<RandomCrop, RandomCropOptions>()},
+      {"horizontal_flip", maker<HorizontalFlip, HorizontalFlipOptions>()},
+      {"random_resized_crop", maker<RandomResizedCrop, RandomResizedCropOptions>()},
+      {"resize", maker<Resize, ResizeOptions>()},
+      {"center_crop", maker<CenterCrop, CenterCropOptions>()},
+      {"color_jitter", maker<ColorJitter, ColorJitterOptions>()},
+      {"trivial_augment_wide", maker<TrivialAugmentWide, TrivialAugmentWideOptions>()},
+      {"rand_augment", maker<RandAugment, RandAugmentOptions>()},
+      {"random_erasing", maker<RandomErasing, RandomErasingOptions>()},
+      {"normalize", [](const Json&, const std::string& path) -> std::shared_ptr<const Transform> {
+         KILN_FAIL(path, ": \"normalize\" is not an image-to-image transform (normalize ends a pipeline)");
+       }},
+  });
+  return r;
+}
 
 std::string read_type(const Json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), path, ": expected a transform object like {\"type\": \"random_crop\", ...}, got ",
              json_type_name(j), " ", j.dump());
   auto it = j.find("type");
-  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: random_crop, horizontal_flip, random_resized_crop, resize, "
-             "center_crop, color_jitter, trivial_augment_wide, rand_augment, random_erasing, normalize");
+  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: ", join(registry().names()));
   std::string type;
   json_read(*it, json_path(path, "type"), type);
-  check_choice(type, kTransformTypes, json_path(path, "type"));
+  check_choice(type, registry().names(), json_path(path, "type"));
   return type;
 }
 }  // namespace
 
 std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path) {
-  std::string type = read_type(j, path);
-  if (type == "random_crop") return std::make_shared<RandomCrop>(RandomCropOptions::from_json(j, path));
-  if (type == "horizontal_flip") return std::make_shared<HorizontalFlip>(HorizontalFlipOptions::from_json(j, path));
-  if (type == "random_resized_crop")
-    return std::make_shared<RandomResizedCrop>(RandomResizedCropOptions::from_json(j, path));
-  if (type == "resize") return std::make_shared<Resize>(ResizeOptions::from_json(j, path));
-  if (type == "center_crop") return std::make_shared<CenterCrop>(CenterCropOptions::from_json(j, path));
-  if (type == "color_jitter") return std::make_shared<ColorJitter>(ColorJitterOptions::from_json(j, path));
-  if (type == "trivial_augment_wide")
-    return std::make_shared<TrivialAugmentWide>(TrivialAugmentWideOptions::from_json(j, path));
-  if (type == "rand_augment") return std::make_shared<RandAugment>(RandAugmentOptions::from_json(j, path));
-  if (type == "random_erasing") return std::make_shared<RandomErasing>(RandomErasingOptions::from_json(j, path));
-  KILN_FAIL(path, ": \"", type, "\" is not an image-to-image transform (normalize ends a pipeline)");
+  const std::string type = read_type(j, path);
+  return registry().at(type, json_path(path, "type"))(j, path);
 }
 
 Pipeline Pipeline::from_json(const Json& list, const std::string& path) {

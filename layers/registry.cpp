@@ -2,6 +2,8 @@
 
 #include <functional>
 
+#include "core/registry.h"
+
 #include "layers/activation.h"
 #include "layers/blocks.h"
 #include "layers/conv.h"
@@ -22,9 +24,9 @@ std::shared_ptr<Module> plain(const json& j, const std::string& path) {
   return std::make_shared<M>();
 }
 
-const std::vector<std::pair<std::string, LayerFactory>>& registry() {
+const Registry<LayerFactory>& registry() {
   using P = const std::string&;
-  static const std::vector<std::pair<std::string, LayerFactory>> r = {
+  static const Registry<LayerFactory> r("a layer type", {
       {"conv2d", [](const json& j, P p) { return std::make_shared<Conv2d>(Conv2dOptions::from_json(j, p)); }},
       {"linear", [](const json& j, P p) { return std::make_shared<Linear>(LinearOptions::from_json(j, p)); }},
       {"batch_norm2d", [](const json& j, P p) { return std::make_shared<BatchNorm2d>(BatchNormOptions::from_json(j, p), "batch_norm2d"); }},
@@ -45,28 +47,17 @@ const std::vector<std::pair<std::string, LayerFactory>>& registry() {
          r.finish();
          return std::static_pointer_cast<Module>(seq);
        }},
-  };
+  });
   return r;
 }
 }  // namespace
 
-std::vector<std::string> layer_types() {
-  std::vector<std::string> names;
-  for (auto& kv : registry()) names.push_back(kv.first);
-  return names;
-}
+std::vector<std::string> layer_types() { return registry().names(); }
 
 std::shared_ptr<Module> build_layer(const json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), "config: ", path, " must be an object like {\"type\": \"conv2d\", ...}, not ",
              json_type_name(j), " ", j.dump());
-  KILN_CHECK(j.contains("type"), "config: ", path, ".type is required; accepted: ", join(layer_types()));
-  KILN_CHECK(j["type"].is_string(), "config: ", path, ".type must be a string, not ", json_type_name(j["type"]));
-  std::string type = j["type"].get<std::string>();
-  for (auto& [name, factory] : registry())
-    if (name == type) return factory(j, path);
-  std::string near = closest_match(type, layer_types());
-  KILN_FAIL("config: ", path, ".type = \"", type, "\" is not a layer type",
-            near.empty() ? "" : " (did you mean \"" + near + "\"?)", "; accepted: ", join(layer_types()));
+  return registry().lookup(j, path, "type")(j, path);
 }
 
 std::shared_ptr<Sequential> build_sequential(const json& layers, const std::string& path) {

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "core/registry.h"
 #include "layers/registry.h"
 #include "models/alexnet.h"
 #include "models/lenet.h"
@@ -22,8 +23,8 @@ ModelFactory resnet(const std::string& name) {
   };
 }
 
-const std::vector<std::pair<std::string, ModelFactory>>& registry() {
-  static const std::vector<std::pair<std::string, ModelFactory>> r = {
+const Registry<ModelFactory>& registry() {
+  static const Registry<ModelFactory> r("a model", {
       {"lenet", [](const json& j, const std::string& p) { return std::make_shared<LeNet>(LeNetOptions::from_json(j, p)); }},
       {"alexnet", [](const json& j, const std::string& p) { return std::make_shared<AlexNet>(AlexNetOptions::from_json(j, p)); }},
       {"vgg11", vgg("vgg11")},
@@ -45,16 +46,12 @@ const std::vector<std::pair<std::string, ModelFactory>>& registry() {
       {"resnet56", resnet("resnet56")},
       {"resnet110", resnet("resnet110")},
       {"resnet_cifar", resnet("resnet_cifar")},
-  };
+  }, ", or a \"layers\" list");
   return r;
 }
 }  // namespace
 
-std::vector<std::string> model_names() {
-  std::vector<std::string> names;
-  for (auto& kv : registry()) names.push_back(kv.first);
-  return names;
-}
+std::vector<std::string> model_names() { return registry().names(); }
 
 std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), "config: ", path, " must be an object like {\"name\": \"resnet50\"}, not ",
@@ -66,15 +63,7 @@ std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
     r.finish();
     return std::make_shared<LayerListModel>(layers, r.path_of("layers"), checkpoint);
   }
-  KILN_CHECK(j.contains("name"), "config: ", path, ".name is required (or a \"layers\" list); accepted names: ",
-             join(model_names()));
-  KILN_CHECK(j["name"].is_string(), "config: ", path, ".name must be a string, not ", json_type_name(j["name"]));
-  std::string name = j["name"].get<std::string>();
-  for (auto& [n, factory] : registry())
-    if (n == name) return factory(j, path);
-  std::string near = closest_match(name, model_names());
-  KILN_FAIL("config: ", path, ".name = \"", name, "\" is not a model", near.empty() ? "" : " (did you mean \"" + near + "\"?)",
-            "; accepted: ", join(model_names()), ", or a \"layers\" list");
+  return registry().lookup(j, path, "name")(j, path);
 }
 
 LayerListModel::LayerListModel(const json& layers, const std::string& path, const std::string& checkpoint)

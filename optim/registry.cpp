@@ -4,6 +4,7 @@
 #include <map>
 #include <utility>
 
+#include "core/registry.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
@@ -14,20 +15,20 @@ namespace {
 
 using OptimizerMaker = std::function<std::unique_ptr<Optimizer>(const json&, std::vector<ParamRef>, const std::string&)>;
 
-const std::vector<std::pair<std::string, OptimizerMaker>>& optimizer_registry() {
-  static const std::vector<std::pair<std::string, OptimizerMaker>> r = {
+const Registry<OptimizerMaker>& optimizer_registry() {
+  static const Registry<OptimizerMaker> r("", {
       {"sgd", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
          return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }},
       {"adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
          return std::make_unique<AdamW>(std::move(p), AdamWOptions::from_json(j, path)); }},
-  };
+  });
   return r;
 }
 
 using ScheduleMaker = std::function<std::unique_ptr<LrSchedule>(const json&, const ScheduleContext&, const std::string&)>;
 
-const std::vector<std::pair<std::string, ScheduleMaker>>& schedule_registry() {
-  static const std::vector<std::pair<std::string, ScheduleMaker>> r = {
+const Registry<ScheduleMaker>& schedule_registry() {
+  static const Registry<ScheduleMaker> r("", {
       {"constant", [](const json& j, const ScheduleContext& c, const std::string& path) {
          return std::make_unique<ConstantLR>(c, ConstantLROptions::from_json(j, path)); }},
       {"step", [](const json& j, const ScheduleContext& c, const std::string& path) {
@@ -36,27 +37,8 @@ const std::vector<std::pair<std::string, ScheduleMaker>>& schedule_registry() {
          return std::make_unique<MultiStepLR>(c, MultiStepLROptions::from_json(j, path)); }},
       {"cosine", [](const json& j, const ScheduleContext& c, const std::string& path) {
          return std::make_unique<CosineLR>(c, CosineLROptions::from_json(j, path)); }},
-  };
+  });
   return r;
-}
-
-template <typename Maker>
-std::vector<std::string> names_of(const std::vector<std::pair<std::string, Maker>>& registry) {
-  std::vector<std::string> names;
-  for (const auto& [name, maker] : registry) names.push_back(name);
-  return names;
-}
-
-// The registry entry named by j["name"] (required), or an Error naming the path and the choices.
-template <typename Maker>
-const Maker& lookup(const std::vector<std::pair<std::string, Maker>>& registry, const json& j, const std::string& path) {
-  JsonReader r(j, path);
-  std::vector<std::string> names = names_of(registry);
-  KILN_CHECK(r.has("name"), "config: ", r.path_of("name"), " is required; accepted: ", join(names));
-  std::string name = r.get_choice("name", "", names);
-  for (const auto& [n, maker] : registry)
-    if (n == name) return maker;
-  KILN_FAIL("config: ", r.path_of("name"), " = \"", name, "\" has no maker");
 }
 
 }  // namespace
@@ -79,15 +61,15 @@ std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> p
     }
     options.erase("lr_mult");
   }
-  std::unique_ptr<Optimizer> opt = lookup(optimizer_registry(), options, path)(options, std::move(params), path);
+  std::unique_ptr<Optimizer> opt = optimizer_registry().lookup(options, path, "name")(options, std::move(params), path);
   opt->set_lr_mult(mult, "config: " + mult_path);
   return opt;
 }
-std::vector<std::string> optimizer_names() { return names_of(optimizer_registry()); }
+std::vector<std::string> optimizer_names() { return optimizer_registry().names(); }
 
 std::unique_ptr<LrSchedule> make_schedule(const json& j, const ScheduleContext& context, const std::string& path) {
-  return lookup(schedule_registry(), j, path)(j, context, path);
+  return schedule_registry().lookup(j, path, "name")(j, context, path);
 }
-std::vector<std::string> schedule_names() { return names_of(schedule_registry()); }
+std::vector<std::string> schedule_names() { return schedule_registry().names(); }
 
 }  // namespace kiln
