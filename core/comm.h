@@ -3,7 +3,7 @@
 // (core/cuda/). Collectives are started asynchronously and return a Work to wait on, so gradient
 // buckets can be reduced while backward goes on. Every wait has a timeout: a peer that does not
 // arrive makes the collective throw an Error naming the collective and the ranks that were
-// missing, instead of hanging. Tests: tests/core/grad_sync_test.cpp, tests/mpi/.
+// missing, instead of hanging. Tests: tests/optim/grad_sync_test.cpp, tests/mpi/.
 #pragma once
 #include <chrono>
 #include <memory>

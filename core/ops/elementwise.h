@@ -1,7 +1,7 @@
 // Elementwise arithmetic with NumPy-style broadcasting (shapes aligned at the trailing dims; a dim
 // of 1 or a missing leading dim broadcasts). Floating dtypes f32 and f64 on CPU; f16/bf16 inputs are
 // computed in f32 and stored back in their dtype. Recorded by autograd.
-// Tests: tests/core/elementwise_test.cpp.
+// Tests: tests/core/autograd_test.cpp (values, broadcasting and gradients).
 #pragma once
 #include "core/tensor.h"
 
