@@ -2,11 +2,14 @@
 
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/silu.h"
 #include "layers/options.h"
 
 namespace kiln {
 
 Tensor ReLU::forward(const Tensor& x) { return ops::relu(x); }
+
+Tensor SiLU::forward(const Tensor& x) { return ops::silu(x); }
 
 DropoutOptions DropoutOptions::from_json(const json& j, const std::string& path) {
   JsonReader r = layer_reader(j, path);

@@ -12,6 +12,14 @@ class ReLU : public Module {
   json to_json() const override { return {{"type", "relu"}}; }
 };
 
+// SiLU (swish): x * sigmoid(x), ops::silu (core/ops/silu.h); the activation of MobileNetV3/EfficientNet.
+class SiLU : public Module {
+ public:
+  SiLU() : Module("silu") {}
+  Tensor forward(const Tensor& x) override;
+  json to_json() const override { return {{"type", "silu"}}; }
+};
+
 struct DropoutOptions {
   double p = 0.5;  /// probability of zeroing an element in training (default 0.5)
 

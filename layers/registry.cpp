@@ -32,6 +32,7 @@ const Registry<LayerFactory>& registry() {
       {"batch_norm2d", [](const json& j, P p) { return std::make_shared<BatchNorm2d>(BatchNormOptions::from_json(j, p), "batch_norm2d"); }},
       {"batch_norm1d", [](const json& j, P p) { return std::make_shared<BatchNorm2d>(BatchNormOptions::from_json(j, p), "batch_norm1d"); }},
       {"relu", plain<ReLU>},
+      {"silu", plain<SiLU>},
       {"max_pool2d", [](const json& j, P p) { return std::make_shared<MaxPool2d>(Pool2dOptions::from_json(j, p, "max_pool2d")); }},
       {"avg_pool2d", [](const json& j, P p) { return std::make_shared<AvgPool2d>(Pool2dOptions::from_json(j, p, "avg_pool2d")); }},
       {"adaptive_avg_pool2d", [](const json& j, P p) { return std::make_shared<AdaptiveAvgPool2d>(AdaptiveAvgPool2dOptions::from_json(j, p)); }},

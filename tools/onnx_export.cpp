@@ -35,7 +35,7 @@ struct Value {
 };
 
 const char* kSupported =
-    "sequential, conv2d, batch_norm2d, batch_norm1d, relu, dropout, max_pool2d, avg_pool2d, adaptive_avg_pool2d, "
+    "sequential, conv2d, batch_norm2d, batch_norm1d, relu, silu, dropout, max_pool2d, avg_pool2d, adaptive_avg_pool2d, "
     "global_avg_pool, flatten, linear, local_response_norm (odd size), basic_block, bottleneck, and the models "
     "lenet, alexnet, vgg*, resnet*, a \"layers\" list";
 
@@ -54,6 +54,10 @@ class GraphBuilder {
     if (auto* c = dynamic_cast<Conv2d*>(&m)) return conv(*c, path, x);
     if (auto* b = dynamic_cast<BatchNorm2d*>(&m)) return batch_norm(*b, path, x);
     if (dynamic_cast<ReLU*>(&m)) return node("Relu", path, {x.name}, x.dims);
+    if (dynamic_cast<SiLU*>(&m)) {  // x * sigmoid(x): ONNX has no SiLU operator
+      Value s = node("Sigmoid", path, {x.name}, x.dims);
+      return node("Mul", path, {x.name, s.name}, x.dims);
+    }
     if (dynamic_cast<Dropout*>(&m)) return x;  // identity in eval: no node
     if (dynamic_cast<MaxPool2d*>(&m) || dynamic_cast<AvgPool2d*>(&m)) return pool(m, path, x);
     if (dynamic_cast<AdaptiveAvgPool2d*>(&m)) return adaptive_pool(m, path, x);

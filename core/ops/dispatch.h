@@ -1,4 +1,6 @@
-// Device dispatch of the public ops. Every op in core/ops/ asks op_on_cuda() where its tensors live:
+// Device dispatch of the public ops. New ops, and those already moved, take their kernels from the
+// device's kernel table (core/kernels.h; op_device() below finds the device). The ops not moved yet
+// ask op_on_cuda() where their tensors live:
 // false -> its CPU kernel (the op's *_cpu.cpp / .cpp), true -> the kiln::cuda function of
 // core/cuda/cuda_ops.h, for the forward and in the backward closure alike. Tensors on different
 // devices are an error naming the op and both devices; there is never a silent copy to another

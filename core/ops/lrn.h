@@ -4,7 +4,7 @@
 // i.e. a window of `size` channels, size/2 before c and (size-1)/2 after, zero-padded at the edges,
 // alpha divided by `size` (torch.nn.functional.local_response_norm pads the squares by (size/2,
 // (size-1)/2) and average-pools them; checked against torch 1.13 in f64 for size 1, 2, 4, 5 to 1e-16).
-// CPU: own loops (lrn_cpu.cpp). Recorded by autograd. Tests: tests/core/lrn_test.cpp.
+// The op is core/ops/lrn.cpp; kernels: core/cpu/lrn.cpp (own loops), core/cuda/lrn_cuda.cu. Recorded by autograd. Tests: tests/core/lrn_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

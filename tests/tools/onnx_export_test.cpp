@@ -4,6 +4,8 @@
 // model against onnxruntime are tools/bench/onnx_compare.py's (Python stays out of the tests).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <onnx/checker.h>
 #include <onnx/onnx_pb.h>
 
@@ -161,7 +163,7 @@ TEST(OnnxExport, UnsupportedLayersAreRefusedByPathAndType) {
   expect_error([&] { export_onnx(*lin, {3, 8, 8, "lin", {}}); }, {"linear '0' takes (N, F) features", "add a flatten"});
 }
 
-// Evaluates a graph of Flatten, Gemm (transB = 1) and Relu nodes on an NCHW input, by hand.
+// Evaluates a graph of Flatten, Gemm (transB = 1), Relu, Sigmoid and Mul nodes on an NCHW input, by hand.
 std::vector<float> eval_by_hand(const ox::ModelProto& m, const std::vector<float>& input, int64_t batch) {
   std::map<std::string, std::pair<std::vector<float>, std::vector<int64_t>>> v;  // value -> (data, shape)
   for (auto& init : m.graph().initializer()) {
@@ -177,6 +179,15 @@ std::vector<float> eval_by_hand(const ox::ModelProto& m, const std::vector<float
     } else if (n.op_type() == "Relu") {
       std::vector<float> y = x.first;
       for (float& e : y) e = std::max(e, 0.0f);
+      v[n.output(0)] = {y, x.second};
+    } else if (n.op_type() == "Sigmoid") {
+      std::vector<float> y = x.first;
+      for (float& e : y) e = static_cast<float>(1.0 / (1.0 + std::exp(-double(e))));
+      v[n.output(0)] = {y, x.second};
+    } else if (n.op_type() == "Mul") {
+      const auto& b = v.at(n.input(1));
+      std::vector<float> y = x.first;
+      for (size_t i = 0; i < y.size(); ++i) y[i] *= b.first.at(i);
       v[n.output(0)] = {y, x.second};
     } else if (n.op_type() == "Gemm") {
       auto& w = v.at(n.input(1));
@@ -219,6 +230,25 @@ TEST(OnnxExport, FlattenLinearGraphEvaluatedByHandGivesKilnsLogits) {
   Tensor nchw = feat.permute({0, 3, 1, 2}).contiguous();
   std::vector<float> in(nchw.data<float>(), nchw.data<float>() + nchw.numel());
   std::vector<float> got = eval_by_hand(m, in, 2);
+  ASSERT_EQ(got.size(), static_cast<size_t>(want.numel()));
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.data<float>()[i], 1e-5) << i;
+}
+
+TEST(OnnxExport, SiluIsSigmoidTimesItsInput) {
+  std::shared_ptr<Module> model = models::build_model(json::parse(R"({"layers": [
+      {"type": "flatten"}, {"type": "linear", "in_features": 12, "out_features": 6}, {"type": "silu"},
+      {"type": "linear", "in_features": 6, "out_features": 3}]})"));
+  model->eval();
+  NoGradGuard ng;
+  Tensor x = rand_normal({2, 2, 3, 2}, 0, 2);  // NHWC (2, H=2, W=3, C=2)
+  Tensor want = (*model)(x).contiguous();
+  ox::ModelProto m = parse(export_onnx(*model, {2, 2, 3, "silu", {}}));
+  int sigmoids = 0, muls = 0;
+  for (auto& n : m.graph().node()) sigmoids += n.op_type() == "Sigmoid", muls += n.op_type() == "Mul";
+  EXPECT_EQ(sigmoids, 1);
+  EXPECT_EQ(muls, 1);
+  Tensor nchw = x.permute({0, 3, 1, 2}).contiguous();
+  std::vector<float> got = eval_by_hand(m, std::vector<float>(nchw.data<float>(), nchw.data<float>() + nchw.numel()), 2);
   ASSERT_EQ(got.size(), static_cast<size_t>(want.numel()));
   for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want.data<float>()[i], 1e-5) << i;
 }

@@ -5,21 +5,14 @@
 //   dx_j = dy_j * D_j^-beta - 2*alpha*beta/size * x_j * sum_{c = j - (size-1)/2}^{j + size/2} dy_c x_c D_c^(-beta-1)
 // (the backward window is the forward one mirrored: c's window holds j iff j's mirrored window holds c).
 // Backward recomputes D from the saved x instead of keeping a second activation-sized tensor.
-// Tests: tests/core/lrn_test.cpp.
-#include "core/ops/lrn.h"
-
+// The kernel-table entries of core/kernels.h; the op is core/ops/lrn.cpp. Tests: tests/core/lrn_test.cpp.
 #include <cmath>
 #include <vector>
 
-#include "core/autograd.h"
-#include "core/ops/dispatch.h"
+#include "core/kernels.h"
 #include "core/ops/nn_util.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
-
-namespace kiln::ops {
+namespace kiln::cpu {
 
 namespace {
 
@@ -61,7 +54,7 @@ void window_denominator(const T* x, const LrnParams& lp, int64_t C, T* pad, T* d
 }
 
 template <typename T>
-void lrn_forward(const T* x, int64_t rows, int64_t C, const LrnParams& lp, T* y) {
+void forward_rows(const T* x, int64_t rows, int64_t C, const LrnParams& lp, T* y) {
 #pragma omp parallel if (rows * C > kParallelMin)
   {
     std::vector<T> pad(C + lp.size - 1, T(0)), d(C), p(C);
@@ -78,7 +71,7 @@ void lrn_forward(const T* x, int64_t rows, int64_t C, const LrnParams& lp, T* y)
 }
 
 template <typename T>
-void lrn_backward(const T* x, const T* gy, int64_t rows, int64_t C, const LrnParams& lp, T* dx) {
+void backward_rows(const T* x, const T* gy, int64_t rows, int64_t C, const LrnParams& lp, T* dx) {
   const int64_t lo_b = (lp.size - 1) / 2;  // the mirrored window starts (size-1)/2 before j
   const T coef = static_cast<T>(2.0 * lp.alpha * lp.beta / lp.size);
 #pragma omp parallel if (rows * C > kParallelMin)
@@ -107,19 +100,8 @@ void lrn_backward(const T* x, const T* gy, int64_t rows, int64_t C, const LrnPar
 
 }  // namespace
 
-Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double beta, double k) {
-  const bool on_gpu = op_on_cuda("local_response_norm", {x});
-  nn::check_floating("local_response_norm", "x", x);
-  KILN_CHECK(x.dim() >= 2, "local_response_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
-  KILN_CHECK(size >= 1, "local_response_norm: size must be >= 1, got ", size, " (x ", x.str(), ")");
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    Tensor y = cuda::lrn_forward(x.detach(), size, alpha, beta, k);
-    return record("local_response_norm", {x}, y, [xd = x.detach(), size, alpha, beta, k](const Tensor& gy) {
-      return grads{cuda::lrn_backward(gy.dtype() == xd.dtype() ? gy : gy.to(xd.dtype()), xd, size, alpha, beta, k)};
-    });
-#endif
-  }
+Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k) {
+  namespace nn = ops::nn;
   LrnParams lp{size, alpha, beta, k};
   int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
   DType ct = nn::compute_dtype(x.dtype());
@@ -127,18 +109,23 @@ Tensor local_response_norm(const Tensor& x, int64_t size, double alpha, double b
   Tensor y = Tensor::empty(x.shape(), ct);
   nn::dispatch_compute(ct, [&](auto t) {
     using T = decltype(t);
-    lrn_forward<T>(xc.data<T>(), rows, C, lp, y.data<T>());
+    forward_rows<T>(xc.data<T>(), rows, C, lp, y.data<T>());
   });
-  return record("local_response_norm", {x}, nn::from_compute(y, x.dtype()),
-                [xd = x.detach(), lp, rows, C, ct](const Tensor& gy) {
-                  Tensor xc = nn::to_compute(xd, ct), gc = nn::to_compute(gy, ct);
-                  Tensor dx = Tensor::empty(xd.shape(), ct);
-                  nn::dispatch_compute(ct, [&](auto t) {
-                    using T = decltype(t);
-                    lrn_backward<T>(xc.data<T>(), gc.data<T>(), rows, C, lp, dx.data<T>());
-                  });
-                  return grads{nn::from_compute(dx, xd.dtype())};
-                });
+  return nn::from_compute(y, x.dtype());
 }
 
-}  // namespace kiln::ops
+Tensor lrn_backward(const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double k) {
+  namespace nn = ops::nn;
+  LrnParams lp{size, alpha, beta, k};
+  int64_t C = x.size(-1), rows = C ? x.numel() / C : 0;
+  DType ct = nn::compute_dtype(x.dtype());
+  Tensor xc = nn::to_compute(x, ct), gc = nn::to_compute(gy, ct);
+  Tensor dx = Tensor::empty(x.shape(), ct);
+  nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    backward_rows<T>(xc.data<T>(), gc.data<T>(), rows, C, lp, dx.data<T>());
+  });
+  return nn::from_compute(dx, x.dtype());
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,32 @@
+// The CPU's kernel table (core/kernels.h): the one place that lists the CPU's kernels, each declared
+// here and defined in its op's file in core/cpu/, one line per entry.
+#include "core/kernels.h"
+
+namespace kiln::cpu {
+
+// core/cpu/dropout.cpp
+Tensor dropout_forward(const Tensor& x, double p, RngState state);
+Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
+// core/cpu/lrn.cpp
+Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k);
+Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
+// core/cpu/silu.cpp
+Tensor silu_forward(const Tensor& x);
+Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+
+const Kernels& kernels() {
+  static const Kernels table = [] {
+    Kernels k;
+    k.device = "cpu";
+    k.dropout_forward = dropout_forward;
+    k.dropout_backward = dropout_backward;
+    k.silu_forward = silu_forward;
+    k.silu_backward = silu_backward;
+    k.lrn_forward = lrn_forward;
+    k.lrn_backward = lrn_backward;
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace kiln::cpu

@@ -1,0 +1,30 @@
+// The CUDA backend's kernel table (core/kernels.h): the one place that lists its kernels, one line
+// per entry. Kernels not declared in cuda_ops.h are declared here and defined in their op's .cu file.
+#include "core/cuda/cuda_ops.h"
+#include "core/kernels.h"
+
+namespace kiln::cuda {
+
+// core/cuda/silu_cuda.cu
+Tensor silu_forward(const Tensor& x);
+Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+
+const Kernels& kernels() {
+  static const Kernels table = [] {
+    Kernels k;
+    k.device = "cuda";
+    k.dropout_forward = dropout_forward;
+    k.dropout_backward = dropout_backward;
+    k.silu_forward = silu_forward;
+    k.silu_backward = silu_backward;
+    k.lrn_forward = lrn_forward;
+    // cuda::lrn_backward takes grad_out in x's dtype
+    k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
+      return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);
+    };
+    return k;
+  }();
+  return table;
+}
+
+}  // namespace kiln::cuda

@@ -1,0 +1,73 @@
+// One table of device kernels per device (issue #18: an op written once, a device added without
+// touching ops). A public op (core/ops/<op>.cpp) checks its inputs, finds its tensors' device
+// (ops::op_device), takes the kernels it needs from that device's table and records one backward
+// closure that calls the table again; it never branches on the device and never sees
+// KILN_WITH_CUDA:
+//
+//   const Device d = op_device("silu", {x});
+//   auto backward = kernel(d, &Kernels::silu_backward, "silu");
+//   Tensor y = kernel(d, &Kernels::silu_forward, "silu")(x.detach());
+//   return record("silu", {x}, y, [backward, xd = x.detach()](const Tensor& gy) { return grads{backward(gy, xd)}; });
+//
+// The tables: core/cpu/kernels_cpu.cpp (the CPU's, its kernels in core/cpu/) and
+// core/cuda/kernels_cuda.cu (the CUDA backend's, its kernels in core/cuda/). kernels(device), in
+// core/kernels.cpp, is the one place that selects a table, and the one place outside core/cuda/ where
+// KILN_WITH_CUDA appears for kernels. An entry a device lacks is nullptr; kernel() then throws
+// "<op>: no <device> kernel (<entry>)", never a silent fallback to another device.
+//
+// Kernel contract (every entry): inputs are detached tensors on the table's device, any strides;
+// outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
+// tensors), f16/bf16 widened on entry and rounded once on exit; errors name the op.
+//
+// Migration: dropout, silu and local_response_norm are in the table; the other ops still branch with op_on_cuda()
+// (core/ops/dispatch.h) and move here one by one (docs/adding_an_op.md).
+// Tests: tests/core/silu_test.cpp (KernelTable, Silu), tests/core/dropout_test.cpp, tests/gpu/silu_test.cpp.
+#pragma once
+#include "core/check.h"
+#include "core/device.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+namespace kiln {
+
+struct Kernels {
+  const char* device = "";  // "cpu", "cuda": for errors
+
+  // --- dropout (core/ops/dropout.h): element i (row-major) is kept iff uniform_at(state, i) >= float(p),
+  // kept values scaled by 1/(1-p) (a multiply: a dropped NaN stays NaN); the backward redraws the mask
+  // from the same state. Output dtype = input dtype.
+  Tensor (*dropout_forward)(const Tensor& x, double p, RngState state) = nullptr;
+  Tensor (*dropout_backward)(const Tensor& grad_out, double p, RngState state) = nullptr;
+
+  // --- silu (core/ops/silu.h): y = x * sigmoid(x); dx = gy * s * (1 + x * (1 - s)), s = sigmoid(x).
+  // Output dtype = x's dtype (the backward's: grad_out's).
+  Tensor (*silu_forward)(const Tensor& x) = nullptr;
+  Tensor (*silu_backward)(const Tensor& grad_out, const Tensor& x) = nullptr;
+
+  // --- local response norm (core/ops/lrn.h), channels last: y and dx in x's dtype (grad_out any
+  // floating dtype); the backward recomputes the denominators from x.
+  Tensor (*lrn_forward)(const Tensor& x, int64_t size, double alpha, double beta, double k) = nullptr;
+  Tensor (*lrn_backward)(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta,
+                         double k) = nullptr;
+};
+
+// The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.
+const Kernels& kernels(Device device);
+
+// Entry `field` of `device`'s table, or Error "<op>: no <device> kernel (<entry>)".
+template <typename Fn>
+Fn kernel(Device device, Fn Kernels::*field, const char* op, const char* entry = "") {
+  const Kernels& k = kernels(device);
+  Fn f = k.*field;
+  KILN_CHECK(f != nullptr, op, ": no ", k.device, " kernel", *entry ? std::string(" (") + entry + ")" : std::string());
+  return f;
+}
+
+namespace cpu {
+const Kernels& kernels();  // core/cpu/kernels_cpu.cpp
+}
+namespace cuda {
+const Kernels& kernels();  // core/cuda/kernels_cuda.cu (built with CUDA only)
+}
+
+}  // namespace kiln
