@@ -19,12 +19,13 @@
 // outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
 // tensors), f16/bf16 widened on entry and rounded once on exit; errors name the op.
 //
-// Migration: dropout, silu and local_response_norm are in the table; the other ops still branch with op_on_cuda()
+// Migration: dropout, silu, local_response_norm and the pools are in the table; the other ops still branch with op_on_cuda()
 // (core/ops/dispatch.h) and move here one by one (docs/adding_an_op.md).
 // Tests: tests/core/silu_test.cpp (KernelTable, Silu), tests/core/dropout_test.cpp, tests/gpu/silu_test.cpp.
 #pragma once
 #include "core/check.h"
 #include "core/device.h"
+#include "core/ops/pool.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -49,6 +50,21 @@ struct Kernels {
   Tensor (*lrn_forward)(const Tensor& x, int64_t size, double alpha, double beta, double k) = nullptr;
   Tensor (*lrn_backward)(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta,
                          double k) = nullptr;
+
+  // --- pooling (core/ops/pool.h), NHWC, PyTorch's windows; inputs checked by the op. Forward outputs
+  // in x's dtype; grad_out comes in x's dtype, and dx may be returned in it or in the compute dtype
+  // (the op converts).
+  // max: *indices (if not null) receives the argmax of each window as h*W + w in its image (i32),
+  // which the backward takes. global_avg_pool: (N, H, W, C) -> (N, C).
+  Tensor (*max_pool2d_forward)(const Tensor& x, const ops::Pool2dParams& p, Tensor* indices) = nullptr;
+  Tensor (*max_pool2d_backward)(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape,
+                                const ops::Pool2dParams& p) = nullptr;
+  Tensor (*avg_pool2d_forward)(const Tensor& x, const ops::Pool2dParams& p) = nullptr;
+  Tensor (*avg_pool2d_backward)(const Tensor& grad_out, const Shape& x_shape, const ops::Pool2dParams& p) = nullptr;
+  Tensor (*adaptive_avg_pool2d_forward)(const Tensor& x, int64_t out_h, int64_t out_w) = nullptr;
+  Tensor (*adaptive_avg_pool2d_backward)(const Tensor& grad_out, const Shape& x_shape) = nullptr;
+  Tensor (*global_avg_pool_forward)(const Tensor& x) = nullptr;
+  Tensor (*global_avg_pool_backward)(const Tensor& grad_out, const Shape& x_shape) = nullptr;
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.

@@ -10,6 +10,15 @@ Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
 // core/cpu/lrn.cpp
 Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k);
 Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
+// core/cpu/pool.cpp
+Tensor max_pool2d_forward(const Tensor& x, const ops::Pool2dParams& p, Tensor* indices);
+Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape, const ops::Pool2dParams& p);
+Tensor avg_pool2d_forward(const Tensor& x, const ops::Pool2dParams& p);
+Tensor avg_pool2d_backward(const Tensor& gy, const Shape& x_shape, const ops::Pool2dParams& p);
+Tensor adaptive_avg_pool2d_forward(const Tensor& x, int64_t out_h, int64_t out_w);
+Tensor adaptive_avg_pool2d_backward(const Tensor& gy, const Shape& x_shape);
+Tensor global_avg_pool_forward(const Tensor& x);
+Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
 // core/cpu/silu.cpp
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
@@ -24,6 +33,14 @@ const Kernels& kernels() {
     k.silu_backward = silu_backward;
     k.lrn_forward = lrn_forward;
     k.lrn_backward = lrn_backward;
+    k.max_pool2d_forward = max_pool2d_forward;
+    k.max_pool2d_backward = max_pool2d_backward;
+    k.avg_pool2d_forward = avg_pool2d_forward;
+    k.avg_pool2d_backward = avg_pool2d_backward;
+    k.adaptive_avg_pool2d_forward = adaptive_avg_pool2d_forward;
+    k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
+    k.global_avg_pool_forward = global_avg_pool_forward;
+    k.global_avg_pool_backward = global_avg_pool_backward;
     return k;
   }();
   return table;

@@ -18,6 +18,14 @@ const Kernels& kernels() {
     k.silu_forward = silu_forward;
     k.silu_backward = silu_backward;
     k.lrn_forward = lrn_forward;
+    k.max_pool2d_forward = max_pool2d_forward;
+    k.max_pool2d_backward = max_pool2d_backward;
+    k.avg_pool2d_forward = avg_pool2d_forward;
+    k.avg_pool2d_backward = avg_pool2d_backward;
+    k.adaptive_avg_pool2d_forward = adaptive_avg_pool2d_forward;
+    k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
+    k.global_avg_pool_forward = global_avg_pool_forward;
+    k.global_avg_pool_backward = global_avg_pool_backward;
     // cuda::lrn_backward takes grad_out in x's dtype
     k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
       return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);

@@ -1,4 +1,5 @@
-// Pooling on NHWC activations. CPU: own vectorised loops (pool_cpu.cpp says why not oneDNN).
+// Pooling on NHWC activations. The ops are core/ops/pool.cpp; kernels core/cpu/pool.cpp (own vectorised
+// loops; it says why not oneDNN) and core/cuda/pool_cuda.cu.
 // Recorded by autograd. Tests: tests/core/pool_test.cpp.
 //   max_pool2d / avg_pool2d: x (N, H, W, C) -> (N, OH, OW, C); padding (at most half the kernel),
 //     ceil_mode and count_include_pad as in PyTorch; max pooling ignores the padding.

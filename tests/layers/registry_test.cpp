@@ -17,6 +17,7 @@ TEST(Registry, EveryTypeBuildsAndRoundTrips) {
     {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
     {"type": "batch_norm2d", "num_features": 8, "momentum": 0.05},
     {"type": "relu"},
+    {"type": "silu"},
     {"type": "local_response_norm", "size": 5},
     {"type": "max_pool2d", "kernel_size": 3, "stride": 2, "padding": 1, "ceil_mode": true},
     {"type": "basic_block", "in_channels": 8, "planes": 16, "stride": 2, "shortcut": "A"},

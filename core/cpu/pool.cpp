@@ -9,25 +9,21 @@
 // widens the right padding (PyTorch counts only the real padding: 1/6 vs 1/9 at a corner), and its
 // nhwc jit:avx2 max pooling was slower here: (32, 56, 56, 64) k3 s2 p1, 1 thread, loaded 2-core
 // machine, min of 30: fwd 23 ms / bwd 14 ms for these loops vs 89 / 77 ms for oneDNN.
-// CUDA tensors: core/cuda/pool_cuda.cu (same semantics; the argmax is kept there too), with the
-// autograd closures in the *_cuda() functions below; the checks are shared.
+// These are the CPU's kernel-table entries (core/kernels.h); the ops, with their checks, are
+// core/ops/pool.cpp, and core/cuda/pool_cuda.cu has the same semantics (the argmax is kept there too).
 // Tests: tests/core/pool_test.cpp, tests/gpu/ops_dispatch_test.cpp.
-#include "core/ops/pool.h"
-
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <vector>
 
-#include "core/autograd.h"
-#include "core/ops/dispatch.h"
+#include "core/kernels.h"
 #include "core/ops/nn_util.h"
+#include "core/ops/pool.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+namespace kiln::cpu {
 
-namespace kiln::ops {
+using ops::Pool2dParams;
+namespace nn = ops::nn;
 
 namespace {
 
@@ -52,20 +48,11 @@ struct Axis {
   }
 };
 
-int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-
-// PyTorch's pooling_output_shape: in ceil mode the last window must start inside the input or the
-// left padding.
-int64_t pool_out_size(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mode) {
-  int64_t out = floor_div(in + 2 * pad - k + (ceil_mode ? s - 1 : 0), s) + 1;
-  if (ceil_mode && (out - 1) * s >= in + pad) --out;
-  return out;
-}
-
-Axis pool_axis(int64_t in, int64_t k, int64_t s, int64_t pad, bool ceil_mode, bool count_include_pad) {
+// `out` windows (ops::pool2d_output_shape's size of this axis) of `k` inputs every `s`, from -pad.
+Axis pool_axis(int64_t in, int64_t out, int64_t k, int64_t s, int64_t pad, bool count_include_pad) {
   Axis a;
   a.in = in;
-  a.out = pool_out_size(in, k, s, pad, ceil_mode);
+  a.out = out;
   for (int64_t o = 0; o < a.out; ++o) {
     int64_t st = o * s - pad;
     int64_t en = std::min(st + k, in + pad);  // the window may overhang the padding in ceil mode
@@ -212,35 +199,22 @@ void avg_backward(const T* gy, const Geom& g, T* dx) {
   });
 }
 
-void check_input(const char* op, const Tensor& x) {
-  op_device(op, {x});
-  nn::check_floating(op, "x", x);
-  KILN_CHECK(x.dim() == 4, op, ": x must be 4-D (N, H, W, C), got ", x.str());
-  KILN_CHECK(x.size(1) * x.size(2) <= std::numeric_limits<int32_t>::max(), op, ": input plane of ", x.str(),
-             " is too large");
+Geom make_geom(const Shape& x, Axis h, Axis w) { return Geom{x[0], x[3], std::move(h), std::move(w)}; }
+
+// The windows of max/avg pooling of an input of shape x (checked by the op).
+Geom pool_geom(const Shape& x, const Pool2dParams& p, bool count_include_pad) {
+  const Shape out = ops::pool2d_output_shape(x, p);
+  return make_geom(x, pool_axis(x[1], out[1], p.kernel_h, p.stride_h, p.pad_h, count_include_pad),
+                   pool_axis(x[2], out[2], p.kernel_w, p.stride_w, p.pad_w, count_include_pad));
 }
-
-Geom make_geom(const Tensor& x, Axis h, Axis w) { return Geom{x.size(0), x.size(3), std::move(h), std::move(w)}; }
-
-Geom pool_geom(const char* op, const Tensor& x, const Pool2dParams& p, bool count_include_pad) {
-  check_input(op, x);
-  KILN_CHECK(p.kernel_h > 0 && p.kernel_w > 0 && p.stride_h > 0 && p.stride_w > 0, op, ": kernel ", p.kernel_h, "x",
-             p.kernel_w, " and stride ", p.stride_h, "x", p.stride_w, " must be positive (x ", x.str(), ")");
-  KILN_CHECK(p.pad_h >= 0 && p.pad_w >= 0 && 2 * p.pad_h <= p.kernel_h && 2 * p.pad_w <= p.kernel_w, op,
-             ": padding ", p.pad_h, "x", p.pad_w, " must be >= 0 and at most half the kernel ", p.kernel_h, "x",
-             p.kernel_w, " (x ", x.str(), ")");
-  Shape out = pool2d_output_shape(x.shape(), p);
-  KILN_CHECK(out[1] > 0 && out[2] > 0, op, ": kernel ", p.kernel_h, "x", p.kernel_w, " with padding ", p.pad_h,
-             "x", p.pad_w, " does not fit input ", x.str(), " (output ", shape_str(out), ")");
-  return make_geom(x, pool_axis(x.size(1), p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode, count_include_pad),
-                   pool_axis(x.size(2), p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode, count_include_pad));
+Geom adaptive_geom(const Shape& x, int64_t out_h, int64_t out_w) {
+  return make_geom(x, adaptive_axis(x[1], out_h), adaptive_axis(x[2], out_w));
 }
 
 Shape out_shape(const Geom& g) { return {g.N, g.h.out, g.w.out, g.C}; }
 Shape in_shape(const Geom& g) { return {g.N, g.h.in, g.w.in, g.C}; }
 
-// Average pooling of any geometry, recorded as `name`. The backward needs only the geometry.
-Tensor avg_pool(const char* name, const Tensor& x, const Geom& g) {
+Tensor avg_forward_of(const Tensor& x, const Geom& g) {
   DType ct = nn::compute_dtype(x.dtype());
   Tensor xc = nn::to_compute(x, ct);
   Tensor y = Tensor::empty(out_shape(g), ct);
@@ -248,61 +222,25 @@ Tensor avg_pool(const char* name, const Tensor& x, const Geom& g) {
     using T = decltype(t);
     avg_forward<T>(xc.data<T>(), g, y.data<T>());
   });
-  return record(name, {x}, nn::from_compute(y, x.dtype()), [g, ct, dt = x.dtype()](const Tensor& gy) {
-    Tensor gc = nn::to_compute(gy, ct);
-    Tensor dx = Tensor::empty(in_shape(g), ct);
-    nn::dispatch_compute(ct, [&](auto t) {
-      using T = decltype(t);
-      avg_backward<T>(gc.data<T>(), g, dx.data<T>());
-    });
-    return grads{nn::from_compute(dx, dt)};
-  });
+  return nn::from_compute(y, x.dtype());
 }
 
-#ifdef KILN_WITH_CUDA
-// The CUDA ops with their backward closures (inputs already checked).
-Tensor max_pool_cuda(const Tensor& x, const Pool2dParams& p) {
-  Tensor idx;
-  Tensor y = cuda::max_pool2d_forward(x.detach(), p, needs_record({x}) ? &idx : nullptr);
-  return record("max_pool2d", {x}, y, [idx, p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
-    return grads{cuda::max_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), idx, xs, p)};
+// dx in the compute dtype of gy (the op converts it to x's dtype).
+Tensor avg_backward_of(const Tensor& gy, const Geom& g) {
+  DType ct = nn::compute_dtype(gy.dtype());
+  Tensor gc = nn::to_compute(gy, ct);
+  Tensor dx = Tensor::empty(in_shape(g), ct);
+  nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    avg_backward<T>(gc.data<T>(), g, dx.data<T>());
   });
+  return dx;
 }
-Tensor avg_pool_cuda(const Tensor& x, const Pool2dParams& p) {
-  Tensor y = cuda::avg_pool2d_forward(x.detach(), p);
-  return record("avg_pool2d", {x}, y, [p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
-    return grads{cuda::avg_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), xs, p)};
-  });
-}
-Tensor adaptive_avg_pool_cuda(const Tensor& x, int64_t out_h, int64_t out_w) {
-  Tensor y = cuda::adaptive_avg_pool2d_forward(x.detach(), out_h, out_w);
-  return record("adaptive_avg_pool2d", {x}, y, [xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
-    return grads{cuda::adaptive_avg_pool2d_backward(gy.dtype() == dt ? gy : gy.to(dt), xs)};
-  });
-}
-Tensor global_avg_pool_cuda(const Tensor& x) {
-  Tensor y = cuda::global_avg_pool_forward(x.detach());
-  return record("global_avg_pool", {x}, y, [xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
-    return grads{cuda::global_avg_pool_backward(gy.dtype() == dt ? gy : gy.to(dt), xs)};
-  });
-}
-#endif
 
 }  // namespace
 
-Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
-  KILN_CHECK(x.size() == 4, "pool2d_output_shape: x must be 4-D (N, H, W, C), got ", shape_str(x));
-  return {x[0], pool_out_size(x[1], p.kernel_h, p.stride_h, p.pad_h, p.ceil_mode),
-          pool_out_size(x[2], p.kernel_w, p.stride_w, p.pad_w, p.ceil_mode), x[3]};
-}
-
-Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
-  Geom g = pool_geom("max_pool2d", x, p, true);
-  if (x.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    return max_pool_cuda(x, p);
-#endif
-  }
+Tensor max_pool2d_forward(const Tensor& x, const Pool2dParams& p, Tensor* indices) {
+  const Geom g = pool_geom(x.shape(), p, true);
   DType ct = nn::compute_dtype(x.dtype());
   Tensor xc = nn::to_compute(x, ct);
   Tensor y = Tensor::empty(out_shape(g), ct);
@@ -311,51 +249,39 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
     using T = decltype(t);
     max_forward<T>(xc.data<T>(), g, y.data<T>(), arg.data<int32_t>());
   });
-  return record("max_pool2d", {x}, nn::from_compute(y, x.dtype()), [g, arg, ct, dt = x.dtype()](const Tensor& gy) {
-    Tensor gc = nn::to_compute(gy, ct);
-    Tensor dx = Tensor::empty(in_shape(g), ct);
-    nn::dispatch_compute(ct, [&](auto t) {
-      using T = decltype(t);
-      max_backward<T>(gc.data<T>(), arg.data<int32_t>(), g, dx.data<T>());
-    });
-    return grads{nn::from_compute(dx, dt)};
+  if (indices) *indices = arg;
+  return nn::from_compute(y, x.dtype());
+}
+
+Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape, const Pool2dParams& p) {
+  const Geom g = pool_geom(x_shape, p, true);
+  DType ct = nn::compute_dtype(gy.dtype());
+  Tensor gc = nn::to_compute(gy, ct);
+  Tensor dx = Tensor::empty(in_shape(g), ct);
+  nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    max_backward<T>(gc.data<T>(), indices.data<int32_t>(), g, dx.data<T>());
   });
+  return dx;
 }
 
-Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
-  Geom g = pool_geom("avg_pool2d", x, p, p.count_include_pad);
-  if (x.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    return avg_pool_cuda(x, p);
-#endif
-  }
-  return avg_pool("avg_pool2d", x, g);
+Tensor avg_pool2d_forward(const Tensor& x, const Pool2dParams& p) {
+  return avg_forward_of(x, pool_geom(x.shape(), p, p.count_include_pad));
+}
+Tensor avg_pool2d_backward(const Tensor& gy, const Shape& x_shape, const Pool2dParams& p) {
+  return avg_backward_of(gy, pool_geom(x_shape, p, p.count_include_pad));
+}
+Tensor adaptive_avg_pool2d_forward(const Tensor& x, int64_t out_h, int64_t out_w) {
+  return avg_forward_of(x, adaptive_geom(x.shape(), out_h, out_w));
+}
+Tensor adaptive_avg_pool2d_backward(const Tensor& gy, const Shape& x_shape) {
+  return avg_backward_of(gy, adaptive_geom(x_shape, gy.size(1), gy.size(2)));
+}
+Tensor global_avg_pool_forward(const Tensor& x) {
+  return avg_forward_of(x, adaptive_geom(x.shape(), 1, 1)).reshape({x.size(0), x.size(3)});
+}
+Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape) {
+  return avg_backward_of(gy.reshape({x_shape[0], 1, 1, x_shape[3]}), adaptive_geom(x_shape, 1, 1));
 }
 
-Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
-  check_input("adaptive_avg_pool2d", x);
-  KILN_CHECK(out_h > 0 && out_w > 0, "adaptive_avg_pool2d: output size ", out_h, "x", out_w,
-             " must be positive (x ", x.str(), ")");
-  KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "adaptive_avg_pool2d: empty input plane in ", x.str());
-  if (x.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    return adaptive_avg_pool_cuda(x, out_h, out_w);
-#endif
-  }
-  return avg_pool("adaptive_avg_pool2d", x,
-                  make_geom(x, adaptive_axis(x.size(1), out_h), adaptive_axis(x.size(2), out_w)));
-}
-
-Tensor global_avg_pool(const Tensor& x) {
-  check_input("global_avg_pool", x);
-  KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "global_avg_pool: empty input plane in ", x.str());
-  if (x.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    return global_avg_pool_cuda(x);
-#endif
-  }
-  Tensor y = avg_pool("global_avg_pool", x, make_geom(x, adaptive_axis(x.size(1), 1), adaptive_axis(x.size(2), 1)));
-  return y.reshape({x.size(0), x.size(3)});
-}
-
-}  // namespace kiln::ops
+}  // namespace kiln::cpu
