@@ -19,10 +19,12 @@
 // outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
 // tensors), f16/bf16 widened on entry and rounded once on exit; errors name the op.
 //
-// Migration: dropout, silu, local_response_norm and the pools are in the table; the other ops still branch with op_on_cuda()
+// Migration: dropout, silu, local_response_norm, the pools and the SGD/AdamW steps are in the table; the other ops still branch with op_on_cuda()
 // (core/ops/dispatch.h) and move here one by one (docs/adding_an_op.md).
 // Tests: tests/core/silu_test.cpp (KernelTable, Silu), tests/core/dropout_test.cpp, tests/gpu/silu_test.cpp.
 #pragma once
+#include <vector>
+
 #include "core/check.h"
 #include "core/device.h"
 #include "core/ops/pool.h"
@@ -30,6 +32,27 @@
 #include "core/tensor.h"
 
 namespace kiln {
+
+// --- the optimizers' fused steps (optim/sgd.cpp, optim/adamw.cpp): one call for every parameter.
+// param and buffers f32; grad f32 (f16 or bf16 too on a GPU) of the param's shape; all on one device.
+struct SgdStepEntry {
+  Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, used when momentum != 0
+  double lr = 0.1, weight_decay = 0.0;
+  bool first_step = false;  // momentum buffer not initialised yet: buf = grad (PyTorch)
+};
+struct SgdStepOptions {
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+};
+struct AdamWStepEntry {
+  Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
+  Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
+  double lr = 1e-3, weight_decay = 0.0;
+  int64_t step = 1;  // the step being taken, counted from 1 (bias correction)
+};
+struct AdamWStepOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
 
 struct Kernels {
   const char* device = "";  // "cpu", "cuda": for errors
@@ -65,6 +88,14 @@ struct Kernels {
   Tensor (*adaptive_avg_pool2d_backward)(const Tensor& grad_out, const Shape& x_shape) = nullptr;
   Tensor (*global_avg_pool_forward)(const Tensor& x) = nullptr;
   Tensor (*global_avg_pool_backward)(const Tensor& grad_out, const Shape& x_shape) = nullptr;
+
+  // --- optimizer steps, in place, PyTorch's arithmetic in f32 (scalars in double first):
+  // SGD: g += wd*p; buf = m*buf + (1-dampening)*g (buf = g at the first step); g = nesterov ? g + m*buf : buf;
+  //      p -= lr*g (no decay term at all when wd = 0: 0 * inf would be NaN).
+  // AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2 (amsgrad: vmax = max(vmax, v) replaces v);
+  //      p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
+  void (*sgd_step)(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& options) = nullptr;
+  void (*adamw_step)(const std::vector<AdamWStepEntry>& entries, const AdamWStepOptions& options) = nullptr;
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.

@@ -1,43 +1,12 @@
-// AdamW update: one pass over each parameter's contiguous f32 data. Scalars (bias corrections,
-// step size) are computed in double as PyTorch does in Python, then used as f32; the per-element
-// arithmetic follows PyTorch's operation order (addcmul: v + (c * g) * g; addcdiv: p + (s * m) / d).
+// AdamW: the options, the state, and the step, which builds one entry per parameter with a gradient
+// and hands them to the device's fused step (core/kernels.h: core/cpu/adamw.cpp,
+// core/cuda/optim_cuda.cu).
 #include "optim/adamw.h"
 
-#include <algorithm>
-#include <cmath>
-
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
-namespace {
-
-struct AdamWScalars {
-  float b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt;
-};
-
-// One parameter's update; amsgrad is a template argument so each loop is branch-free and vectorizes.
-template <bool kAmsgrad>
-void adamw_update(float* p, const float* g, float* m, float* v, float* vmax, int64_t n, const AdamWScalars& c) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    float pi = p[i] * c.decay;
-    float mi = c.b1 * m[i] + c.c1 * g[i];
-    float vi = c.b2 * v[i] + c.c2 * g[i] * g[i];
-    m[i] = mi;
-    v[i] = vi;
-    if constexpr (kAmsgrad) {
-      vi = std::max(vmax[i], vi);
-      vmax[i] = vi;
-    }
-    float denom = std::sqrt(vi) / c.bc2_sqrt + c.eps;
-    p[i] = pi + c.neg_step_size * mi / denom;
-  }
-}
-
-}  // namespace
 
 AdamWOptions AdamWOptions::from_json(const json& j, const std::string& path) {
   JsonReader r(j, path);
@@ -83,57 +52,30 @@ AdamW::AdamW(std::vector<ParamRef> params, AdamWOptions options)
 
 void AdamW::step() {
   const double base_lr = this->lr();
-  const double beta1 = options_.betas[0], beta2 = options_.betas[1];
-  const float b1 = static_cast<float>(beta1), b2 = static_cast<float>(beta2);
-  const float c1 = static_cast<float>(1 - beta1), c2 = static_cast<float>(1 - beta2);
-  const float eps = static_cast<float>(options_.eps);
-  const bool amsgrad = options_.amsgrad;
-  const bool on_gpu = device().is_cuda();
-#ifdef KILN_WITH_CUDA
-  std::vector<cuda::AdamWEntry> entries;  // on a GPU: one launch for all parameters, after the loop
-#endif
+  std::vector<AdamWStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "AdamW");
     if (!grad.defined()) continue;
     Slot& s = state_[k];
-    const double lr = base_lr * params_[k].lr_mult;
     if (!s.exp_avg.defined()) {
       const Shape& shape = params_[k].param.shape();
       s.exp_avg = Tensor::zeros(shape, DType::f32, device());
       s.exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
-      if (amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
+      if (options_.amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
     }
     s.step += 1;
-    if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-      cuda::AdamWEntry e;
-      e.param = params_[k].param;
-      e.grad = grad;
-      e.exp_avg = s.exp_avg;
-      e.exp_avg_sq = s.exp_avg_sq;
-      e.max_exp_avg_sq = s.max_exp_avg_sq;
-      e.lr = lr;
-      e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
-      e.step = s.step;
-      entries.push_back(e);
-#endif
-      continue;
-    }
-    const double t = static_cast<double>(s.step);
-    const float decay = static_cast<float>(1 - lr * decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
-    const float neg_step_size = static_cast<float>(-(lr / (1 - std::pow(beta1, t))));
-    const float bc2_sqrt = static_cast<float>(std::sqrt(1 - std::pow(beta2, t)));
-    AdamWScalars c{b1, b2, c1, c2, eps, decay, neg_step_size, bc2_sqrt};
-    float* p = params_[k].param.data<float>();
-    const float* g = grad.data<float>();
-    float* m = s.exp_avg.data<float>();
-    float* v = s.exp_avg_sq.data<float>();
-    if (amsgrad) adamw_update<true>(p, g, m, v, s.max_exp_avg_sq.data<float>(), grad.numel(), c);
-    else adamw_update<false>(p, g, m, v, nullptr, grad.numel(), c);
+    AdamWStepEntry e;
+    e.param = params_[k].param;
+    e.grad = grad;
+    e.exp_avg = s.exp_avg;
+    e.exp_avg_sq = s.exp_avg_sq;
+    e.max_exp_avg_sq = s.max_exp_avg_sq;
+    e.lr = base_lr * params_[k].lr_mult;
+    e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
+    e.step = s.step;
+    entries.push_back(e);
   }
-#ifdef KILN_WITH_CUDA
-  if (on_gpu) cuda::adamw_step(entries, {beta1, beta2, options_.eps});
-#endif
+  kernel(device(), &Kernels::adamw_step, "AdamW")(entries, {options_.betas[0], options_.betas[1], options_.eps});
 }
 
 OptimizerState AdamW::state_dict() const {

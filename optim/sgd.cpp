@@ -1,12 +1,9 @@
-// SGD update: one pass over each parameter's contiguous f32 data doing decay, momentum and the
-// step together. Arithmetic is f32 in PyTorch's order (each multiply rounded, then the add), so
-// results match torch.optim.SGD to the last bit or two (PyTorch may fuse a multiply-add). On a GPU
-// the same rule runs as one multi-tensor launch over every parameter (core/cuda/optim_cuda.cu).
+// SGD: the options, the state, and the step, which builds one entry per parameter with a gradient
+// and hands them to the device's fused step (core/kernels.h: core/cpu/sgd.cpp, one pass over each
+// parameter; core/cuda/optim_cuda.cu, one multi-tensor launch).
 #include "optim/sgd.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -51,79 +48,26 @@ SGD::SGD(std::vector<ParamRef> params, SGDOptions options)
   momentum_.resize(params_.size());
 }
 
-namespace {
-
-// One parameter's update. The options are template arguments so that each instantiation is a
-// branch-free loop that vectorizes. NOTE: no decay term at all when weight decay is 0, as in
-// PyTorch: 0 * inf would be NaN.
-template <bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
-void sgd_update(float* p, const float* g, float* buf, int64_t n, float lr, float wd, float mom, float damp) {
-#pragma omp parallel for simd if (n > 32768)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if constexpr (kDecay) d = d + wd * p[i];
-    if constexpr (kMomentum) {
-      float b;
-      if constexpr (kFirst) b = d;
-      else b = mom * buf[i] + damp * d;
-      buf[i] = b;
-      if constexpr (kNesterov) d = d + mom * b;
-      else d = b;
-    }
-    p[i] = p[i] - lr * d;
-  }
-}
-
-using SGDKernel = void (*)(float*, const float*, float*, int64_t, float, float, float, float);
-
-template <bool kDecay>
-SGDKernel pick(bool momentum, bool first, bool nesterov) {
-  if (!momentum) return sgd_update<kDecay, false, false, false>;
-  if (first) return nesterov ? sgd_update<kDecay, true, true, true> : sgd_update<kDecay, true, true, false>;
-  return nesterov ? sgd_update<kDecay, true, false, true> : sgd_update<kDecay, true, false, false>;
-}
-
-}  // namespace
 
 void SGD::step() {
-  if (device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    const bool momentum_on = options_.momentum != 0;
-    std::vector<cuda::SgdEntry> entries;
-    for (size_t k = 0; k < params_.size(); ++k) {
-      Tensor grad = dense_grad(params_[k], "SGD");
-      if (!grad.defined()) continue;
-      cuda::SgdEntry e;
-      e.param = params_[k].param;
-      e.grad = grad;
-      e.lr = this->lr() * params_[k].lr_mult;
-      e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
-      if (momentum_on) {
-        e.first_step = !momentum_[k].defined();
-        if (e.first_step) momentum_[k] = Tensor::empty(params_[k].param.shape(), DType::f32, device());
-        e.momentum_buffer = momentum_[k];
-      }
-      entries.push_back(e);
-    }
-    cuda::sgd_step(entries, {options_.momentum, options_.dampening, options_.nesterov});
-    return;
-#endif
-  }
-  const float mom = static_cast<float>(options_.momentum);
-  const float damp = static_cast<float>(1.0 - options_.dampening);
-  const bool momentum = options_.momentum != 0;
+  const bool momentum_on = options_.momentum != 0;
+  std::vector<SgdStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "SGD");
     if (!grad.defined()) continue;
-    const float lr = static_cast<float>(this->lr() * params_[k].lr_mult);
-    const float wd = static_cast<float>(decay_for(k, options_.weight_decay, options_.no_decay_bn_bias));
-    const bool first = momentum && !momentum_[k].defined();
-    if (first) momentum_[k] = Tensor::empty(params_[k].param.shape());
-    float* buf = momentum ? momentum_[k].data<float>() : nullptr;
-    SGDKernel kernel = wd != 0.0f ? pick<true>(momentum, first, options_.nesterov)
-                                  : pick<false>(momentum, first, options_.nesterov);
-    kernel(params_[k].param.data<float>(), grad.data<float>(), buf, grad.numel(), lr, wd, mom, damp);
+    SgdStepEntry e;
+    e.param = params_[k].param;
+    e.grad = grad;
+    e.lr = this->lr() * params_[k].lr_mult;
+    e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
+    if (momentum_on) {
+      e.first_step = !momentum_[k].defined();
+      if (e.first_step) momentum_[k] = Tensor::empty(params_[k].param.shape(), DType::f32, device());
+      e.momentum_buffer = momentum_[k];
+    }
+    entries.push_back(e);
   }
+  kernel(device(), &Kernels::sgd_step, "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov});
 }
 
 OptimizerState SGD::state_dict() const {

@@ -4,6 +4,9 @@
 
 namespace kiln::cpu {
 
+// core/cpu/adamw.cpp, core/cpu/sgd.cpp
+void adamw_step(const std::vector<AdamWStepEntry>& entries, const AdamWStepOptions& options);
+void sgd_step(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& options);
 // core/cpu/dropout.cpp
 Tensor dropout_forward(const Tensor& x, double p, RngState state);
 Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
@@ -41,6 +44,8 @@ const Kernels& kernels() {
     k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
     k.global_avg_pool_forward = global_avg_pool_forward;
     k.global_avg_pool_backward = global_avg_pool_backward;
+    k.sgd_step = sgd_step;
+    k.adamw_step = adamw_step;
     return k;
   }();
   return table;

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/kernels.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/pool.h"
 #include "core/rng.h"
@@ -180,27 +181,14 @@ Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, dou
 Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
 
 // --- optimizers and loss scaling (core/cuda/optim_cuda.cu): one kernel launch for all tensors -------
-// param, buffers f32; grad f32, f16 or bf16 of the param's shape; all on one device.
-struct SgdEntry {
-  Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, used when momentum != 0
-  double lr = 0.1, weight_decay = 0.0;
-  bool first_step = false;  // momentum buffer not initialised yet: buf = grad (PyTorch)
-};
-struct SgdOptions {
-  double momentum = 0.0, dampening = 0.0;
-  bool nesterov = false;
-};
+// param, buffers f32; grad f32, f16 or bf16 of the param's shape; all on one device. The entries
+// are the kernel table's (core/kernels.h).
+using SgdEntry = SgdStepEntry;
+using SgdOptions = SgdStepOptions;
 // PyTorch's SGD: g += wd*p; buf = m*buf + (1-dampening)*g; g = nesterov ? g + m*buf : buf; p -= lr*g.
 void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt);
-struct AdamWEntry {
-  Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
-  Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
-  double lr = 1e-3, weight_decay = 0.0;
-  int64_t step = 1;  // the step being taken, counted from 1 (bias correction)
-};
-struct AdamWOptions {
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-};
+using AdamWEntry = AdamWStepEntry;
+using AdamWOptions = AdamWStepOptions;
 // PyTorch's AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
 void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt);

@@ -26,6 +26,8 @@ const Kernels& kernels() {
     k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
     k.global_avg_pool_forward = global_avg_pool_forward;
     k.global_avg_pool_backward = global_avg_pool_backward;
+    k.sgd_step = sgd_step;
+    k.adamw_step = adamw_step;
     // cuda::lrn_backward takes grad_out in x's dtype
     k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
       return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);
