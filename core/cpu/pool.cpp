@@ -214,27 +214,28 @@ Geom adaptive_geom(const Shape& x, int64_t out_h, int64_t out_w) {
 Shape out_shape(const Geom& g) { return {g.N, g.h.out, g.w.out, g.C}; }
 Shape in_shape(const Geom& g) { return {g.N, g.h.in, g.w.in, g.C}; }
 
-Tensor avg_forward_of(const Tensor& x, const Geom& g) {
-  DType ct = nn::compute_dtype(x.dtype());
-  Tensor xc = nn::to_compute(x, ct);
-  Tensor y = Tensor::empty(out_shape(g), ct);
+// A tensor of `shape` in the compute dtype of `in`, filled by f(in's data, its data) (T = float or
+// double: f is generic).
+template <typename F>
+Tensor compute_into(const Tensor& in, const Shape& shape, F f) {
+  DType ct = nn::compute_dtype(in.dtype());
+  Tensor ic = nn::to_compute(in, ct);
+  Tensor out = Tensor::empty(shape, ct);
   nn::dispatch_compute(ct, [&](auto t) {
     using T = decltype(t);
-    avg_forward<T>(xc.data<T>(), g, y.data<T>());
+    f(ic.data<T>(), out.data<T>());
   });
-  return nn::from_compute(y, x.dtype());
+  return out;
+}
+
+Tensor avg_forward_of(const Tensor& x, const Geom& g) {
+  return nn::from_compute(compute_into(x, out_shape(g), [&](const auto* a, auto* y) { avg_forward(a, g, y); }),
+                          x.dtype());
 }
 
 // dx in the compute dtype of gy (the op converts it to x's dtype).
 Tensor avg_backward_of(const Tensor& gy, const Geom& g) {
-  DType ct = nn::compute_dtype(gy.dtype());
-  Tensor gc = nn::to_compute(gy, ct);
-  Tensor dx = Tensor::empty(in_shape(g), ct);
-  nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    avg_backward<T>(gc.data<T>(), g, dx.data<T>());
-  });
-  return dx;
+  return compute_into(gy, in_shape(g), [&](const auto* a, auto* dx) { avg_backward(a, g, dx); });
 }
 
 }  // namespace
@@ -255,14 +256,8 @@ Tensor max_pool2d_forward(const Tensor& x, const Pool2dParams& p, Tensor* indice
 
 Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape, const Pool2dParams& p) {
   const Geom g = pool_geom(x_shape, p, true);
-  DType ct = nn::compute_dtype(gy.dtype());
-  Tensor gc = nn::to_compute(gy, ct);
-  Tensor dx = Tensor::empty(in_shape(g), ct);
-  nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    max_backward<T>(gc.data<T>(), indices.data<int32_t>(), g, dx.data<T>());
-  });
-  return dx;
+  return compute_into(gy, in_shape(g),
+                      [&](const auto* a, auto* dx) { max_backward(a, indices.data<int32_t>(), g, dx); });
 }
 
 Tensor avg_pool2d_forward(const Tensor& x, const Pool2dParams& p) {

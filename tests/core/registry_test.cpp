@@ -11,14 +11,7 @@
 using namespace kiln;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 using Maker = std::function<int(int)>;
 const Registry<Maker>& numbers() {
   static const Registry<Maker> r("a number maker", {{"double", [](int x) { return 2 * x; }},

@@ -10,14 +10,7 @@ using namespace kiln;
 using kiln::cli::KeyValueArgs;
 
 namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 }  // namespace
 
 TEST(KeyValueArgs, ValuesDefaultsAndNumbers) {
