@@ -19,7 +19,8 @@
 // outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
 // tensors), f16/bf16 widened on entry and rounded once on exit; errors name the op.
 //
-// Migration: dropout, silu, local_response_norm, the pools and the SGD/AdamW steps are in the table; the other ops still branch with op_on_cuda()
+// Migration: dropout, silu, local_response_norm, the pools, the SGD/AdamW steps and the gradient
+// utilities (unscale, norm, clip, EMA) are in the table; the other ops still branch with op_on_cuda()
 // (core/ops/dispatch.h) and move here one by one (docs/adding_an_op.md).
 // Tests: tests/core/silu_test.cpp (KernelTable, Silu), tests/core/dropout_test.cpp, tests/gpu/silu_test.cpp.
 #pragma once
@@ -96,6 +97,17 @@ struct Kernels {
   //      p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
   void (*sgd_step)(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& options) = nullptr;
   void (*adamw_step)(const std::vector<AdamWStepEntry>& entries, const AdamWStepOptions& options) = nullptr;
+
+  // --- gradient utilities (optim/loss_scaler.cpp, optim/param.cpp, optim/ema.cpp); f32 tensors:
+  // every element x *= float(factor) in place; false if any result is inf or NaN (loss-scaler unscale,
+  // gradient clipping).
+  bool (*scale_and_check_finite)(const std::vector<Tensor>& xs, double factor) = nullptr;
+  // sum of x^2 over every element of every tensor, accumulated in f64.
+  double (*sum_of_squares)(const std::vector<Tensor>& xs) = nullptr;
+  // max |x| over the elements (0 when empty); NaN when any element is NaN.
+  double (*max_abs)(const Tensor& x) = nullptr;
+  // ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
+  void (*ema_update)(const Tensor& ema, const Tensor& live, float decay) = nullptr;
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.

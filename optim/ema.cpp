@@ -1,16 +1,11 @@
-// The weight EMA: options, checks, the CPU update and the dispatch to the CUDA kernel.
+// The weight EMA: options, checks, and the update through the device's kernel (core/kernels.h).
 #include "optim/ema.h"
 
 #include <algorithm>
 
 #include "core/check.h"
 
-#ifdef KILN_WITH_CUDA
-namespace kiln::cuda {
-// optim/ema_cuda.cu: ema = d * ema + (1 - d) * w over n f32 elements, on the device's stream.
-void ema_update_f32(float* ema, const float* w, int64_t n, float d, int device);
-}  // namespace kiln::cuda
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -64,24 +59,13 @@ double WeightEma::decay_at(int64_t t) const {
 
 void WeightEma::update(int64_t t) {
   const float d = static_cast<float>(decay_at(t));
-  const float one_minus_d = 1.0f - d;
   for (const Entry& e : entries_) {
     if (!e.average) {
       copy_tensor(e.ema, e.live);  // a device-to-device copy on a GPU: no host wait
       continue;
     }
-    const int64_t n = e.live.numel();
-    if (e.live.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-      cuda::ema_update_f32(e.ema.data<float>(), e.live.data<float>(), n, d, e.live.device().index);
-      continue;
-#else
-      KILN_FAIL("EMA: a CUDA tensor in a build without CUDA");
-#endif
-    }
-    float* a = e.ema.data<float>();
-    const float* w = e.live.data<float>();
-    for (int64_t i = 0; i < n; ++i) a[i] = d * a[i] + one_minus_d * w[i];
+    // ema = d * ema + (1 - d) * w, in place, on the weights' device (no host wait on a GPU).
+    kernel(e.live.device(), &Kernels::ema_update, "EMA")(e.ema, e.live, d);
   }
 }
 

@@ -9,7 +9,7 @@
 // the first update uses 0.1, so the average follows the weights closely early on). The copied
 // tensors (batch-norm running statistics, counters) take the live values (ema = w).
 // The EMA tensors are f32 on the weights' device; an update reads nothing back to the host: a plain
-// loop on the CPU, one kernel launch per tensor on a GPU (optim/ema_cuda.cu), on the device's
+// loop on the CPU, one kernel launch per tensor on a GPU (core/cuda/ema_cuda.cu), on the device's
 // stream. The CPU update is deterministic (bit-exact across runs and resumes).
 // The trainer owns the EMA model (a second model of the same config) and saves it beside the
 // live weights (docs/ema_accumulate.md).

@@ -9,9 +9,7 @@
 
 #include "core/ops/elementwise.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -60,27 +58,10 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
     Tensor grad = dense_grad(p, "LossScaler");
     if (grad.defined()) gs.push_back(grad);
   }
-  if (!gs.empty() && gs[0].device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    unscaled_finite_ = cuda::unscale_and_check_finite(gs, inv);
-    return *unscaled_finite_;
-#endif
-  }
-  bool finite = true;
-  for (const Tensor& grad : gs) {
-    float* g = grad.data<float>();
-    const int64_t n = grad.numel();
-    int64_t bad = 0;  // a count, not a flag: a branch-free reduction that vectorizes
-#pragma omp parallel for simd reduction(+ : bad) if (n > 32768)
-    for (int64_t i = 0; i < n; ++i) {
-      float x = g[i] * inv;
-      g[i] = x;
-      bad += std::isfinite(x) ? 0 : 1;
-    }
-    finite = finite && bad == 0;
-  }
-  unscaled_finite_ = finite;
-  return finite;
+  // One pass per gradient (one launch for all on a GPU): g *= 1/scale, and whether all stayed finite.
+  const Device d = gs.empty() ? Device::cpu() : gs[0].device();
+  unscaled_finite_ = kernel(d, &Kernels::scale_and_check_finite, "LossScaler")(gs, inv);
+  return *unscaled_finite_;
 }
 
 void LossScaler::update(bool found_inf) {

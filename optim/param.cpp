@@ -1,7 +1,7 @@
-// Gradient utilities over a parameter list. Reductions accumulate in double, so the norm of a
-// ResNet's 25M gradients does not depend on the summation order's rounding. On a GPU the norm is one
-// multi-tensor sum-of-squares launch (f32 per block, f64 across blocks) and the clipping one
-// multi-tensor scale (core/cuda/optim_cuda.cu).
+// Gradient utilities over a parameter list. The norm and the clipping call the device's kernels
+// (core/kernels.h): reductions accumulate in double (the CPU, core/cpu/grad_utils.cpp) or f32 per
+// block and f64 across blocks (a GPU, one multi-tensor launch, core/cuda/optim_cuda.cu), so the norm
+// of a ResNet's 25M gradients does not depend on the summation order's rounding.
 #include "optim/param.h"
 
 #include <algorithm>
@@ -9,9 +9,7 @@
 #include <limits>
 #include <set>
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -67,14 +65,14 @@ Tensor dense_grad(const ParamRef& p, const char* who) {
 }
 
 namespace {
-// The dense gradients of the parameters that have one, and whether they are on a GPU.
-std::vector<Tensor> dense_grads(const std::vector<ParamRef>& params, const char* who, bool* on_gpu) {
+// The dense gradients of the parameters that have one, and their device (CPU when there are none).
+std::vector<Tensor> dense_grads(const std::vector<ParamRef>& params, const char* who, Device* device) {
   std::vector<Tensor> gs;
   for (const auto& p : params) {
     Tensor g = dense_grad(p, who);
     if (g.defined()) gs.push_back(g);
   }
-  *on_gpu = !gs.empty() && gs[0].device().is_cuda();
+  *device = gs.empty() ? Device::cpu() : gs[0].device();
   return gs;
 }
 }  // namespace
@@ -82,43 +80,17 @@ std::vector<Tensor> dense_grads(const std::vector<ParamRef>& params, const char*
 double grad_norm(const std::vector<ParamRef>& params, double norm_type) {
   bool inf_norm = std::isinf(norm_type) && norm_type > 0;
   KILN_CHECK(inf_norm || norm_type == 2.0, "grad_norm: norm_type ", norm_type, " is not supported; accepted: 2, inf");
-  bool on_gpu = false;
-  std::vector<Tensor> gs = dense_grads(params, "grad_norm", &on_gpu);
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    if (!inf_norm) return std::sqrt(cuda::sum_of_squares(gs));
-    double m = 0;
-    for (const Tensor& g : gs) {
-      double a = cuda::max_abs(g);  // NaN propagates
-      if (a != a) return a;
-      m = std::max(m, a);
-    }
-    return m;
-#endif
-  }
-  double acc = 0;
+  Device d;
+  std::vector<Tensor> gs = dense_grads(params, "grad_norm", &d);
+  if (!inf_norm) return std::sqrt(kernel(d, &Kernels::sum_of_squares, "grad_norm")(gs));
+  const auto max_abs = kernel(d, &Kernels::max_abs, "grad_norm");
+  double m = 0;
   for (const Tensor& g : gs) {
-    const float* d = g.data<float>();
-    int64_t n = g.numel();
-    if (inf_norm) {
-      float m = 0;
-      int64_t nan = 0;
-#pragma omp parallel for simd reduction(max : m) reduction(+ : nan) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) {
-        float a = std::fabs(d[i]);
-        m = a > m ? a : m;
-        nan += a != a;
-      }
-      if (nan) return std::numeric_limits<double>::quiet_NaN();
-      acc = std::max(acc, static_cast<double>(m));
-    } else {
-      double s = 0;
-#pragma omp parallel for simd reduction(+ : s) if (n > 65536)
-      for (int64_t i = 0; i < n; ++i) s += static_cast<double>(d[i]) * d[i];
-      acc += s;
-    }
+    const double a = max_abs(g);  // NaN propagates
+    if (a != a) return a;
+    m = std::max(m, a);
   }
-  return inf_norm ? acc : std::sqrt(acc);
+  return m;
 }
 
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, double norm_type) {
@@ -127,21 +99,10 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, doub
   if (!std::isfinite(norm)) return norm;
   double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return norm;
-  const float c = static_cast<float>(coef);
-  bool on_gpu = false;
-  std::vector<Tensor> gs = dense_grads(params, "clip_grad_norm", &on_gpu);
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    cuda::unscale_and_check_finite(gs, c);  // one launch: g *= float(coef); the norm was finite
-    return norm;
-#endif
-  }
-  for (const Tensor& g : gs) {
-    float* d = g.data<float>();
-    int64_t n = g.numel();
-#pragma omp parallel for simd if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) d[i] *= c;
-  }
+  Device d;
+  std::vector<Tensor> gs = dense_grads(params, "clip_grad_norm", &d);
+  // g *= float(coef), one pass per gradient (one launch for all on a GPU); the norm was finite.
+  kernel(d, &Kernels::scale_and_check_finite, "clip_grad_norm")(gs, coef);
   return norm;
 }
 

@@ -10,6 +10,11 @@ void sgd_step(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& op
 // core/cpu/dropout.cpp
 Tensor dropout_forward(const Tensor& x, double p, RngState state);
 Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
+// core/cpu/grad_utils.cpp
+bool scale_and_check_finite(const std::vector<Tensor>& xs, double factor);
+double sum_of_squares(const std::vector<Tensor>& xs);
+double max_abs(const Tensor& x);
+void ema_update(const Tensor& ema, const Tensor& live, float decay);
 // core/cpu/lrn.cpp
 Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k);
 Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
@@ -46,6 +51,10 @@ const Kernels& kernels() {
     k.global_avg_pool_backward = global_avg_pool_backward;
     k.sgd_step = sgd_step;
     k.adamw_step = adamw_step;
+    k.scale_and_check_finite = scale_and_check_finite;
+    k.sum_of_squares = sum_of_squares;
+    k.max_abs = max_abs;
+    k.ema_update = ema_update;
     return k;
   }();
   return table;

@@ -5,6 +5,8 @@
 
 namespace kiln::cuda {
 
+// core/cuda/ema_cuda.cu
+void ema_update(const Tensor& ema, const Tensor& live, float decay);
 // core/cuda/silu_cuda.cu
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
@@ -28,6 +30,10 @@ const Kernels& kernels() {
     k.global_avg_pool_backward = global_avg_pool_backward;
     k.sgd_step = sgd_step;
     k.adamw_step = adamw_step;
+    k.scale_and_check_finite = unscale_and_check_finite;  // same contract: x *= factor, all finite
+    k.sum_of_squares = [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); };
+    k.max_abs = max_abs;
+    k.ema_update = ema_update;
     // cuda::lrn_backward takes grad_out in x's dtype
     k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
       return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);

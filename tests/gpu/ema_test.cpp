@@ -1,4 +1,4 @@
-// The weight EMA's CUDA kernel (optim/ema_cuda.cu) against the CPU update on the same inputs:
+// The weight EMA's CUDA kernel (core/cuda/ema_cuda.cu) against the CPU update on the same inputs:
 // tensors of 1, odd and >16K elements, several steps with warmup, a buffer copied. Tolerance:
 // equal up to FMA contraction differences, 1e-6 relative.
 #include <gtest/gtest.h>
