@@ -13,7 +13,7 @@
 // core/cuda/kernels_cuda.cu (the CUDA backend's, its kernels in core/cuda/). kernels(device), in
 // core/kernels.cpp, is the one place that selects a table, and the one place outside core/cuda/ where
 // KILN_WITH_CUDA appears for kernels. An entry a device lacks is nullptr; kernel() then throws
-// "<op>: no <device> kernel (<entry>)", never a silent fallback to another device.
+// "<op>: no <device> kernel", never a silent fallback to another device.
 //
 // Kernel contract (every entry): inputs are detached tensors on the table's device, any strides;
 // outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
@@ -113,12 +113,12 @@ struct Kernels {
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.
 const Kernels& kernels(Device device);
 
-// Entry `field` of `device`'s table, or Error "<op>: no <device> kernel (<entry>)".
+// Entry `field` of `device`'s table, or Error "<op>: no <device> kernel".
 template <typename Fn>
-Fn kernel(Device device, Fn Kernels::*field, const char* op, const char* entry = "") {
+Fn kernel(Device device, Fn Kernels::*field, const char* op) {
   const Kernels& k = kernels(device);
   Fn f = k.*field;
-  KILN_CHECK(f != nullptr, op, ": no ", k.device, " kernel", *entry ? std::string(" (") + entry + ")" : std::string());
+  KILN_CHECK(f != nullptr, op, ": no ", k.device, " kernel");
   return f;
 }
 
