@@ -31,4 +31,19 @@ inline std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// error_of(f) without the " (file.cpp:123)" that builds without NDEBUG append (core/check.h), for
+// tests that compare a whole message.
+inline std::string error_text_of(const std::function<void()>& f) {
+  std::string m = error_of(f);
+  const auto open = m.rfind(" (");
+  if (open != std::string::npos && !m.empty() && m.back() == ')') {
+    const std::string loc = m.substr(open + 2, m.size() - open - 3);
+    const auto colon = loc.rfind(':');
+    const bool digits = colon != std::string::npos && colon + 1 < loc.size() &&
+                        loc.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+    if (digits && loc.find(' ') == std::string::npos) m.erase(open);
+  }
+  return m;
+}
+
 }  // namespace kiln::testing

@@ -11,7 +11,7 @@
 using namespace kiln;
 
 namespace {
-using kiln::testing::error_of;
+using kiln::testing::error_text_of;
 using Maker = std::function<int(int)>;
 const Registry<Maker>& numbers() {
   static const Registry<Maker> r("a number maker", {{"double", [](int x) { return 2 * x; }},
@@ -30,15 +30,15 @@ TEST(Registry, FindsByNameInRegistryOrder) {
 }
 
 TEST(Registry, UnknownMissingAndNonStringNamesAreOneLineErrors) {
-  EXPECT_EQ(error_of([] { numbers().at("sqaure", "x.kind"); }),
+  EXPECT_EQ(error_text_of([] { numbers().at("sqaure", "x.kind"); }),
             "config: x.kind = \"sqaure\" is not a number maker (did you mean \"square\"?); accepted: double, square, negate");
-  EXPECT_EQ(error_of([] { numbers().at("cube", "x.kind"); }),
+  EXPECT_EQ(error_text_of([] { numbers().at("cube", "x.kind"); }),
             "config: x.kind = \"cube\" is not a number maker; accepted: double, square, negate");
-  EXPECT_EQ(error_of([] { numbers().lookup(Json::object(), "x", "kind"); }),
+  EXPECT_EQ(error_text_of([] { numbers().lookup(Json::object(), "x", "kind"); }),
             "config: x.kind is required; accepted: double, square, negate");
-  EXPECT_EQ(error_of([] { numbers().lookup(Json::array({1, 2}), "x", "kind"); }),
+  EXPECT_EQ(error_text_of([] { numbers().lookup(Json::array({1, 2}), "x", "kind"); }),
             "config: x must be an object with \"kind\", not a list [1,2]");
-  EXPECT_EQ(error_of([] { numbers().lookup(Json{{"kind", 3}}, "x", "kind"); }), "config: x.kind must be a string, not an integer");
+  EXPECT_EQ(error_text_of([] { numbers().lookup(Json{{"kind", 3}}, "x", "kind"); }), "config: x.kind must be a string, not an integer");
   const Registry<Maker> plain("", {{"a", [](int x) { return x; }}}, ", or a list");
-  EXPECT_EQ(error_of([&] { plain.at("zzz", "y.name"); }), "config: y.name = \"zzz\" is not accepted; accepted: a, or a list");
+  EXPECT_EQ(error_text_of([&] { plain.at("zzz", "y.name"); }), "config: y.name = \"zzz\" is not accepted; accepted: a, or a list");
 }

@@ -10,7 +10,7 @@ using namespace kiln;
 using kiln::cli::KeyValueArgs;
 
 namespace {
-using kiln::testing::error_of;
+using kiln::testing::error_text_of;
 }  // namespace
 
 TEST(KeyValueArgs, ValuesDefaultsAndNumbers) {
@@ -27,13 +27,13 @@ TEST(KeyValueArgs, ValuesDefaultsAndNumbers) {
 }
 
 TEST(KeyValueArgs, ErrorsNameTheCommandAndTheArgument) {
-  EXPECT_EQ(error_of([] { KeyValueArgs("bench x", {"modle=a"}, {{"model", ""}, {"batch", "1"}}); }),
+  EXPECT_EQ(error_text_of([] { KeyValueArgs("bench x", {"modle=a"}, {{"model", ""}, {"batch", "1"}}); }),
             "bench x: unknown argument 'modle=a'; accepted: batch, model (as key=value)");
-  EXPECT_EQ(error_of([] { KeyValueArgs("bench x", {"model"}, {{"model", ""}}); }),
+  EXPECT_EQ(error_text_of([] { KeyValueArgs("bench x", {"model"}, {{"model", ""}}); }),
             "bench x: unknown argument 'model'; accepted: model (as key=value)");
   for (const char* bad : {"batch=0", "batch=1.5", "batch=", "batch=ten", "batch=99999999999999999999", "batch= 3"}) {
     const KeyValueArgs kv("bench x", {bad}, {{"batch", "1"}});
-    EXPECT_EQ(error_of([&] { kv.integer("batch", 1); }),
+    EXPECT_EQ(error_text_of([&] { kv.integer("batch", 1); }),
               std::string("bench x: '") + bad + "': batch takes a whole number >= 1")
         << bad;
   }
@@ -46,18 +46,18 @@ TEST(KeyValueArgs, OverridesAreKeptInOrder) {
                         KeyValueArgs::Mode::overrides);
   EXPECT_EQ(kv.str("out"), "d");
   EXPECT_EQ(kv.overrides(), (std::vector<std::string>{"train.epochs=3", "data.batch_size=8"}));
-  EXPECT_NE(error_of([] { KeyValueArgs("kiln data", {"epochs"}, {{"out", ""}}, KeyValueArgs::Mode::overrides); })
+  EXPECT_NE(error_text_of([] { KeyValueArgs("kiln data", {"epochs"}, {{"out", ""}}, KeyValueArgs::Mode::overrides); })
                 .find("kiln data: 'epochs' is not key=value; accepted keys: out, or config overrides"),
             std::string::npos);
-  EXPECT_NE(error_of([] { KeyValueArgs("kiln data", {"=3"}, {{"out", ""}}, KeyValueArgs::Mode::overrides); })
+  EXPECT_NE(error_text_of([] { KeyValueArgs("kiln data", {"=3"}, {{"out", ""}}, KeyValueArgs::Mode::overrides); })
                 .find("'=3' is not key=value"),
             std::string::npos);
 }
 
 TEST(KeyValueArgs, TheCommandsReadThem) {
-  EXPECT_NE(error_of([] { cli::bench_checkpoint({"sise=8"}); })
+  EXPECT_NE(error_text_of([] { cli::bench_checkpoint({"sise=8"}); })
                 .find("bench checkpoint: unknown argument 'sise=8'; accepted: batch, classes, device, model"),
             std::string::npos);
-  EXPECT_NE(error_of([] { cli::bench_checkpoint({"size=4"}); }).find("bench checkpoint: 'size=4': size takes a whole number >= 8"),
+  EXPECT_NE(error_text_of([] { cli::bench_checkpoint({"size=4"}); }).find("bench checkpoint: 'size=4': size takes a whole number >= 8"),
             std::string::npos);
 }
