@@ -300,6 +300,13 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   check_before_run(*model, dcfg, train_set->image_shape(), breq.auto_fraction > 0 ? 1 : breq.global / world,
                    train_set->num_classes());
   const Tensor class_weights = loss_class_weights(opt, *train_set, device, show);
+  // The shared training step (tools/train_step.h); accumulation, clipping, the scaler and the
+  // all-reduce are added below, once known. AutoBatch's probe runs a copy without the update.
+  StepSetup step_setup;
+  step_setup.device = device;
+  step_setup.compute = compute;
+  step_setup.label_smoothing = opt.label_smoothing;
+  step_setup.class_weights = class_weights;
 
   // --- optimizer --------------------------------------------------------------------------------
   std::vector<ParamRef> params = trainable_params(*model, opt.freeze, show);
@@ -331,11 +338,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     CachingAllocator& alloc = allocator_for(device);
     // The optimizer's state is allocated at the first step: add it to the fit.
     const double state_bytes = optimizer->state_bytes();
-    StepSetup probe_setup;  // the training step's forward and backward, without the update
-    probe_setup.device = device;
-    probe_setup.compute = compute;
-    probe_setup.label_smoothing = opt.label_smoothing;
-    probe_setup.class_weights = class_weights;
+    StepSetup probe_setup = step_setup;  // the training step's forward and backward, without the update
     probe_setup.read_loss = false;
     probe_setup.update = false;
     auto probe = [&](int64_t b) -> double {
@@ -471,11 +474,6 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     for (auto& p : params) ps.push_back(p.param);
     sync = std::make_unique<GradSync>(ps, *comm);
   }
-  StepSetup step_setup;
-  step_setup.device = device;
-  step_setup.compute = compute;
-  step_setup.label_smoothing = opt.label_smoothing;
-  step_setup.class_weights = class_weights;
   step_setup.accumulate = accumulate;
   step_setup.clip_grad_norm = opt.clip_grad_norm;
   step_setup.scaler = scaler.get();
