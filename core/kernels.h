@@ -31,6 +31,11 @@
 #include "core/ops/pool.h"
 #include "core/rng.h"
 #include "core/tensor.h"
+// [slot A includes]
+
+// [slot B includes]
+
+// [slot C includes]
 
 namespace kiln {
 
@@ -54,6 +59,12 @@ struct AdamWStepEntry {
 struct AdamWStepOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
+
+// [slot A types]
+
+// [slot B types]
+
+// [slot C types]
 
 struct Kernels {
   const char* device = "";  // "cpu", "cuda": for errors
@@ -108,6 +119,12 @@ struct Kernels {
   double (*max_abs)(const Tensor& x) = nullptr;
   // ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
   void (*ema_update)(const Tensor& ema, const Tensor& live, float decay) = nullptr;
+
+  // [slot A entries]
+
+  // [slot B entries]
+
+  // [slot C entries]
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.

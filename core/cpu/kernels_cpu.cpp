@@ -31,6 +31,12 @@ Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
+// [slot A declarations]
+
+// [slot B declarations]
+
+// [slot C declarations]
+
 const Kernels& kernels() {
   static const Kernels table = [] {
     Kernels k;
@@ -55,6 +61,12 @@ const Kernels& kernels() {
     k.sum_of_squares = sum_of_squares;
     k.max_abs = max_abs;
     k.ema_update = ema_update;
+
+    // [slot A lines]
+
+    // [slot B lines]
+
+    // [slot C lines]
     return k;
   }();
   return table;

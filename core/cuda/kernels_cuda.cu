@@ -11,6 +11,12 @@ void ema_update(const Tensor& ema, const Tensor& live, float decay);
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
+// [slot A declarations]
+
+// [slot B declarations]
+
+// [slot C declarations]
+
 const Kernels& kernels() {
   static const Kernels table = [] {
     Kernels k;
@@ -34,6 +40,12 @@ const Kernels& kernels() {
     k.sum_of_squares = [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); };
     k.max_abs = max_abs;
     k.ema_update = ema_update;
+
+    // [slot A lines]
+
+    // [slot B lines]
+
+    // [slot C lines]
     // cuda::lrn_backward takes grad_out in x's dtype
     k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
       return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);
