@@ -92,12 +92,12 @@ void check_choice(const std::string& value, const std::vector<std::string>& acce
     fail_unknown_name("value", value, path, accepted);
 }
 
-[[noreturn]] static void fail_type(const Json& j, const std::string& path, const char* expected) {
-  KILN_FAIL(path, ": expected ", expected, ", got ", json_type_name(j), " ", j.dump());
+void fail_json_type(const Json& j, const std::string& path, const std::string& expected) {
+  KILN_FAIL(path, " must be ", expected, ", not ", json_type_name(j), " ", j.dump());
 }
 
 void json_read(const Json& j, const std::string& path, bool& out) {
-  if (!j.is_boolean()) fail_type(j, path, "true or false");
+  if (!j.is_boolean()) fail_json_type(j, path, "true or false");
   out = j.get<bool>();
 }
 
@@ -129,17 +129,17 @@ IntegerCheck json_integer(const Json& j, int64_t lo, int64_t hi, int64_t& out) {
   return IntegerCheck::ok;
 }
 
-[[noreturn]] static void fail_range(const Json& j, const std::string& path, const std::string& accepted) {
-  KILN_FAIL(path, ": ", j.dump(), " is out of range; accepted: ", accepted);
+void fail_json_range(const Json& j, const std::string& path, const std::string& accepted) {
+  KILN_FAIL(path, " = ", j.dump(), " is out of range; accepted: ", accepted);
 }
 
 static void read_integer(const Json& j, const std::string& path, int64_t lo, int64_t hi, const char* kind,
                          int64_t& out) {
   switch (json_integer(j, lo, hi, out)) {
     case IntegerCheck::ok: return;
-    case IntegerCheck::not_integer: fail_type(j, path, "an integer");
+    case IntegerCheck::not_integer: fail_json_type(j, path, "an integer");
     case IntegerCheck::out_of_range:
-      fail_range(j, path, std::string(kind) + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fail_json_range(j, path, std::string(kind) + " in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
   }
 }
 
@@ -160,22 +160,22 @@ void json_read(const Json& j, const std::string& path, uint64_t& out) {
     return;
   }
   if (j.is_number_float() && j.get<double>() >= 9223372036854775808.0)
-    fail_range(j, path, "integers in [0, 18446744073709551615]");
+    fail_json_range(j, path, "integers in [0, 18446744073709551615]");
   int64_t v = 0;
   read_integer(j, path, 0, std::numeric_limits<int64_t>::max(), "non-negative integers", v);
   out = static_cast<uint64_t>(v);
 }
 
 void json_read(const Json& j, const std::string& path, double& out) {
-  if (!j.is_number()) fail_type(j, path, "a number");
+  if (!j.is_number()) fail_json_type(j, path, "a number");
   const double d = j.get<double>();
   // The parser refuses 1e400; a value built in code (or an override) may still be inf or NaN.
-  if (!std::isfinite(d)) fail_range(j, path, "finite numbers");
+  if (!std::isfinite(d)) fail_json_range(j, path, "finite numbers");
   out = d;
 }
 
 void json_read(const Json& j, const std::string& path, std::string& out) {
-  if (!j.is_string()) fail_type(j, path, "a string");
+  if (!j.is_string()) fail_json_type(j, path, "a string");
   out = j.get<std::string>();
 }
 
@@ -186,44 +186,17 @@ void json_read(const Json& j, const std::string& path, std::vector<double>& out)
     out = {d};
     return;
   }
-  if (!j.is_array()) fail_type(j, path, "a number or a list of numbers");
+  if (!j.is_array()) fail_json_type(j, path, "a number or a list of numbers");
   std::vector<double> v(j.size());
   for (size_t i = 0; i < j.size(); ++i) json_read(j[i], json_path(path, i), v[i]);
   out = std::move(v);
 }
 
 void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out) {
-  if (!j.is_array()) fail_type(j, path, "a list of integers");
+  if (!j.is_array()) fail_json_type(j, path, "a list of integers");
   std::vector<int64_t> v(j.size());
   for (size_t i = 0; i < j.size(); ++i) json_read(j[i], json_path(path, i), v[i]);
   out = std::move(v);
-}
-
-JsonObjectReader::JsonObjectReader(const Json& j, std::string path) : j_(&j), path_(std::move(path)) {
-  if (!j.is_object() && !j.is_null()) fail_type(j, path_.empty() ? "config" : path_, "an object");
-}
-
-const Json* JsonObjectReader::get(const std::string& key) {
-  known_.push_back(key);
-  if (!j_->is_object()) return nullptr;
-  auto it = j_->find(key);
-  return it == j_->end() ? nullptr : &*it;
-}
-
-void JsonObjectReader::finish() const {
-  if (!j_->is_object()) return;
-  for (auto it = j_->begin(); it != j_->end(); ++it)
-    if (std::find(known_.begin(), known_.end(), it.key()) == known_.end())
-      fail_unknown_name("unknown key", it.key(), path_of(it.key()), known_);
-}
-
-void JsonObjectReader::fail_missing(const std::string& key) const {
-  // A misspelt key is the usual cause: point at it.
-  if (j_->is_object())
-    for (auto it = j_->begin(); it != j_->end(); ++it)
-      if (closest_match(it.key(), {key}) == key)
-        KILN_FAIL("missing required key ", path_of(key), " (found '", it.key(), "': did you mean '", key, "'?)");
-  KILN_FAIL("missing required key ", path_of(key));
 }
 
 }  // namespace kiln

@@ -1,14 +1,8 @@
 // JSON helpers for options structs and configs: typed reads whose errors name the JSON path
-// ("data.train_transforms[1].p: expected a number, got \"half\""), and unknown keys reported with
-// the closest accepted key ("unknown key data.workres (did you mean 'workers'?)") found by edit
-// distance. Shared by every options struct (core/json_util.h builds its range-checked JsonReader on it).
-//
-// Typical use in an options struct:
-//   JsonObjectReader r(j, path);   // j must be an object (null reads as {})
-//   r.read("padding", o.padding);  // optional: keeps the default when absent
-//   r.require("size", o.size);     // required
-//   r.finish();                    // any key not asked for above is an error
-// Tests: tests/data/json_read_test.cpp, tests/core/json_util_test.cpp (range checks).
+// ("data.train_transforms[1].p must be a number, not a string \"half\""), and unknown keys reported with
+// the closest accepted key ("unknown key data.workres (did you mean data.workers?)") found by edit
+// distance. The one options reader built on them, JsonReader, is in core/json_util.h.
+// Tests: tests/data/json_read_test.cpp, tests/core/json_util_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -48,7 +42,7 @@ std::string json_type_name(const Json& j);
 void check_choice(const std::string& value, const std::vector<std::string>& accepted, const std::string& path);
 
 // Whether `j` holds an integer in [lo, hi] (an integral float such as 2.0 or 1e3 counts); on ok,
-// `out` holds it. Shared by every integer field (JsonObjectReader and JsonReader alike).
+// `out` holds it. Shared by every integer field.
 enum class IntegerCheck { ok, not_integer, out_of_range };
 IntegerCheck json_integer(const Json& j, int64_t lo, int64_t hi, int64_t& out);
 
@@ -65,46 +59,15 @@ void json_read(const Json& j, const std::string& path, std::string& out);
 void json_read(const Json& j, const std::string& path, std::vector<double>& out);
 void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out);
 
+// The errors every typed read gives: "<path> must be <expected>, not <type> <json>" and
+// "<path> = <json> is out of range; accepted: <accepted>".
+[[noreturn]] void fail_json_type(const Json& j, const std::string& path, const std::string& expected);
+[[noreturn]] void fail_json_range(const Json& j, const std::string& path, const std::string& accepted);
+
 // Lets nlohmann convert an options struct both ways (`j.get<T>()`, `Json j = t;`) through its
 // `static T from_json(const Json&, path)` and `Json to_json() const`. Use at namespace kiln scope.
 #define KILN_JSON_CONVERSIONS(T)                                         \
   inline void to_json(::kiln::Json& j, const T& o) { j = o.to_json(); } \
   inline void from_json(const ::kiln::Json& j, T& o) { o = T::from_json(j); }
-
-class JsonObjectReader {
- public:
-  // Throws if `j` is neither an object nor null (null reads as an empty object).
-  // The reader refers to `j`, which must outlive it (hence no temporaries).
-  JsonObjectReader(const Json& j, std::string path);
-  JsonObjectReader(Json&& j, std::string path) = delete;
-
-  // Reads `key` into `out` when present (returns true); leaves `out` as it is when absent.
-  template <typename T>
-  bool read(const std::string& key, T& out) {
-    const Json* v = get(key);
-    if (!v) return false;
-    json_read(*v, path_of(key), out);
-    return true;
-  }
-  // Like read(), but a missing key is an error naming its path.
-  template <typename T>
-  void require(const std::string& key, T& out) {
-    if (!read(key, out)) fail_missing(key);
-  }
-  // The raw value of `key` (nullptr when absent); marks `key` as accepted.
-  const Json* get(const std::string& key);
-  // Marks `key` as accepted without reading it (a key handled elsewhere, like "type").
-  void accept(const std::string& key) { known_.push_back(key); }
-  std::string path_of(const std::string& key) const { return json_path(path_, key); }
-  const std::string& path() const { return path_; }
-  // Throws on the first key of the object that no read/require/get/accept asked for.
-  void finish() const;
-
- private:
-  [[noreturn]] void fail_missing(const std::string& key) const;
-  const Json* j_;
-  std::string path_;
-  std::vector<std::string> known_;
-};
 
 }  // namespace kiln

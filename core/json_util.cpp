@@ -1,113 +1,123 @@
+// See json_util.h.
 #include "core/json_util.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
+#include <limits>
+#include <sstream>
 
 namespace kiln {
 
 JsonReader::JsonReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
-  KILN_CHECK(j_.is_object() || j_.is_null(), "config: ", path_.empty() ? "the config" : path_,
-             " must be an object, not ", json_type_name(j_));
+  if (!j_.is_object() && !j_.is_null()) fail_json_type(j_, path_.empty() ? "config" : path_, "an object");
 }
 
-bool JsonReader::has(const std::string& key) const { return j_.is_object() && j_.contains(key) && !j_.at(key).is_null(); }
+bool JsonReader::has(const std::string& key) const {
+  if (!j_.is_object()) return false;
+  auto it = j_.find(key);
+  return it != j_.end() && !it->is_null();
+}
+
+void JsonReader::allow(const std::string& key) {
+  if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
+}
+
+const json* JsonReader::find(const std::string& key) {
+  allow(key);
+  return has(key) ? &j_.at(key) : nullptr;
+}
 
 const json& JsonReader::raw(const std::string& key) {
-  known_.insert(key);
   static const json null_json;
-  return has(key) ? j_.at(key) : null_json;
+  const json* v = find(key);
+  return v ? *v : null_json;
 }
 
 const json& JsonReader::require(const std::string& key) {
-  KILN_CHECK(has(key), "config: ", path_of(key), " is required");
-  return raw(key);
+  const json* v = find(key);
+  if (!v) fail_missing(key);
+  return *v;
 }
 
 bool JsonReader::get(const std::string& key, bool def) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
-  KILN_CHECK(v.is_boolean(), "config: ", path_of(key), " must be true or false, not ", json_type_name(v), " ", v.dump());
-  return v.get<bool>();
+  read(key, def);
+  return def;
 }
 
 int64_t JsonReader::get(const std::string& key, int64_t def, int64_t lo, int64_t hi) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
+  const json* v = find(key);
+  if (!v) return def;
   int64_t x = 0;
-  IntegerCheck c = json_integer(v, lo, hi, x);  // range-checked before any conversion (core/json_read.h)
-  KILN_CHECK(c != IntegerCheck::not_integer, "config: ", path_of(key), " must be an integer, not ", json_type_name(v),
-             " ", v.dump());
-  KILN_CHECK(c == IntegerCheck::ok, "config: ", path_of(key), " = ", v.dump(), " is out of range; accepted: ", lo, "..",
-             hi);
-  return x;
+  switch (json_integer(*v, lo, hi, x)) {  // range-checked before any conversion (core/json_read.h)
+    case IntegerCheck::ok: return x;
+    case IntegerCheck::not_integer: fail_json_type(*v, path_of(key), "an integer");
+    case IntegerCheck::out_of_range:
+      fail_json_range(*v, path_of(key), std::to_string(lo) + ".." + std::to_string(hi));
+  }
+  return def;
+}
+
+static std::string number_str(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
 }
 
 double JsonReader::get(const std::string& key, double def, double lo, double hi) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
-  KILN_CHECK(v.is_number(), "config: ", path_of(key), " must be a number, not ", json_type_name(v), " ", v.dump());
-  double x = v.get<double>();
-  KILN_CHECK(std::isfinite(x) && x >= lo && x <= hi, "config: ", path_of(key), " = ", v.dump(),
-             " is out of range; accepted: ", lo, "..", hi);
+  const json* v = find(key);
+  if (!v) return def;
+  double x = def;
+  json_read(*v, path_of(key), x);  // a number, finite
+  if (!(x >= lo && x <= hi)) fail_json_range(*v, path_of(key), number_str(lo) + ".." + number_str(hi));
   return x;
 }
 
 std::string JsonReader::get(const std::string& key, const std::string& def) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
-  KILN_CHECK(v.is_string(), "config: ", path_of(key), " must be a string, not ", json_type_name(v), " ", v.dump());
-  return v.get<std::string>();
+  std::string s = def;
+  read(key, s);
+  return s;
 }
 
 std::string JsonReader::get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& choices) {
   std::string s = get(key, def);
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
-  std::string near = closest_match(s, choices);
-  KILN_FAIL("config: ", path_of(key), " = \"", s, "\" is not accepted", near.empty() ? "" : " (did you mean \"" + near + "\"?)",
+  const std::string near = closest_match(s, choices);
+  KILN_FAIL(path_of(key), " = \"", s, "\" is not accepted", near.empty() ? "" : " (did you mean \"" + near + "\"?)",
             "; accepted: ", join(choices));
 }
 
 std::vector<double> JsonReader::get_numbers(const std::string& key, const std::vector<double>& def) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
-  KILN_CHECK(v.is_array(), "config: ", path_of(key), " must be an array of numbers, not ", json_type_name(v));
+  const json* v = find(key);
+  if (!v) return def;
+  if (!v->is_array()) fail_json_type(*v, path_of(key), "a list of numbers");
   std::vector<double> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    KILN_CHECK(v[i].is_number(), "config: ", path_of(key), "[", i, "] must be a number, not ", json_type_name(v[i]));
-    KILN_CHECK(std::isfinite(v[i].get<double>()), "config: ", path_of(key), "[", i, "] = ", v[i].dump(),
-               " is out of range; accepted: finite numbers");
-    out.push_back(v[i].get<double>());
-  }
+  json_read(*v, path_of(key), out);
   return out;
 }
 
 std::vector<int64_t> JsonReader::get_ints(const std::string& key, const std::vector<int64_t>& def) {
-  const json& v = raw(key);
-  if (v.is_null()) return def;
-  KILN_CHECK(v.is_array(), "config: ", path_of(key), " must be an array of integers, not ", json_type_name(v));
-  std::vector<int64_t> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    int64_t x = 0;
-    IntegerCheck c = json_integer(v[i], INT64_MIN, INT64_MAX, x);
-    KILN_CHECK(c != IntegerCheck::not_integer, "config: ", path_of(key), "[", i, "] must be an integer, not ",
-               json_type_name(v[i]), " ", v[i].dump());
-    KILN_CHECK(c == IntegerCheck::ok, "config: ", path_of(key), "[", i, "] = ", v[i].dump(),
-               " is out of range; accepted: 64-bit integers");
-    out.push_back(x);
-  }
+  std::vector<int64_t> out = def;
+  read(key, out);
   return out;
 }
 
 void JsonReader::finish() const {
   if (!j_.is_object()) return;
-  std::vector<std::string> known(known_.begin(), known_.end());
   for (auto it = j_.begin(); it != j_.end(); ++it) {
-    if (known_.count(it.key())) continue;
-    std::string near = closest_match(it.key(), known);
-    KILN_FAIL("config: unknown key ", path_of(it.key()), near.empty() ? "" : " (did you mean " + path_of(near) + "?)",
-              "; accepted keys: ", join(known));
+    if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
+    const std::string near = closest_match(it.key(), known_);
+    KILN_FAIL("unknown key ", path_of(it.key()), near.empty() ? "" : " (did you mean " + path_of(near) + "?)",
+              "; accepted keys: ", join(known_));
   }
+}
+
+void JsonReader::fail_missing(const std::string& key) const {
+  // A misspelt key is the usual cause: point at it.
+  if (j_.is_object())
+    for (auto it = j_.begin(); it != j_.end(); ++it)
+      if (closest_match(it.key(), {key}) == key)
+        KILN_FAIL(path_of(key), " is required (found '", it.key(), "': did you mean '", key, "'?)");
+  KILN_FAIL(path_of(key), " is required");
 }
 
 }  // namespace kiln

@@ -14,8 +14,8 @@ namespace kiln {
 
 RandomCropOptions RandomCropOptions::from_json(const Json& j, const std::string& path) {
   RandomCropOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.require("size", o.size);
   r.read("padding", o.padding);
   r.read("padding_mode", o.padding_mode);
@@ -113,8 +113,8 @@ void RandomCrop::apply(Image& img, SampleRng& rng, Image& scratch) const {
 
 HorizontalFlipOptions HorizontalFlipOptions::from_json(const Json& j, const std::string& path) {
   HorizontalFlipOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("p", o.p);
   r.finish();
   KILN_CHECK(o.p >= 0.0 && o.p <= 1.0, r.path_of("p"), ": a probability must be in [0, 1], got ", o.p);

@@ -28,8 +28,8 @@ double linspace_f32(double start, double end, int64_t steps, int64_t i) {
 }
 
 // "fill": one byte or a list of bytes (one per channel).
-std::vector<int64_t> read_fill(JsonObjectReader& r, std::vector<int64_t> fill) {
-  if (const Json* v = r.get("fill")) {
+std::vector<int64_t> read_fill(JsonReader& r, std::vector<int64_t> fill) {
+  if (const Json* v = r.find("fill")) {
     const std::string at = r.path_of("fill");
     if (v->is_array()) {
       json_read(*v, at, fill);
@@ -353,8 +353,8 @@ void apply_augment_op(Image& img, AugmentOp op, double m, const std::vector<int6
 
 TrivialAugmentWideOptions TrivialAugmentWideOptions::from_json(const Json& j, const std::string& path) {
   TrivialAugmentWideOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("num_magnitude_bins", o.num_magnitude_bins);
   o.fill = read_fill(r, o.fill);
   r.finish();
@@ -368,8 +368,8 @@ Json TrivialAugmentWideOptions::to_json() const {
 
 RandAugmentOptions RandAugmentOptions::from_json(const Json& j, const std::string& path) {
   RandAugmentOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("num_ops", o.num_ops);
   r.read("magnitude", o.magnitude);
   r.read("num_magnitude_bins", o.num_magnitude_bins);

@@ -18,8 +18,8 @@ inline int grey(const uint8_t* p) { return (p[0] * 299 + p[1] * 587 + p[2] * 114
 
 ColorJitterOptions ColorJitterOptions::from_json(const Json& j, const std::string& path) {
   ColorJitterOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("brightness", o.brightness);
   r.read("contrast", o.contrast);
   r.read("saturation", o.saturation);

@@ -74,7 +74,7 @@ const Registry<Source>& sources() {
 
 DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool batches) {
   DataConfig c;
-  JsonObjectReader r(j, path);
+  JsonReader r(j, path);
   r.require("source", c.source);
   check_choice(c.source, sources().names(), r.path_of("source"));
   const bool synthetic = c.source == "synthetic", list = c.source == "image_list";
@@ -83,15 +83,15 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
     KILN_CHECK(!list, r.path_of("root"), ": the image_list source reads data.train_list and data.val_list; remove root");
     KILN_CHECK(!c.root.empty(), r.path_of("root"), ": empty folder name");
   } else {
-    KILN_CHECK(synthetic || list, "missing required key ", r.path_of("root"), ": the folder of the ", c.source, " files",
+    KILN_CHECK(synthetic || list, r.path_of("root"), " is required: the folder of the ", c.source, " files",
                c.source == "image_folder" ? " (holding train/<class>/<image> and val/<class>/<image>)" : "");
   }
-  if (const Json* s = r.get("synthetic")) {
+  if (const Json* s = r.find("synthetic")) {
     KILN_CHECK(synthetic, r.path_of("synthetic"), ": only used with source \"synthetic\", not \"", c.source, "\"");
     c.synthetic = SyntheticOptions::from_json(*s, r.path_of("synthetic"));
   }
-  if (const Json* t = r.get("train_transforms")) c.train_transforms = Pipeline::from_json(*t, r.path_of("train_transforms"));
-  if (const Json* t = r.get("val_transforms")) c.val_transforms = Pipeline::from_json(*t, r.path_of("val_transforms"));
+  if (const Json* t = r.find("train_transforms")) c.train_transforms = Pipeline::from_json(*t, r.path_of("train_transforms"));
+  if (const Json* t = r.find("val_transforms")) c.val_transforms = Pipeline::from_json(*t, r.path_of("val_transforms"));
   LoaderOptions::read_fields(r, c.loader);
   r.read("val_batch_size", c.val_batch_size);
   r.read("holdout", c.holdout);
@@ -105,7 +105,7 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
       KILN_CHECK(list, r.path_of(key), ": only used with source \"image_list\", not \"", c.source, "\"");
       KILN_CHECK(!out->empty(), r.path_of(key), ": empty file name");
     } else {
-      KILN_CHECK(!list, "missing required key ", r.path_of(key), ": the list file of \"<path> <label>\" lines");
+      KILN_CHECK(!list, r.path_of(key), " is required: the list file of \"<path> <label>\" lines");
     }
   }
   const bool image = is_image_source(c.source);

@@ -43,7 +43,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "data/loader.h"
 #include "data/pipeline.h"
 #include "data/synthetic.h"

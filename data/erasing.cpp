@@ -18,8 +18,8 @@ void check_pair(const std::array<double, 2>& v, bool at_most_one, const std::str
 
 RandomErasingOptions RandomErasingOptions::from_json(const Json& j, const std::string& path) {
   RandomErasingOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("p", o.p);
   for (auto [key, out] : {std::pair{"scale", &o.scale}, {"ratio", &o.ratio}}) {
     std::vector<double> v;
@@ -27,7 +27,7 @@ RandomErasingOptions RandomErasingOptions::from_json(const Json& j, const std::s
     KILN_CHECK(v.size() == 2, r.path_of(key), ": expected a pair [lo, hi], got ", v.size(), " values");
     *out = {v[0], v[1]};
   }
-  if (const Json* v = r.get("value")) {
+  if (const Json* v = r.find("value")) {
     if (v->is_string()) {
       KILN_CHECK(v->get<std::string>() == "random", r.path_of("value"),
                  ": expected a byte 0..255 or \"random\", got ", v->dump());

@@ -23,7 +23,7 @@ namespace kiln {
 
 // --- options --------------------------------------------------------------------------------------
 
-void LoaderOptions::read_fields(JsonObjectReader& r, LoaderOptions& o) {
+void LoaderOptions::read_fields(JsonReader& r, LoaderOptions& o) {
   r.read("batch_size", o.batch_size);
   r.read("shuffle", o.shuffle);
   r.read("drop_last", o.drop_last);
@@ -43,7 +43,7 @@ void LoaderOptions::read_fields(JsonObjectReader& r, LoaderOptions& o) {
 
 LoaderOptions LoaderOptions::from_json(const Json& j, const std::string& path) {
   LoaderOptions o;
-  JsonObjectReader r(j, path);
+  JsonReader r(j, path);
   read_fields(r, o);
   r.finish();
   return o;

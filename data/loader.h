@@ -41,7 +41,7 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "data/pipeline.h"
 
 namespace kiln {
@@ -72,7 +72,7 @@ struct LoaderOptions {
 
   static LoaderOptions from_json(const Json& j, const std::string& path = "loader");
   // Reads the fields above from an object that holds other keys too (the data config).
-  static void read_fields(JsonObjectReader& r, LoaderOptions& o);
+  static void read_fields(JsonReader& r, LoaderOptions& o);
   Json to_json() const;
 };
 KILN_JSON_CONVERSIONS(LoaderOptions)

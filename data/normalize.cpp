@@ -7,8 +7,8 @@ namespace kiln {
 
 NormalizeOptions NormalizeOptions::from_json(const Json& j, const std::string& path) {
   NormalizeOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.read("mean", o.mean);
   r.read("std", o.std);
   r.finish();

@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "data/dataset.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace kiln {
 

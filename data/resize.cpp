@@ -48,8 +48,8 @@ void resize_image(const Image& in, const CropBox& b, int64_t out_h, int64_t out_
 
 RandomResizedCropOptions RandomResizedCropOptions::from_json(const Json& j, const std::string& path) {
   RandomResizedCropOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.require("size", o.size);
   r.read("scale", o.scale);
   r.read("ratio", o.ratio);
@@ -114,8 +114,8 @@ int64_t RandomResizedCrop::min_input_side(int64_t) const {
 
 ResizeOptions ResizeOptions::from_json(const Json& j, const std::string& path) {
   ResizeOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.require("size", o.size);
   r.read("interpolation", o.interpolation);
   r.finish();
@@ -158,8 +158,8 @@ void Resize::apply(Image& img, SampleRng&, Image& scratch) const {
 
 CenterCropOptions CenterCropOptions::from_json(const Json& j, const std::string& path) {
   CenterCropOptions o;
-  JsonObjectReader r(j, path);
-  r.accept("type");
+  JsonReader r(j, path);
+  r.allow("type");
   r.require("size", o.size);
   r.finish();
   KILN_CHECK(o.size > 0, r.path_of("size"), ": must be positive, got ", o.size);

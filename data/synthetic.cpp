@@ -10,7 +10,7 @@ namespace kiln {
 
 SyntheticOptions SyntheticOptions::from_json(const Json& j, const std::string& path) {
   SyntheticOptions o;
-  JsonObjectReader r(j, path);
+  JsonReader r(j, path);
   r.read("size", o.size);
   r.read("height", o.height);
   r.read("width", o.width);

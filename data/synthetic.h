@@ -6,7 +6,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace kiln {
 

@@ -14,7 +14,7 @@
 
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace kiln {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/io/safetensors.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "core/ops/elementwise.h"
 #include "layers/interop.h"
 #include "optim/loss_scaler.h"
@@ -146,20 +146,20 @@ TrainingState parse_state(const json& meta, const std::string& file) {
   TrainingState s;
   try {
     KILN_CHECK(meta.is_object(), "kiln_training_state: expected an object, got ", json_type_name(meta));
-    JsonObjectReader r(meta, "kiln_training_state");
+    JsonReader r(meta, "kiln_training_state");
     r.require("epoch", s.epoch);
     r.require("step", s.step);
     r.require("rng_seed", s.rng.seed);
     r.require("rng_offset", s.rng.offset);
     r.require("best_top1", s.best_top1);
-    const json* v = r.get("scaler");
+    const json* v = r.find("scaler");
     KILN_CHECK(v, "kiln_training_state.scaler is missing");
     s.scaler = read_number_map(*v, r.path_of("scaler"));
     r.require("optimizer_type", s.optimizer.type);
-    v = r.get("optimizer_scalars");
+    v = r.find("optimizer_scalars");
     KILN_CHECK(v, "kiln_training_state.optimizer_scalars is missing");
     s.optimizer.scalars = read_number_map(*v, r.path_of("optimizer_scalars"));
-    v = r.get("config");
+    v = r.find("config");
     KILN_CHECK(v && v->is_object(), "kiln_training_state.config must be an object (the config as run), got ",
                v ? v->dump() : "nothing");
     s.config = *v;

@@ -47,31 +47,31 @@ TEST(DataConfig, ParsesAndRoundTrips) {
 
 TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   std::string m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
-  EXPECT_HAS(m, "unknown key 'workres' at data.workres (did you mean 'workers'?)");
-  EXPECT_HAS(m, "accepted: source, root, synthetic, train_transforms, val_transforms, batch_size");
+  EXPECT_HAS(m, "unknown key data.workres (did you mean data.workers?)");
+  EXPECT_HAS(m, "accepted keys: source, root, synthetic, train_transforms, val_transforms, batch_size");
   m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
-  EXPECT_HAS(m, "did you mean 'batch_size'?");
+  EXPECT_HAS(m, "did you mean data.batch_size?");
   m = error_of(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
   EXPECT_HAS(m, "value 'fashion-mnist' at data.source (did you mean 'fashion_mnist'?)");
   m = error_of(Json{{"sorce", "mnist"}, {"root", "/r"}});
-  EXPECT_HAS(m, "missing required key data.source (found 'sorce': did you mean 'source'?)");
+  EXPECT_HAS(m, "data.source is required (found 'sorce': did you mean 'source'?)");
   m = error_of(Json{{"source", "mnist"}});
-  EXPECT_HAS(m, "missing required key data.root");
+  EXPECT_HAS(m, "data.root is required");
   m = error_of(Json{{"source", "synthetic"}, {"root", "/r"}});
   EXPECT_HAS(m, "data.root: the synthetic source reads no files");
   m = error_of(Json{{"source", "cifar10"}, {"root", "/r"}, {"synthetic", {{"size", 3}}}});
   EXPECT_HAS(m, "data.synthetic: only used with source \"synthetic\"");
   m = error_of(Json{{"source", "synthetic"}, {"synthetic", {{"sise", 3}}}});
-  EXPECT_HAS(m, "unknown key 'sise' at data.synthetic.sise (did you mean 'size'?)");
+  EXPECT_HAS(m, "unknown key data.synthetic.sise (did you mean data.synthetic.size?)");
   m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"workers", "two"}});
-  EXPECT_HAS(m, "data.workers: expected an integer, got a string \"two\"");
+  EXPECT_HAS(m, "data.workers must be an integer, not a string \"two\"");
   m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"batch_size", -1}});
   EXPECT_HAS(m, "data.batch_size: must be positive");
   m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"dtype", "fp16"}});
   EXPECT_HAS(m, "data.dtype");
   m = error_of(Json::parse(R"({"source": "mnist", "root": "/r",
                                "train_transforms": [{"type": "horizontal_flip", "p": 0.5}, {"type": "random_crop", "sz": 3}]})"));
-  EXPECT_HAS(m, "missing required key data.train_transforms[1].size");
+  EXPECT_HAS(m, "data.train_transforms[1].size is required");
   // Checked against the source's image shape without opening a file.
   m = error_of(Json::parse(R"({"source": "cifar10", "root": "/r",
                                "val_transforms": [{"type": "normalize", "mean": [0.5, 0.5], "std": [0.2, 0.2]}]})"));
@@ -79,7 +79,7 @@ TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   m = error_of(Json::parse(R"({"source": "mnist", "root": "/r", "train_transforms": [{"type": "random_crop", "size": 32}]})"));
   EXPECT_HAS(m, "data.train_transforms[0]: random_crop: a 32x32 crop does not fit in a 28x28x1 image");
   m = error_of(Json::array());
-  EXPECT_HAS(m, "data: expected an object");
+  EXPECT_HAS(m, "data must be an object");
 }
 
 TEST(DataConfig, FactoryOpensEverySource) {

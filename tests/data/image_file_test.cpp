@@ -427,7 +427,7 @@ TEST(ImageFolder, ConfigKeysAndReducedDecodeSide) {
   EXPECT_HAS(kt::error_of([] { DataConfig::from_json(Json::parse(R"({"source": "image_folder", "root": "x"})")); }),
              "data.train_transforms: image_folder images vary in size");
   EXPECT_HAS(kt::error_of([] { DataConfig::from_json(Json::parse(R"({"source": "image_list", "train_list": "t"})")); }),
-             "missing required key data.val_list");
+             "data.val_list is required");
   EXPECT_HAS(kt::error_of([] { DataConfig::from_json(Json::parse(R"({"source": "mnist", "root": "x", "channels": 3})")); }),
              "data.channels: only used with the image_folder and image_list sources");
   EXPECT_HAS(kt::error_of([&] { make_dataset(folder_config(dir.str()), Split::train); }), "no folder " + dir.str() + "/train");

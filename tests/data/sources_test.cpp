@@ -247,6 +247,6 @@ TEST(SyntheticDataset, DeterministicFromSeed) {
   EXPECT_EQ(j["height"], 2);
   EXPECT_EQ(j["width"], 32);  // default
   expect_error([&] { SyntheticOptions::from_json(Json{{"heigth", 2}}, "data.synthetic"); },
-               {"data.synthetic.heigth", "did you mean 'height'"});
+               {"data.synthetic.heigth", "did you mean data.synthetic.height"});
   expect_error([&] { SyntheticOptions::from_json(Json{{"size", 0}}, "data.synthetic"); }, {"data.synthetic.size"});
 }

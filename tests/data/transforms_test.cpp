@@ -143,14 +143,14 @@ TEST(RandomCrop, ShapesAndErrors) {
   auto round = RandomCropOptions::from_json(opts.to_json());
   EXPECT_EQ(round.to_json(), opts.to_json());
   msg = error_of([] { RandomCropOptions::from_json(Json{{"size", 28}, {"paddng", 4}}, "data.train_transforms[0]"); });
-  EXPECT_NE(msg.find("unknown key 'paddng' at data.train_transforms[0].paddng (did you mean 'padding'?)"), std::string::npos)
+  EXPECT_NE(msg.find("unknown key data.train_transforms[0].paddng (did you mean data.train_transforms[0].padding?)"), std::string::npos)
       << msg;
   msg = error_of([] { RandomCropOptions::from_json(Json{{"padding", 4}}, "t[0]"); });
-  EXPECT_NE(msg.find("missing required key t[0].size"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("t[0].size is required"), std::string::npos) << msg;
   msg = error_of([] { RandomCropOptions::from_json(Json{{"size", 4}, {"padding_mode", "reflct"}}, "t[0]"); });
   EXPECT_NE(msg.find("t[0].padding_mode (did you mean 'reflect'?)"), std::string::npos) << msg;
   msg = error_of([] { RandomCropOptions::from_json(Json{{"size", "28"}}, "t[0]"); });
-  EXPECT_NE(msg.find("t[0].size: expected an integer, got a string \"28\""), std::string::npos) << msg;
+  EXPECT_NE(msg.find("t[0].size must be an integer, not a string \"28\""), std::string::npos) << msg;
   EXPECT_THROW(RandomCropOptions::from_json(Json{{"size", 4}, {"padding", -1}}), Error);
   EXPECT_THROW(RandomCropOptions::from_json(Json{{"size", 4}, {"fill", 256}}), Error);
 }
@@ -188,7 +188,7 @@ TEST(HorizontalFlip, MirrorsRowsAndFollowsP) {
   std::string msg = error_of([] { HorizontalFlipOptions::from_json(Json{{"p", 1.5}}, "f"); });
   EXPECT_NE(msg.find("f.p: a probability must be in [0, 1], got 1.5"), std::string::npos) << msg;
   msg = error_of([] { HorizontalFlipOptions::from_json(Json{{"prob", 0.5}}, "f"); });
-  EXPECT_NE(msg.find("unknown key 'prob'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown key f.prob"), std::string::npos) << msg;
 }
 
 TEST(Normalize, ValuesByHand) {

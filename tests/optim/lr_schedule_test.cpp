@@ -115,7 +115,7 @@ TEST(LrSchedule, ConfigErrors) {
   expect_error(R"({"name": "cosine", "milestones": [3]})", "unknown key schedule.milestones");
   expect_error(R"({"name": "multistep", "milestones": [30, 20]})", "must be strictly increasing");
   expect_error(R"({"name": "multistep", "milestones": [0, 20]})", "must be an epoch >= 1");
-  expect_error(R"({"name": "multistep", "milestones": "30"})", "schedule.milestones must be an array");
+  expect_error(R"({"name": "multistep", "milestones": "30"})", "schedule.milestones must be a list");
   expect_error(R"({"name": "step", "step_size": 0})", "schedule.step_size = 0 is out of range");
   expect_error(R"({"name": "step", "gamma": "x"})", "schedule.gamma must be a number");
   expect_error(R"({"name": "cosine", "warmup_epochs": 1, "warmup_steps": 10})", "are both set");
