@@ -121,6 +121,11 @@ struct Kernels {
   void (*ema_update)(const Tensor& ema, const Tensor& live, float decay) = nullptr;
 
   // [slot A entries]
+  // --- matrix product (core/ops/linear.h): op(a) (M, K) x op(b) (K, N) [+ bias (N)] -> (M, N), op =
+  // transpose where the flag is set (a is then (K, M)); a transposed operand is read in place, never
+  // copied. a, b, bias 2-D/1-D of one dtype (f32, bf16, f16), f32 accumulation, result in that dtype;
+  // K = 0 gives zeros (plus the bias). Shapes checked by the op.
+  Tensor (*matmul)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) = nullptr;
 
   // [slot B entries]
 

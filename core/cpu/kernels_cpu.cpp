@@ -32,6 +32,8 @@ Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
 // [slot A declarations]
+// core/cpu/linear.cpp
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 
 // [slot B declarations]
 
@@ -63,6 +65,7 @@ const Kernels& kernels() {
     k.ema_update = ema_update;
 
     // [slot A lines]
+    k.matmul = matmul;
 
     // [slot B lines]
 

@@ -42,6 +42,7 @@ const Kernels& kernels() {
     k.ema_update = ema_update;
 
     // [slot A lines]
+    k.matmul = matmul;
 
     // [slot B lines]
 
