@@ -18,7 +18,7 @@
 //
 // Each pass (forward, backward-data, backward-weights) runs the algorithm core/ops/conv_algo.h
 // chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or the im2col weight
-// gradient (core/ops/winograd_cpu.h); by default measured on the first call of each shape.
+// gradient (core/cpu/winograd.h); by default measured on the first call of each shape.
 //
 // CUDA tensors take cuDNN's forward, backward-data and backward-filter (core/cuda/conv2d_cuda.cu);
 // the dispatch and its autograd closure are conv2d_cuda() below (core/ops/dispatch.h).
@@ -30,11 +30,11 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/cpu/winograd.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv_algo.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
-#include "core/ops/winograd_cpu.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"

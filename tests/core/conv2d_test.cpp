@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "core/autograd.h"
+#include "core/cpu/winograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/winograd_cpu.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
