@@ -32,6 +32,9 @@
 #include "core/rng.h"
 #include "core/tensor.h"
 // [slot A includes]
+#include <memory>
+
+#include "core/ops/conv2d.h"
 
 // [slot B includes]
 
@@ -61,6 +64,20 @@ struct AdamWStepOptions {
 };
 
 // [slot A types]
+// --- conv2d's backward (core/ops/conv2d.cpp): what the op asks for and what it gets back.
+struct Conv2dBackwardArgs {
+  Shape x_shape, w_shape;  // the forward's input and weight shapes
+  ops::Conv2dParams p;
+  DType dtype = DType::f32;  // the forward's dtype (x, w and b share it)
+  bool has_bias = false;     // the forward had a bias (whether or not its gradient is wanted)
+  bool need_x = false, need_w = false, need_b = false;  // the gradients wanted
+  // The forward's opaque handle (may be null), only for this backward: the CPU keeps its
+  // reordered weights there for backward-data; CUDA leaves it null.
+  std::shared_ptr<void> saved;
+};
+struct Conv2dGrads {
+  Tensor dx, dw, db;  // undefined where not wanted
+};
 
 // [slot B types]
 
@@ -121,6 +138,23 @@ struct Kernels {
   void (*ema_update)(const Tensor& ema, const Tensor& live, float decay) = nullptr;
 
   // [slot A entries]
+  // --- conv2d (core/ops/conv2d.h), NHWC x (N, H, W, Cin), w (Cout, KH, KW, Cin/groups), b (Cout) or
+  // undefined, one dtype (f32, bf16, f16), shapes checked by the op, N >= 1 (the op answers an empty
+  // batch itself). The forward returns y (N, OH, OW, Cout) in x's dtype; when `saved` is not null
+  // (the backward will want dx) it may leave there a handle for the backward (the CPU's reordered
+  // weights; the choice among the CPU's algorithms happens inside its kernels). The backward takes
+  // grad_out (N, OH, OW, Cout) in any floating dtype, x (defined when dw is wanted) and w (defined
+  // when dx is wanted), and returns dx, dw, db in args.dtype; db = grad_out summed over (N, OH, OW).
+  Tensor (*conv2d_forward)(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                           std::shared_ptr<void>* saved) = nullptr;
+  Conv2dGrads (*conv2d_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& w,
+                                 const Conv2dBackwardArgs& args) = nullptr;
+
+  // --- matrix product (core/ops/linear.h): op(a) (M, K) x op(b) (K, N) [+ bias (N)] -> (M, N), op =
+  // transpose where the flag is set (a is then (K, M)); a transposed operand is read in place, never
+  // copied. a, b, bias 2-D/1-D of one dtype (f32, bf16, f16), f32 accumulation, result in that dtype;
+  // K = 0 gives zeros (plus the bias). Shapes checked by the op.
+  Tensor (*matmul)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) = nullptr;
 
   // [slot B entries]
 

@@ -28,13 +28,13 @@
 #include <string>
 
 #include "core/autograd.h"
+#include "core/cpu/winograd.h"
 #include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/conv_algo.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
-#include "core/ops/winograd_cpu.h"
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/loss_scaler.h"

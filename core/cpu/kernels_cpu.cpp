@@ -32,6 +32,11 @@ Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
 // [slot A declarations]
+// core/cpu/conv2d.cpp, core/cpu/linear.cpp
+Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                      std::shared_ptr<void>* saved);
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 
 // [slot B declarations]
 
@@ -63,6 +68,9 @@ const Kernels& kernels() {
     k.ema_update = ema_update;
 
     // [slot A lines]
+    k.conv2d_forward = conv2d_forward;
+    k.conv2d_backward = conv2d_backward;
+    k.matmul = matmul;
 
     // [slot B lines]
 

@@ -12,6 +12,8 @@ Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
 // [slot A declarations]
+// core/cuda/conv2d_cuda.cu: conv2d_backward_data, conv2d_backward_weight and the bias gradient in one entry
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
 
 // [slot B declarations]
 
@@ -42,6 +44,11 @@ const Kernels& kernels() {
     k.ema_update = ema_update;
 
     // [slot A lines]
+    // cuDNN keeps no state between the passes: the `saved` handle stays null
+    k.conv2d_forward = [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                          std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); };
+    k.conv2d_backward = conv2d_backward;
+    k.matmul = matmul;
 
     // [slot B lines]
 

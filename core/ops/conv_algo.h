@@ -1,11 +1,11 @@
 // The CPU convolution algorithm per shape and pass, chosen by measurement (like cuDNN's benchmark
-// mode): the first time conv2d (core/ops/conv2d_cpu.cpp) meets a shape, each applicable candidate
+// mode): the first time conv2d's CPU kernel (core/cpu/conv2d.cpp) meets a shape, each applicable candidate
 // of each pass (forward, backward-data, backward-weights) runs once untimed and a few times timed on
 // the actual operands, and the fastest is kept for the process and, by default, in a JSON file on
 // disk keyed by the machine (CPU model and flags, thread count, oneDNN version).
 //
 // Candidates: oneDNN's direct kernels (always), Winograd F(2x2,3x3) (3x3 / stride 1 / pad 1, all
-// three passes) and the im2col GEMM (3x3 weight gradient without bias), core/ops/winograd_cpu.h.
+// three passes) and the im2col GEMM (3x3 weight gradient without bias), core/cpu/winograd.h.
 //
 // Environment (read once):
 //   KILN_CONV_ALGO=auto (default: measure) | heuristic (the static rule of winograd::chosen() and

@@ -1,6 +1,7 @@
 // Matrix products. CPU: oneDNN matmul (f32; bf16 and f16 where the CPU supports them, else computed
-// in f32 and rounded, see docs/precision.md and linear_cpu.cpp). Transposed or sliced 2-D views are
-// read in place. Recorded by autograd. Tests: tests/core/linear_test.cpp.
+// in f32 and rounded, see docs/precision.md and core/cpu/linear.cpp); CUDA: cuBLASLt
+// (core/cuda/matmul_cuda.cu). Transposed or sliced 2-D views are read in place. Recorded by autograd
+// (core/ops/linear.cpp). Tests: tests/core/linear_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

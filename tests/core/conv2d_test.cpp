@@ -1,4 +1,4 @@
-// conv2d (core/ops/conv2d_cpu.cpp): forward, input/weight/bias gradients against a double-precision
+// conv2d (core/ops/conv2d.cpp, core/cpu/conv2d.cpp): forward, input/weight/bias gradients against a double-precision
 // loop reference, finite differences, bf16/f16 against f32, strided inputs, the primitive cache
 // under threads, and the error messages.
 #include "core/ops/conv2d.h"
@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "core/autograd.h"
+#include "core/cpu/winograd.h"
 #include "core/dnnl_context.h"
-#include "core/ops/winograd_cpu.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 

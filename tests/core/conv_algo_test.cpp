@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "core/autograd.h"
+#include "core/cpu/winograd.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
-#include "core/ops/winograd_cpu.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;

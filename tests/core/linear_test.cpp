@@ -1,4 +1,4 @@
-// matmul and linear (core/ops/linear_cpu.cpp): forward and gradients against double-precision loops,
+// matmul and linear (core/ops/linear.cpp, core/cpu/linear.cpp): forward and gradients against double-precision loops,
 // transposed and sliced operands (passed to oneDNN by strides), finite differences, bf16/f16 against
 // f32, and the error messages.
 #include "core/ops/linear.h"

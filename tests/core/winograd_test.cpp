@@ -1,7 +1,7 @@
-// Winograd F(2x2,3x3) convolution (core/ops/winograd_cpu.cpp): the three passes against a
+// Winograd F(2x2,3x3) convolution (core/cpu/winograd.cpp): the three passes against a
 // double-precision direct convolution (f32: tight; bf16: no worse than a few times oneDNN's direct
 // bf16 convolution on the same inputs), odd sizes, several chunks, and conv2d's routing.
-#include "core/ops/winograd_cpu.h"
+#include "core/cpu/winograd.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

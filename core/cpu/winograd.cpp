@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) on the CPU: transforms here, GEMMs in oneDNN's matmul. See winograd_cpu.h.
+// Winograd F(2x2, 3x3) on the CPU: transforms here, GEMMs in oneDNN's matmul. See winograd.h.
 //
 // Scratch layouts, per chunk of `tc` tiles (a tile t = (n, ty, tx) covers output rows 2ty, 2ty+1
 // and columns 2tx, 2tx+1; tiles are numbered n-major, then ty, then tx):
@@ -9,7 +9,7 @@
 //   dU [16][K][C]   f32, accumulated over chunks (matmul with a sum post-op)
 // Position p = 4 * i + j indexes the 4x4 transformed tile. The per-tile transform kernels are in
 // winograd_kernels.h; here, the drivers that walk the tiles, the chunking and the GEMMs.
-#include "core/ops/winograd_cpu.h"
+#include "core/cpu/winograd.h"
 
 #include <omp.h>
 
@@ -22,7 +22,7 @@
 #include <type_traits>
 
 #include "core/dnnl_context.h"
-#include "core/ops/winograd_kernels.h"
+#include "core/cpu/winograd_kernels.h"
 
 namespace kiln::ops::winograd {
 

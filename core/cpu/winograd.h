@@ -17,7 +17,7 @@
 // GEMMs accumulate in f32 and the output transform runs in f32 before the single rounding of the
 // result. Tests (tests/core/winograd_test.cpp) bound the error against an f32 direct convolution.
 //
-// conv2d (core/ops/conv2d_cpu.cpp) takes this path where core/ops/conv_algo.h chooses it;
+// conv2d's CPU kernel (core/cpu/conv2d.cpp) takes this path where core/ops/conv_algo.h chooses it;
 // `kiln bench winograd` prints the candidates' times and the choices layer by layer. See
 // docs/conv_algorithms.md and docs/precision.md.
 #pragma once

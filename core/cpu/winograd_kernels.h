@@ -1,4 +1,4 @@
-// The per-tile and per-row transform kernels of Winograd F(2x2,3x3) (core/ops/winograd_cpu.cpp, the
+// The per-tile and per-row transform kernels of Winograd F(2x2,3x3) (core/cpu/winograd.cpp, the
 // only includer): input, output and output-gradient tiles, weights and weight gradients, each as a
 // portable loop and as AVX-512 intrinsics, and Kernels<S>, the set for one storage type.
 #pragma once
