@@ -63,6 +63,10 @@ struct AdamWStepOptions {
 // [slot A types]
 
 // [slot B types]
+// The batch-norm backward's gradients (Kernels::batch_norm_backward).
+struct BatchNormGradients {
+  Tensor dx, dgamma, dbeta;
+};
 
 // [slot C types]
 
@@ -123,6 +127,29 @@ struct Kernels {
   // [slot A entries]
 
   // [slot B entries]
+  // --- batch norm (core/ops/batch_norm.h), channels last: x is M rows of C channels; the op checks
+  // shapes. gamma, beta (C) may be undefined (1 and 0); running_mean/var (C) may be undefined in
+  // training only. Statistics in f32 (f64 on the CPU for f64 x), eps inside the square root.
+  // forward: training normalises with the batch mean and biased variance and updates the running
+  //   statistics in place when defined (running = (1-momentum)*running + momentum*batch, the variance
+  //   unbiased by M/(M-1)); eval normalises with the running statistics. y in x's dtype.
+  //   *save_mean, *save_invstd (when not null) receive this device's copy of the per-channel mean and
+  //   1/sqrt(var + eps) actually used (new (C) tensors, a floating dtype of the kernel's choice), the
+  //   backward's only state besides x and gamma.
+  // backward: grad_out of x's shape, any floating dtype; dgamma = sum(dy * xhat), dbeta = sum(dy)
+  //   (always, gamma defined or not), in f32 (f64 for f64 x); dx in x's dtype:
+  //   training: gamma*invstd * (dy - dbeta/M - xhat*dgamma/M); eval: gamma*invstd * dy. dx may be
+  //   left undefined when !need_dx.
+  Tensor (*batch_norm_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               Tensor* save_mean, Tensor* save_invstd) = nullptr;
+  BatchNormGradients (*batch_norm_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                            bool need_dx) = nullptr;
+  // counter += by for a one-element i64 counter, on its own device without a host read (batch norm's
+  // num_batches_tracked, layers/norm.cpp).
+  void (*increment_i64)(const Tensor& counter, int64_t by) = nullptr;
+
 
   // [slot C entries]
 };

@@ -34,6 +34,13 @@ Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 // [slot A declarations]
 
 // [slot B declarations]
+// core/cpu/batch_norm.cpp
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd);
+BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                       const Tensor& save_mean, const Tensor& save_invstd, bool training, bool need_dx);
+void increment_i64(const Tensor& counter, int64_t by);
 
 // [slot C declarations]
 
@@ -65,6 +72,9 @@ const Kernels& kernels() {
     // [slot A lines]
 
     // [slot B lines]
+    k.batch_norm_forward = batch_norm_forward;
+    k.batch_norm_backward = batch_norm_backward;
+    k.increment_i64 = increment_i64;
 
     // [slot C lines]
     return k;

@@ -14,6 +14,13 @@ Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 // [slot A declarations]
 
 // [slot B declarations]
+// core/cuda/batch_norm_cuda.cu (the table's entries: train and eval, the forward's statistics saved)
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd);
+kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                             const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                             bool need_dx);
 
 // [slot C declarations]
 
@@ -44,6 +51,9 @@ const Kernels& kernels() {
     // [slot A lines]
 
     // [slot B lines]
+    k.batch_norm_forward = batch_norm_forward;
+    k.batch_norm_backward = batch_norm_backward;
+    k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
 
     // [slot C lines]
     // cuda::lrn_backward takes grad_out in x's dtype
