@@ -150,6 +150,28 @@ struct Kernels {
   // num_batches_tracked, layers/norm.cpp).
   void (*increment_i64)(const Tensor& counter, int64_t by) = nullptr;
 
+  // --- losses (core/ops/loss.h); logits (N, K) floating, N, K > 0; the op checks shapes and dtypes.
+  // Returned losses are scalars (shape []) in f32 (f64 on the CPU for f64 logits); gradients are in
+  // logits' dtype; grad_loss is a one-element floating tensor on the device.
+  // cross_entropy: labels (N) i64/i32, label smoothing e, class_weights (K) or undefined: the mean of
+  //   loss_i = (1-e)(lse_i - z_iy) + e mean_k(lse_i - z_ik), or PyTorch's weighted mean (divisor
+  //   S = sum_i w[y_i]; loss and gradient 0 when S = 0). A label outside [0, K): an error where the
+  //   kernel can throw (CPU), else a NaN loss and gradient row (CUDA). *saved (when not null) receives
+  //   the state this device's backward needs besides its other arguments (opaque to the op).
+  Tensor (*cross_entropy_forward)(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                                  const Tensor& class_weights, Tensor* saved) = nullptr;
+  Tensor (*cross_entropy_backward)(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
+                                   double label_smoothing, const Tensor& class_weights, const Tensor& saved) = nullptr;
+  // soft_cross_entropy: targets (N, K) floating; t' = (1-e) t + e/K, loss = (1/N) sum_ik w_k t'_ik (lse_i - z_ik)
+  //   (w = 1 without class_weights; divisor N either way); dz = (softmax sum_j w_j t'_ij - w_k t'_ik) / N
+  //   times grad_loss. *saved as for cross_entropy.
+  Tensor (*soft_cross_entropy_forward)(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                       const Tensor& class_weights, Tensor* saved) = nullptr;
+  Tensor (*soft_cross_entropy_backward)(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                        double label_smoothing, const Tensor& class_weights,
+                                        const Tensor& saved) = nullptr;
+  // softmax over the last dim of (R, K) logits (K > 0), in logits' dtype (computed in f32, f64 for f64).
+  Tensor (*softmax)(const Tensor& logits) = nullptr;
 
   // [slot C entries]
 };

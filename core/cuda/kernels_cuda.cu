@@ -54,6 +54,17 @@ const Kernels& kernels() {
     k.batch_norm_forward = batch_norm_forward;
     k.batch_norm_backward = batch_norm_backward;
     k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
+    // cross_entropy's saved state is the weight sum of the weighted loss (undefined without weights)
+    k.cross_entropy_forward = cross_entropy_forward;
+    k.cross_entropy_backward = cross_entropy_backward;
+    // soft_cross_entropy keeps no saved state: its backward recomputes from the logits and targets
+    k.soft_cross_entropy_forward = [](const Tensor& logits, const Tensor& targets, double e, const Tensor& w,
+                                      Tensor* /*saved*/) { return soft_cross_entropy_forward(logits, targets, e, w); };
+    k.soft_cross_entropy_backward = [](const Tensor& gl, const Tensor& logits, const Tensor& targets, double e,
+                                       const Tensor& w, const Tensor& /*saved*/) {
+      return soft_cross_entropy_backward(gl, logits, targets, e, w);
+    };
+    k.softmax = softmax;
 
     // [slot C lines]
     // cuda::lrn_backward takes grad_out in x's dtype
