@@ -80,6 +80,10 @@ struct Conv2dGrads {
 };
 
 // [slot B types]
+// The batch-norm backward's gradients (Kernels::batch_norm_backward).
+struct BatchNormGradients {
+  Tensor dx, dgamma, dbeta;
+};
 
 // [slot C types]
 
@@ -157,6 +161,51 @@ struct Kernels {
   Tensor (*matmul)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) = nullptr;
 
   // [slot B entries]
+  // --- batch norm (core/ops/batch_norm.h), channels last: x is M rows of C channels; the op checks
+  // shapes. gamma, beta (C) may be undefined (1 and 0); running_mean/var (C) may be undefined in
+  // training only. Statistics in f32 (f64 on the CPU for f64 x), eps inside the square root.
+  // forward: training normalises with the batch mean and biased variance and updates the running
+  //   statistics in place when defined (running = (1-momentum)*running + momentum*batch, the variance
+  //   unbiased by M/(M-1)); eval normalises with the running statistics. y in x's dtype.
+  //   *save_mean, *save_invstd (when not null) receive this device's copy of the per-channel mean and
+  //   1/sqrt(var + eps) actually used (new (C) tensors, a floating dtype of the kernel's choice), the
+  //   backward's only state besides x and gamma.
+  // backward: grad_out of x's shape, any floating dtype; dgamma = sum(dy * xhat), dbeta = sum(dy)
+  //   (always, gamma defined or not), in f32 (f64 for f64 x); dx in x's dtype:
+  //   training: gamma*invstd * (dy - dbeta/M - xhat*dgamma/M); eval: gamma*invstd * dy. dx may be
+  //   left undefined when !need_dx.
+  Tensor (*batch_norm_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               Tensor* save_mean, Tensor* save_invstd) = nullptr;
+  BatchNormGradients (*batch_norm_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                            bool need_dx) = nullptr;
+  // counter += by for a one-element i64 counter, on its own device without a host read (batch norm's
+  // num_batches_tracked, layers/norm.cpp).
+  void (*increment_i64)(const Tensor& counter, int64_t by) = nullptr;
+
+  // --- losses (core/ops/loss.h); logits (N, K) floating, N, K > 0; the op checks shapes and dtypes.
+  // Returned losses are scalars (shape []) in f32 (f64 on the CPU for f64 logits); gradients are in
+  // logits' dtype; grad_loss is a one-element floating tensor on the device.
+  // cross_entropy: labels (N) i64/i32, label smoothing e, class_weights (K) or undefined: the mean of
+  //   loss_i = (1-e)(lse_i - z_iy) + e mean_k(lse_i - z_ik), or PyTorch's weighted mean (divisor
+  //   S = sum_i w[y_i]; loss and gradient 0 when S = 0). A label outside [0, K): an error where the
+  //   kernel can throw (CPU), else a NaN loss and gradient row (CUDA). *saved (when not null) receives
+  //   the state this device's backward needs besides its other arguments (opaque to the op).
+  Tensor (*cross_entropy_forward)(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                                  const Tensor& class_weights, Tensor* saved) = nullptr;
+  Tensor (*cross_entropy_backward)(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
+                                   double label_smoothing, const Tensor& class_weights, const Tensor& saved) = nullptr;
+  // soft_cross_entropy: targets (N, K) floating; t' = (1-e) t + e/K, loss = (1/N) sum_ik w_k t'_ik (lse_i - z_ik)
+  //   (w = 1 without class_weights; divisor N either way); dz = (softmax sum_j w_j t'_ij - w_k t'_ik) / N
+  //   times grad_loss. *saved as for cross_entropy.
+  Tensor (*soft_cross_entropy_forward)(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                       const Tensor& class_weights, Tensor* saved) = nullptr;
+  Tensor (*soft_cross_entropy_backward)(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                        double label_smoothing, const Tensor& class_weights,
+                                        const Tensor& saved) = nullptr;
+  // softmax over the last dim of (R, K) logits (K > 0), in logits' dtype (computed in f32, f64 for f64).
+  Tensor (*softmax)(const Tensor& logits) = nullptr;
 
   // [slot C entries]
 };

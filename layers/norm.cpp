@@ -1,12 +1,9 @@
 #include "layers/norm.h"
 
+#include "core/kernels.h"
 #include "core/ops/batch_norm.h"
 #include "core/ops/lrn.h"
 #include "layers/options.h"
-
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
 
 namespace kiln {
 
@@ -45,15 +42,8 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     return ops::batch_norm(x, weight, bias, mean, var, true, opts_.momentum, opts_.eps);
   }
   Tensor y = ops::batch_norm(x, weight, bias, running_mean, running_var, train, opts_.momentum, opts_.eps);
-  if (train) {
-    if (num_batches_tracked.device().is_cpu()) {
-      ++*num_batches_tracked.data<int64_t>();
-    } else {
-#ifdef KILN_WITH_CUDA
-      cuda::increment(num_batches_tracked);  // on the device: reading it back would sync every layer
-#endif
-    }
-  }
+  // On the counter's own device: reading it back would sync every layer on a GPU.
+  if (train) kernel(num_batches_tracked.device(), &Kernels::increment_i64, type().c_str())(num_batches_tracked, 1);
   return y;
 }
 

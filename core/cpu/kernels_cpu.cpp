@@ -39,6 +39,23 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 
 // [slot B declarations]
+// core/cpu/batch_norm.cpp
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd);
+BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                       const Tensor& save_mean, const Tensor& save_invstd, bool training, bool need_dx);
+void increment_i64(const Tensor& counter, int64_t by);
+// core/cpu/loss.cpp
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                             const Tensor& class_weights, Tensor* saved);
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
+                              double label_smoothing, const Tensor& class_weights, const Tensor& saved);
+Tensor soft_cross_entropy_forward(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                  const Tensor& class_weights, Tensor* saved);
+Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                   double label_smoothing, const Tensor& class_weights, const Tensor& saved);
+Tensor softmax(const Tensor& logits);
 
 // [slot C declarations]
 
@@ -73,6 +90,14 @@ const Kernels& kernels() {
     k.matmul = matmul;
 
     // [slot B lines]
+    k.batch_norm_forward = batch_norm_forward;
+    k.batch_norm_backward = batch_norm_backward;
+    k.increment_i64 = increment_i64;
+    k.cross_entropy_forward = cross_entropy_forward;
+    k.cross_entropy_backward = cross_entropy_backward;
+    k.soft_cross_entropy_forward = soft_cross_entropy_forward;
+    k.soft_cross_entropy_backward = soft_cross_entropy_backward;
+    k.softmax = softmax;
 
     // [slot C lines]
     return k;

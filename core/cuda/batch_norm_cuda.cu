@@ -10,7 +10,9 @@
 //     statistics; eval: dx = gamma*invstd*dy).
 // NOTE: x - mean is formed before scaling (not x*scale + shift), so a large mean does not cost
 // precision in the output.
-// Tests: tests/gpu/batch_norm_test.cpp.
+// The kernel table (core/kernels.h) lists batch_norm_forward and batch_norm_backward at the end of
+// this file: train and eval in one entry each, the statistics the forward used saved for the backward.
+// Tests: tests/gpu/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include <cmath>
 
 #include "core/cuda/cuda_ops.h"
@@ -109,12 +111,13 @@ __global__ void channel_kernel(const T* x, const T* dy, T* out, const float* coe
   }
 }
 
-// Eval: invstd = 1/sqrt(var + eps); coef = [gamma*invstd, 0, beta, mean].
+// Eval: invstd = 1/sqrt(var + eps); coef = [gamma*invstd, 0, beta, mean]; mean_out (if not null) = mean.
 __global__ void eval_coef_kernel(const float* mean, const float* var, const float* gamma, const float* beta, double eps,
-                                 int64_t C, float* invstd, float* coef) {
+                                 int64_t C, float* invstd, float* coef, float* mean_out) {
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
     double is = 1.0 / sqrt(static_cast<double>(var[c]) + eps);
     invstd[c] = static_cast<float>(is);
+    if (mean_out) mean_out[c] = mean[c];
     coef[c] = static_cast<float>((gamma ? gamma[c] : 1.0) * is);
     coef[C + c] = 0.f;
     coef[2 * C + c] = beta ? beta[c] : 0.f;
@@ -176,8 +179,10 @@ void launch_channel(int device, DType dt, const Tensor& x, const Tensor& dy, con
   CUDA_CHECK_LAUNCH();
 }
 
+// param_grads: dgamma and dbeta also without gamma (the kernel table's contract).
 BatchNormGrads backward_impl(const char* op, const Tensor& gy0, const Tensor& x0, const Tensor& gamma0,
-                             const Tensor& mean, const Tensor& invstd, const Args& a, bool training) {
+                             const Tensor& mean, const Tensor& invstd, const Args& a, bool training,
+                             bool param_grads = false) {
   same_device(op, {&gy0, &x0});
   KILN_CHECK(gy0.shape() == x0.shape() && gy0.dtype() == x0.dtype(), op, ": gradient ", gy0.str(), " for x ",
              x0.str());
@@ -185,7 +190,7 @@ BatchNormGrads backward_impl(const char* op, const Tensor& gy0, const Tensor& x0
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor();
   BatchNormGrads out;
   out.dx = empty_on(x.shape(), x.dtype(), x);
-  if (gamma.defined()) {
+  if (gamma.defined() || param_grads) {
     out.dgamma = Tensor::empty({a.C}, DType::f32, x.device());
     out.dbeta = Tensor::empty({a.C}, DType::f32, x.device());
   }
@@ -246,8 +251,10 @@ Tensor batch_norm_forward_train(const Tensor& x0, const Tensor& gamma0, const Te
   return y;
 }
 
-Tensor batch_norm_forward_eval(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, const Tensor& running_mean,
-                               const Tensor& running_var, double eps) {
+namespace {
+// save_mean/save_invstd (if not null) receive the running mean and 1/sqrt(running_var + eps) (C, f32).
+Tensor forward_eval(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, const Tensor& running_mean,
+                    const Tensor& running_var, double eps, Tensor* save_mean, Tensor* save_invstd) {
   const char* op = "batch_norm (eval)";
   Args a = check(op, x0, {&gamma0, &beta0, &running_mean, &running_var});
   KILN_CHECK(running_mean.defined() && running_var.defined(), op, ": eval needs running_mean and running_var");
@@ -256,15 +263,24 @@ Tensor batch_norm_forward_eval(const Tensor& x0, const Tensor& gamma0, const Ten
   Tensor beta = beta0.defined() ? packed_f32(beta0) : Tensor();
   Tensor rm = packed_f32(running_mean), rv = packed_f32(running_var);
   Tensor y = empty_on(x.shape(), x.dtype(), x);
+  Tensor invstd = Tensor::empty({a.C}, DType::f32, x.device());
+  Tensor mean_out = save_mean ? Tensor::empty({a.C}, DType::f32, x.device()) : Tensor();
+  if (save_mean) *save_mean = mean_out;
+  if (save_invstd) *save_invstd = invstd;
   if (a.C == 0) return y;
   Tensor coef = Tensor::empty({4 * a.C}, DType::f32, x.device());
-  Tensor invstd = Tensor::empty({a.C}, DType::f32, x.device());
   DeviceGuard g(a.device);
   eval_coef_kernel<<<grid_for(a.device, a.C, 256), 256, 0, stream_of(a.device)>>>(
-      fptr(rm), fptr(rv), fptr(gamma), fptr(beta), eps, a.C, mfptr(invstd), mfptr(coef));
+      fptr(rm), fptr(rv), fptr(gamma), fptr(beta), eps, a.C, mfptr(invstd), mfptr(coef), mfptr(mean_out));
   CUDA_CHECK_LAUNCH();
   launch_channel<false>(a.device, x.dtype(), x, Tensor(), y, coef, a.C);
   return y;
+}
+}  // namespace
+
+Tensor batch_norm_forward_eval(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, const Tensor& running_mean,
+                               const Tensor& running_var, double eps) {
+  return forward_eval(x0, gamma0, beta0, running_mean, running_var, eps, nullptr, nullptr);
 }
 
 BatchNormGrads batch_norm_backward_train(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
@@ -286,10 +302,37 @@ BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x,
   if (a.C > 0) {
     DeviceGuard g(a.device);
     eval_coef_kernel<<<grid_for(a.device, a.C, 256), 256, 0, stream_of(a.device)>>>(
-        fptr(rm), fptr(rv), nullptr, nullptr, eps, a.C, mfptr(invstd), mfptr(coef));
+        fptr(rm), fptr(rv), nullptr, nullptr, eps, a.C, mfptr(invstd), mfptr(coef), nullptr);
     CUDA_CHECK_LAUNCH();
   }
   return backward_impl(op, grad_out, x, gamma, rm, invstd, a, false);
+}
+
+// --- the kernel table's entries (core/kernels.h, listed in core/cuda/kernels_cuda.cu) ---------------
+
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd) {
+  if (!training) return forward_eval(x, gamma, beta, running_mean, running_var, eps, save_mean, save_invstd);
+  Tensor mean, invstd;  // required by the training kernel even when the caller keeps none
+  Tensor y = batch_norm_forward_train(x, gamma, beta, running_mean, running_var, momentum, eps, &mean, &invstd);
+  if (save_mean) *save_mean = mean;
+  if (save_invstd) *save_invstd = invstd;
+  return y;
+}
+
+// dgamma and dbeta always (f32), gamma or not; grad_out of any floating dtype (brought to x's); the
+// saved statistics are the forward's (train and eval alike).
+kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                             const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                             bool /*need_dx: dx costs one pass; always computed*/) {
+  const char* op = training ? "batch_norm_backward" : "batch_norm_backward (eval)";
+  Args a = check(op, x, {&gamma, &save_mean, &save_invstd});
+  KILN_CHECK(save_mean.defined() && save_invstd.defined(), op, ": save_mean and save_invstd are required");
+  Tensor gy = grad_out.dtype() == x.dtype() ? grad_out : grad_out.to(x.dtype());
+  BatchNormGrads g =
+      backward_impl(op, gy, x, gamma, packed_f32(save_mean), packed_f32(save_invstd), a, training, true);
+  return {g.dx, g.dgamma, g.dbeta};
 }
 
 }  // namespace kiln::cuda

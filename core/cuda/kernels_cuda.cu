@@ -16,6 +16,13 @@ Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
 
 // [slot B declarations]
+// core/cuda/batch_norm_cuda.cu (the table's entries: train and eval, the forward's statistics saved)
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd);
+kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                             const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                             bool need_dx);
 
 // [slot C declarations]
 
@@ -51,6 +58,20 @@ const Kernels& kernels() {
     k.matmul = matmul;
 
     // [slot B lines]
+    k.batch_norm_forward = batch_norm_forward;
+    k.batch_norm_backward = batch_norm_backward;
+    k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
+    // cross_entropy's saved state is the weight sum of the weighted loss (undefined without weights)
+    k.cross_entropy_forward = cross_entropy_forward;
+    k.cross_entropy_backward = cross_entropy_backward;
+    // soft_cross_entropy keeps no saved state: its backward recomputes from the logits and targets
+    k.soft_cross_entropy_forward = [](const Tensor& logits, const Tensor& targets, double e, const Tensor& w,
+                                      Tensor* /*saved*/) { return soft_cross_entropy_forward(logits, targets, e, w); };
+    k.soft_cross_entropy_backward = [](const Tensor& gl, const Tensor& logits, const Tensor& targets, double e,
+                                       const Tensor& w, const Tensor& /*saved*/) {
+      return soft_cross_entropy_backward(gl, logits, targets, e, w);
+    };
+    k.softmax = softmax;
 
     // [slot C lines]
     // cuda::lrn_backward takes grad_out in x's dtype

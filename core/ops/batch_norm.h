@@ -6,7 +6,8 @@
 // gamma/beta may be undefined (1 and 0: affine off); running_mean/var may both be undefined in
 // training (batch statistics only, PyTorch's track_running_stats=False); eval needs them.
 // Statistics are always computed in f32 (f64 for f64 x); bf16/f16 x gives y in its dtype.
-// CPU: own OpenMP loops (batch_norm_cpu.cpp), measured against oneDNN there. Recorded by autograd
+// Kernels: core/cpu/batch_norm.cpp (own OpenMP loops, measured against oneDNN there) and
+// core/cuda/batch_norm_cuda.cu, through the kernel table (core/kernels.h). Recorded by autograd
 // (gradients for x, gamma, beta). Tests: tests/core/batch_norm_test.cpp.
 #pragma once
 #include "core/tensor.h"

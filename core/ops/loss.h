@@ -10,7 +10,8 @@
 // kernel cannot throw without a sync) it makes the loss and that row's gradient NaN.
 // CUDA: core/cuda/loss_cuda.cu (f32, f16, bf16 logits; labels on the same GPU).
 // Returns a scalar (shape []) in f32 (f64 for f64 logits; bf16/f16 logits get an f32 loss).
-// Recorded by autograd (gradient to logits, in the logits' dtype). CPU: loss_cpu.cpp.
+// Recorded by autograd (gradient to logits, in the logits' dtype). CPU: core/cpu/loss.cpp (kernel table,
+// core/kernels.h).
 // Tests: tests/core/loss_test.cpp.
 #pragma once
 #include "core/tensor.h"

@@ -1,4 +1,5 @@
-// Softmax and softmax cross-entropy on the CPU, one row per sample (OpenMP over rows).
+// Softmax and softmax cross-entropy on the CPU (the kernel-table entries of core/kernels.h; the ops
+// are core/ops/loss.cpp), one row per sample (OpenMP over rows).
 //   lse_i  = m_i + log s_i, s_i = sum_k exp(z_ik - m_i), m_i = max_k z_ik
 //   loss_i = (1-e) * (lse_i - z_iy) + e * mean_k (lse_i - z_ik) = lse_i - (1-e) z_iy - e * mean_k z_ik
 //   loss   = mean_i loss_i
@@ -6,22 +7,19 @@
 // With class weights w (PyTorch's weighted mean, S = sum_i w_{y_i}):
 //   loss_i = (1-e) w_{y_i} (lse_i - z_iy) + (e/K) sum_k w_k (lse_i - z_ik),  loss = sum_i loss_i / S
 //   dloss/dz_ik = ((1-e) w_{y_i} (softmax_ik - [k == y_i]) + (e/K) (W softmax_ik - w_k)) / S,  W = sum_k w_k
-// Rows in f32 (f64 for f64 logits), the batch sum in double. Backward keeps only the logits and the
-// per-row (m_i, log s_i), and recomputes the softmax. Tests: tests/core/loss_test.cpp.
-#include "core/ops/loss.h"
-
+// Rows in f32 (f64 for f64 logits), the batch sum in double. The forward's saved state is the
+// per-row (m_i, log s_i) as a (2, N) f64 tensor; the backward takes it with the logits, labels (or
+// targets) and weights, and recomputes the softmax. Tests: tests/core/loss_test.cpp,
+// tests/core/soft_loss_test.cpp, tests/core/weighted_loss_test.cpp.
 #include <cmath>
 #include <vector>
 
-#include "core/autograd.h"
-#include "core/ops/dispatch.h"
+#include "core/kernels.h"
 #include "core/ops/nn_util.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+namespace kiln::cpu {
 
-namespace kiln::ops {
+namespace nn = ops::nn;
 
 namespace {
 
@@ -73,6 +71,13 @@ std::vector<double> checked_weights(const Tensor& logits, const Tensor& weights)
   return w;
 }
 
+// sum_i w[y_i], in row order (the forward and the backward get the same bits).
+double weight_sum(const std::vector<int64_t>& y, const std::vector<double>& w) {
+  double sum = 0;
+  for (int64_t yi : y) sum += w[yi];
+  return sum;
+}
+
 // Returns the loss (the mean, or the weighted mean); fills s.m, s.log_s (and s.wsum when weighted).
 template <typename T>
 double ce_forward(const T* z, int64_t N, int64_t K, CeSaved& s) {
@@ -104,8 +109,7 @@ double ce_forward(const T* z, int64_t N, int64_t K, CeSaved& s) {
   double sum = 0;  // in row order: the loss does not depend on the thread count
   for (double r : row) sum += r;
   if (!w) return sum / N;
-  s.wsum = 0;
-  for (int64_t i = 0; i < N; ++i) s.wsum += w[s.y[i]];
+  s.wsum = weight_sum(s.y, s.w);
   return s.wsum > 0 ? sum / s.wsum : 0.0;
 }
 
@@ -135,70 +139,8 @@ void ce_backward(const T* z, int64_t N, int64_t K, const CeSaved& s, double gsca
   }
 }
 
-// A row loss in the compute dtype: forward(z, saved) -> the loss; recorded with a backward that
-// recomputes from the saved logits: backward(z, saved, upstream gradient, dz).
-template <typename Saved, typename Fwd, typename Bwd>
-Tensor record_row_loss(const char* name, const Tensor& logits, Saved s, Fwd forward, Bwd backward) {
-  DType ct = nn::compute_dtype(logits.dtype());
-  Tensor z = nn::to_compute(logits, ct);
-  double loss = nn::dispatch_compute(ct, [&](auto t) {
-    using T = decltype(t);
-    return forward(z.data<T>(), s);
-  });
-  return record(name, {logits}, Tensor::scalar(loss, ct),
-                [zd = logits.detach(), s = std::move(s), ct, backward](const Tensor& g) {
-                  Tensor z = nn::to_compute(zd, ct);
-                  Tensor dz = Tensor::empty(zd.shape(), ct);
-                  nn::dispatch_compute(ct, [&](auto t) {
-                    using T = decltype(t);
-                    backward(z.data<T>(), s, g.item(), dz.data<T>());
-                  });
-                  return grads{nn::from_compute(dz, zd.dtype())};
-                });
-}
-
-}  // namespace
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing, const Tensor& class_weights) {
-  const bool weighted = class_weights.defined();
-  const bool on_gpu =
-      weighted ? op_on_cuda("cross_entropy", {logits, labels, class_weights}) : op_on_cuda("cross_entropy", {logits, labels});
-  nn::check_floating("cross_entropy", "logits", logits);
-  KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0,
-             "cross_entropy: logits must be (N, K) with N, K > 0, got ", logits.str());
-  KILN_CHECK(labels.dtype() == DType::i64 || labels.dtype() == DType::i32,
-             "cross_entropy: labels must be i64 or i32, got ", labels.str());
-  KILN_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0), "cross_entropy: labels ", labels.str(),
-             " do not match logits ", logits.str(), " (expected [", logits.size(0), "])");
-  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got ",
-             label_smoothing);
-  if (on_gpu) {  // NOTE: a label outside [0, K) gives a NaN loss there (a kernel cannot throw)
-#ifdef KILN_WITH_CUDA
-    Tensor w = weighted ? class_weights.detach() : Tensor(), wsum;
-    Tensor loss = cuda::cross_entropy_forward(logits.detach(), labels, label_smoothing, w, &wsum);
-    return record("cross_entropy", {logits}, loss,
-                  [zd = logits.detach(), labels, label_smoothing, w, wsum](const Tensor& g) {
-                    return grads{cuda::cross_entropy_backward(g, zd, labels, label_smoothing, w, wsum)};
-                  });
-#endif
-  }
-  const int64_t N = logits.size(0), K = logits.size(1);
-  CeSaved s;
-  s.y = checked_labels(logits, labels);
-  s.e = label_smoothing;
-  if (weighted) s.w = checked_weights(logits, class_weights);
-  return record_row_loss(
-      "cross_entropy", logits, std::move(s), [N, K](auto* z, CeSaved& s) { return ce_forward(z, N, K, s); },
-      [N, K](auto* z, const CeSaved& s, double g, auto* dz) {
-        const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
-        ce_backward(z, N, K, s, div > 0 ? g / div : 0.0, dz);
-      });
-}
-
-// --- probability targets (soft_cross_entropy) ---------------------------------------------------
-
-namespace {
-// a_ik = w_k ((1-e) t_ik + e/K) and A_i = sum_k a_ik: all the backward needs besides the logits.
+// a_ik = w_k ((1-e) t_ik + e/K) and A_i = sum_k a_ik (rebuilt from the targets in the backward), and
+// each row's log-sum-exp parts.
 struct SoftSaved {
   std::vector<double> a, asum, m, log_s;
 };
@@ -237,63 +179,111 @@ void soft_backward(const T* z, int64_t N, int64_t K, const SoftSaved& s, double 
       dz[i * K + k] = scale * std::exp((z[i * K + k] - m) - ls) - static_cast<T>(gscale * s.a[i * K + k]);
   }
 }
-}  // namespace
 
-Tensor soft_cross_entropy(const Tensor& logits, const Tensor& targets, double label_smoothing,
-                          const Tensor& class_weights) {
-  const bool weighted = class_weights.defined();
-  const bool on_gpu = weighted ? op_on_cuda("soft_cross_entropy", {logits, targets, class_weights})
-                               : op_on_cuda("soft_cross_entropy", {logits, targets});
-  nn::check_floating("soft_cross_entropy", "logits", logits);
-  nn::check_floating("soft_cross_entropy", "targets", targets);
-  KILN_CHECK(logits.dim() == 2 && logits.size(0) > 0 && logits.size(1) > 0,
-             "soft_cross_entropy: logits must be (N, K) with N, K > 0, got ", logits.str());
-  KILN_CHECK(targets.shape() == logits.shape(), "soft_cross_entropy: targets ", targets.str(),
-             " must have the logits' shape ", logits.str());
-  KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
-             "soft_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
-  if (weighted) {
-    nn::check_floating("soft_cross_entropy", "class_weights", class_weights);
-    KILN_CHECK(class_weights.dim() == 1 && class_weights.size(0) == logits.size(1), "soft_cross_entropy: class_weights ",
-               class_weights.str(), " must be (K) = [", logits.size(1), "] for logits ", logits.str());
-  }
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    Tensor w = weighted ? class_weights.detach() : Tensor(), t = targets.detach();
-    Tensor loss = cuda::soft_cross_entropy_forward(logits.detach(), t, label_smoothing, w);
-    return record("soft_cross_entropy", {logits}, loss, [zd = logits.detach(), t, label_smoothing, w](const Tensor& g) {
-      return grads{cuda::soft_cross_entropy_backward(g, zd, t, label_smoothing, w)};
-    });
-#endif
-  }
-  const int64_t N = logits.size(0), K = logits.size(1);
-  std::vector<double> w = weighted ? checked_weights(logits, class_weights) : std::vector<double>();
-  SoftSaved s;
+// a_ik and A_i of SoftSaved from the targets (N, K) and the class weights (empty: 1).
+void soft_targets(const Tensor& targets, const std::vector<double>& w, double e, int64_t N, int64_t K, SoftSaved& s) {
   s.a = targets.contiguous().to_double_vector();
   s.asum.assign(N, 0.0);
-  const double e = label_smoothing;
   for (int64_t i = 0; i < N; ++i)
     for (int64_t k = 0; k < K; ++k) {
       double& a = s.a[i * K + k];
       a = ((1 - e) * a + e / K) * (w.empty() ? 1.0 : w[k]);
       s.asum[i] += a;
     }
-  return record_row_loss(
-      "soft_cross_entropy", logits, std::move(s), [N, K](auto* z, SoftSaved& s) { return soft_forward(z, N, K, s); },
-      [N, K](auto* z, const SoftSaved& s, double g, auto* dz) { soft_backward(z, N, K, s, g / N, dz); });
+}
+
+// The saved state: each row's (m, log s) as a (2, N) f64 tensor, and back.
+Tensor save_lse(const std::vector<double>& m, const std::vector<double>& log_s) {
+  std::vector<double> v(m);
+  v.insert(v.end(), log_s.begin(), log_s.end());
+  return Tensor::from_vector(v, {2, static_cast<int64_t>(m.size())});
+}
+void load_lse(const Tensor& saved, int64_t N, std::vector<double>& m, std::vector<double>& log_s) {
+  KILN_CHECK(saved.defined() && saved.numel() == 2 * N, "cross_entropy: the backward needs the forward's saved state");
+  std::vector<double> v = saved.to_double_vector();
+  m.assign(v.begin(), v.begin() + N);
+  log_s.assign(v.begin() + N, v.end());
+}
+
+// A row loss in the compute dtype: forward(z) -> the loss, as a scalar tensor.
+template <typename Fwd>
+Tensor row_loss_forward(const Tensor& logits, Fwd forward) {
+  const DType ct = nn::compute_dtype(logits.dtype());
+  Tensor z = nn::to_compute(logits, ct);
+  double loss = nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    return forward(z.data<T>());
+  });
+  return Tensor::scalar(loss, ct);
+}
+
+// Its gradient: backward(z, dz) fills dz (the compute dtype), returned in logits' dtype.
+template <typename Bwd>
+Tensor row_loss_backward(const Tensor& logits, Bwd backward) {
+  const DType ct = nn::compute_dtype(logits.dtype());
+  Tensor z = nn::to_compute(logits, ct);
+  Tensor dz = Tensor::empty(logits.shape(), ct);
+  nn::dispatch_compute(ct, [&](auto t) {
+    using T = decltype(t);
+    backward(z.data<T>(), dz.data<T>());
+  });
+  return nn::from_compute(dz, logits.dtype());
+}
+
+}  // namespace
+
+Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                             const Tensor& class_weights, Tensor* saved) {
+  const int64_t N = logits.size(0), K = logits.size(1);
+  CeSaved s;
+  s.y = checked_labels(logits, labels);
+  s.e = label_smoothing;
+  if (class_weights.defined()) s.w = checked_weights(logits, class_weights);
+  Tensor loss = row_loss_forward(logits, [&](auto* z) { return ce_forward(z, N, K, s); });
+  if (saved) *saved = save_lse(s.m, s.log_s);
+  return loss;
+}
+
+Tensor cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& labels,
+                              double label_smoothing, const Tensor& class_weights, const Tensor& saved) {
+  const int64_t N = logits.size(0), K = logits.size(1);
+  CeSaved s;
+  s.y = labels.to_int_vector();  // checked by the forward
+  s.e = label_smoothing;
+  if (class_weights.defined()) {
+    s.w = class_weights.to_double_vector();
+    s.wsum = weight_sum(s.y, s.w);
+  }
+  load_lse(saved, N, s.m, s.log_s);
+  const double div = s.w.empty() ? static_cast<double>(N) : s.wsum;
+  const double g = grad_loss.item();
+  return row_loss_backward(logits, [&](auto* z, auto* dz) { ce_backward(z, N, K, s, div > 0 ? g / div : 0.0, dz); });
+}
+
+Tensor soft_cross_entropy_forward(const Tensor& logits, const Tensor& targets, double label_smoothing,
+                                  const Tensor& class_weights, Tensor* saved) {
+  const int64_t N = logits.size(0), K = logits.size(1);
+  std::vector<double> w = class_weights.defined() ? checked_weights(logits, class_weights) : std::vector<double>();
+  SoftSaved s;
+  soft_targets(targets, w, label_smoothing, N, K, s);
+  Tensor loss = row_loss_forward(logits, [&](auto* z) { return soft_forward(z, N, K, s); });
+  if (saved) *saved = save_lse(s.m, s.log_s);
+  return loss;
+}
+
+Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits, const Tensor& targets,
+                                   double label_smoothing, const Tensor& class_weights, const Tensor& saved) {
+  const int64_t N = logits.size(0), K = logits.size(1);
+  std::vector<double> w = class_weights.defined() ? class_weights.to_double_vector() : std::vector<double>();
+  SoftSaved s;
+  soft_targets(targets, w, label_smoothing, N, K, s);
+  load_lse(saved, N, s.m, s.log_s);
+  const double g = grad_loss.item();
+  return row_loss_backward(logits, [&](auto* z, auto* dz) { soft_backward(z, N, K, s, g / N, dz); });
 }
 
 Tensor softmax(const Tensor& logits) {
-  const bool on_gpu = op_on_cuda("softmax", {logits});
-  nn::check_floating("softmax", "logits", logits);
-  KILN_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, "softmax: needs a last dim of size > 0, got ", logits.str());
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    int64_t K = logits.size(-1);
-    return cuda::softmax(logits.detach().reshape({logits.numel() / K, K})).reshape(logits.shape());
-#endif
-  }
-  DType ct = nn::compute_dtype(logits.dtype());
+  const DType ct = nn::compute_dtype(logits.dtype());
   Tensor z = nn::to_compute(logits, ct);
   Tensor out = Tensor::empty(z.shape(), ct);
   const int64_t K = z.size(-1), rows = z.numel() / K;
@@ -310,4 +300,4 @@ Tensor softmax(const Tensor& logits) {
   return nn::from_compute(out, logits.dtype());
 }
 
-}  // namespace kiln::ops
+}  // namespace kiln::cpu

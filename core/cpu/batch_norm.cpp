@@ -1,4 +1,5 @@
-// Batch normalisation on the CPU, channel = last dim: x is viewed as M rows of C channels
+// Batch normalisation on the CPU (the kernel-table entries of core/kernels.h; the op is
+// core/ops/batch_norm.cpp), channel = last dim: x is viewed as M rows of C channels
 // (M = N*H*W for NHWC, M = N for (N, C)). Own OpenMP loops, vectorised over the channels: the same
 // passes as oneDNN 2.6's nhwc batch_normalization (stats, normalise; reduce, dx) at the same speed
 // on (32, 32, 32, 64) f32, 2-core AVX2 EPYC, min of 100-200 interleaved runs on a loaded machine:
@@ -6,17 +7,13 @@
 //   2 threads: fwd 1.4-2.1 ms vs oneDNN 0.9-1.6;  bwd 1.9-2.8 vs 2.0-2.7
 // and they also run f64 (exact gradchecks) and bf16/f16 (through f32) with one code path, need no
 // primitive cache, and give the same bits on every run. Statistics in f32 (f64 for f64 tensors)
-// with blocked double accumulation.
+// with blocked double accumulation; the saved mean and invstd handed to the backward are f64.
 //   forward (training): mean, biased var -> y = (x - mean) * invstd * gamma + beta; running stats
 //                       updated with the unbiased var, as PyTorch
 //   backward: dbeta = sum(dy), dgamma = sum(dy * xhat),
 //             dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M)   (training)
 //             dx = gamma*invstd * dy                                (eval: the stats are constants)
-// CUDA tensors: core/cuda/batch_norm_cuda.cu's kernels (same formulas, statistics in f32), called
-// with their autograd closure from batch_norm_cuda() below.
-// Tests: tests/core/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
-#include "core/ops/batch_norm.h"
-
+// Also increment_i64 (num_batches_tracked). Tests: tests/core/batch_norm_test.cpp.
 #include <omp.h>
 
 #include <algorithm>
@@ -24,16 +21,15 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/autograd.h"
+#include "core/kernels.h"
 #include "core/ops/bf16_rows.h"
-#include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+namespace kiln::cpu {
 
-namespace kiln::ops {
+namespace nn = ops::nn;
+using ops::bf16_to_f32;
+using ops::f32_to_bf16;
 
 namespace {
 
@@ -162,7 +158,8 @@ void affine_rows(int64_t M, int64_t C, const RowsIn<T>& u, const RowsIn<T>* v, c
   }
 }
 
-// What backward needs besides x and dy: the per-channel constants of the forward.
+// The per-channel constants of the normalisation: the forward computes mean and invstd (training) or
+// takes them from the running statistics (eval); the backward gets them back from the forward's saved tensors.
 struct BnSaved {
   std::vector<double> gamma, mean, invstd;
   bool training = false;
@@ -259,85 +256,26 @@ std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved
   return {dx, dgamma, dbeta};
 }
 
-void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, int64_t C) {
-  if (!t.defined()) return;
-  nn::check_floating("batch_norm", what, t);
-  KILN_CHECK(t.dim() == 1 && t.size(0) == C, "batch_norm: ", what, " must have shape [", C, "] (the channels of x ",
-             x.str(), "), got ", t.str());
+// A detached tensor the kernels read as it is (bf16 rows converted on the fly), else (f16, or a
+// dtype other than the compute dtype) a contiguous copy in the compute dtype.
+Tensor as_input(const Tensor& t, DType ct) {
+  Tensor d = t.detach();
+  const bool direct = ct == DType::f64 ? rows_direct<double>(d) : rows_direct<float>(d);
+  return direct ? d.contiguous() : nn::to_compute(d, ct);
 }
 
 std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
   return t.defined() ? t.to_double_vector() : std::vector<double>(C, fill);
 }
 
-#ifdef KILN_WITH_CUDA
-// The CUDA op. The kernels return dgamma/dbeta in f32 and none without gamma; the gradients are
-// brought to the parameters' dtypes here, and dbeta without gamma is the sum of gy per channel.
-Tensor batch_norm_cuda(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                       const Tensor& running_var, bool training, double momentum, double eps) {
-  Tensor xd = x.detach();
-  Tensor gd = gamma.defined() ? gamma.detach() : Tensor(), bd = beta.defined() ? beta.detach() : Tensor();
-  Tensor rm = running_mean.defined() ? running_mean.detach() : Tensor();
-  Tensor rv = running_var.defined() ? running_var.detach() : Tensor();
-  Tensor save_mean, save_invstd;
-  Tensor y = training ? cuda::batch_norm_forward_train(xd, gd, bd, rm, rv, momentum, eps, &save_mean, &save_invstd)
-                      : cuda::batch_norm_forward_eval(xd, gd, bd, rm, rv, eps);
-  if (!needs_record({x, gamma, beta})) return y;
-  DType gamma_t = gamma.defined() ? gamma.dtype() : DType::f32, beta_t = beta.defined() ? beta.dtype() : DType::f32;
-  bool need_beta = beta.defined() && beta.requires_grad();
-  return record("batch_norm", {x, gamma, beta}, y,
-                [xd, gd, rm, rv, save_mean, save_invstd, training, eps, gamma_t, beta_t, need_beta](const Tensor& gy0) {
-                  Tensor gy = gy0.dtype() == xd.dtype() ? gy0 : gy0.to(xd.dtype());
-                  cuda::BatchNormGrads g = training
-                                               ? cuda::batch_norm_backward_train(gy, xd, gd, save_mean, save_invstd)
-                                               : cuda::batch_norm_backward_eval(gy, xd, gd, rm, rv, eps);
-                  Tensor dbeta = g.dbeta;
-                  if (!dbeta.defined() && need_beta) {
-                    std::vector<int64_t> rows(static_cast<size_t>(xd.dim() - 1));
-                    for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
-                    dbeta = cuda::sum(gy, rows);
-                  }
-                  auto as = [](const Tensor& t, DType d) { return !t.defined() || t.dtype() == d ? t : t.to(d); };
-                  return grads{g.dx, as(g.dgamma, gamma_t), as(dbeta, beta_t)};
-                });
-}
-#endif
-
 }  // namespace
 
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  const bool on_gpu = op_on_cuda("batch_norm", {x, gamma, beta, running_mean, running_var});
-  nn::check_floating("batch_norm", "x", x);
-  KILN_CHECK(x.dim() >= 2, "batch_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
-  int64_t C = x.size(-1);
-  KILN_CHECK(C > 0, "batch_norm: x has no channels: ", x.str());
-  int64_t M = x.numel() / C;
-  check_channel_vector(gamma, "gamma", x, C);
-  check_channel_vector(beta, "beta", x, C);
-  check_channel_vector(running_mean, "running_mean", x, C);
-  check_channel_vector(running_var, "running_var", x, C);
-  KILN_CHECK(running_mean.defined() == running_var.defined(),
-             "batch_norm: running_mean and running_var must both be given or both be undefined");
-  KILN_CHECK(training || running_mean.defined(), "batch_norm: eval mode needs running_mean and running_var (x ",
-             x.str(), ")");
-  KILN_CHECK(!training || M > 1, "batch_norm: training needs more than one value per channel, got x ", x.str());
-  KILN_CHECK(eps > 0, "batch_norm: eps must be > 0, got ", eps);
-  KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
-  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-    return batch_norm_cuda(x, gamma, beta, running_mean, running_var, training, momentum, eps);
-#endif
-  }
-
-  DType ct = nn::compute_dtype(x.dtype());
-  // bf16 is read and written row by row (RowsIn/RowsOut); f16 goes through an f32 copy.
-  auto as_input = [ct](const Tensor& t) {
-    Tensor d = t.detach();
-    const bool direct = ct == DType::f64 ? rows_direct<double>(d) : rows_direct<float>(d);
-    return direct ? d.contiguous() : nn::to_compute(d, ct);
-  };
-  Tensor xc = as_input(x);
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd) {
+  const int64_t C = x.size(-1), M = x.numel() / C;
+  const DType ct = nn::compute_dtype(x.dtype());
+  Tensor xc = as_input(x, ct);  // bf16 is read and written row by row (RowsIn/RowsOut); f16 through f32
   BnSaved s;
   s.training = training;
   s.gamma = values_or(gamma, C, 1.0);
@@ -360,21 +298,35 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
     running_mean.detach().copy_(Tensor::from_vector(rm, {C}));
     running_var.detach().copy_(Tensor::from_vector(rv, {C}));
   }
-  y = nn::from_compute(y, x.dtype());
-  DType gamma_t = gamma.defined() ? gamma.dtype() : ct, beta_t = beta.defined() ? beta.dtype() : ct;
-  bool need_dx = x.requires_grad();
-  return record("batch_norm", {x, gamma, beta}, y, [xd = x.detach(), s = std::move(s), gamma_t, beta_t, ct,
-                                                    need_dx, as_input](const Tensor& gy) {
-    Tensor xc = as_input(xd), gc = as_input(gy);
-    if (xc.dtype() != gc.dtype()) {  // e.g. bf16 x with an f32 gradient: both in the compute dtype
-      xc = nn::to_compute(xd, ct);
-      gc = nn::to_compute(gy, ct);
-    }
-    std::vector<Tensor> g =
-        nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx); });
-    return grads{need_dx ? nn::from_compute(g[0], xd.dtype()) : Tensor(), nn::from_compute(g[1], gamma_t),
-                 nn::from_compute(g[2], beta_t)};
-  });
+  if (save_mean) *save_mean = Tensor::from_vector(s.mean, {C});  // f64: the backward's constants unrounded
+  if (save_invstd) *save_invstd = Tensor::from_vector(s.invstd, {C});
+  return nn::from_compute(y, x.dtype());
 }
 
-}  // namespace kiln::ops
+BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
+                                       const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                       bool need_dx) {
+  const int64_t C = x.size(-1);
+  const DType ct = nn::compute_dtype(x.dtype());
+  BnSaved s;
+  s.training = training;
+  s.gamma = values_or(gamma, C, 1.0);
+  s.mean = save_mean.to_double_vector();
+  s.invstd = save_invstd.to_double_vector();
+  Tensor xc = as_input(x, ct), gc = as_input(grad_out, ct);
+  if (xc.dtype() != gc.dtype()) {  // e.g. bf16 x with an f32 gradient: both in the compute dtype
+    xc = nn::to_compute(x, ct);
+    gc = nn::to_compute(grad_out, ct);
+  }
+  std::vector<Tensor> g =
+      nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx); });
+  return {need_dx ? nn::from_compute(g[0], x.dtype()) : Tensor(), g[1], g[2]};
+}
+
+void increment_i64(const Tensor& counter, int64_t by) {
+  KILN_CHECK(counter.dtype() == DType::i64 && counter.numel() == 1, "increment: expected one i64 value, got ",
+             counter.str());
+  *counter.data<int64_t>() += by;
+}
+
+}  // namespace kiln::cpu
