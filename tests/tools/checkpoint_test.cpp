@@ -1,6 +1,7 @@
 // Checkpoints (tools/checkpoint.h): the folder layout and its cleanup, the paths users pass, flat
 // pairs of earlier runs, and the refusal (naming file and field or tensor) of damaged or diverged
-// state: missing/out-of-range fields, non-finite tensors, integer tensors for float parameters.
+// state: missing/out-of-range fields, non-finite tensors, integer tensors for float parameters;
+// training states of an earlier kiln whose flatten gave (h, w, c) order (tools/checkpoint_legacy.h).
 // Also: weights that overflow to NaN in the forward stop the trainer with its non-finite-loss error.
 #include <gtest/gtest.h>
 
