@@ -9,32 +9,21 @@
 namespace kiln {
 
 namespace {
-enum class Kind { plain, conv_weight, flattened_linear_weight };
+enum class Kind { plain, conv_weight };
 
 struct Layout {
   Kind kind = Kind::plain;
-  int64_t channels = 0;  // flattened_linear_weight only: C of the flattened (N, H, W, C)
 };
 
-// How the tensor `name` of `m` is laid out (the module that owns it decides).
+// How the tensor `name` of `m` is laid out (the module that owns it decides): only conv weights
+// differ from PyTorch's layout.
 Layout layout_of(Module& m, const std::string& name) {
   size_t dot = name.rfind('.');
   std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
   std::string leaf = dot == std::string::npos ? name : name.substr(dot + 1);
   if (leaf != "weight") return {};
   Module& mod = owner.empty() ? m : m.submodule(owner);
-  if (dynamic_cast<Conv2d*>(&mod)) return {Kind::conv_weight, {}};
-  if (auto* lin = dynamic_cast<Linear*>(&mod)) {
-    const auto& f = lin->flattened_input();
-    if (!f) return {};
-    KILN_CHECK(f->known(), "linear '", owner, "' follows a flatten whose input channels are not known yet: run one "
-               "forward pass before converting its weight to or from PyTorch's layout");
-    KILN_CHECK(lin->options().in_features % f->channels == 0, "linear '", owner, "' has ", lin->options().in_features,
-               " inputs but follows a flatten of ", f->channels, " channels");
-    // A 1x1 activation (or a single channel) flattens to the same order in both layouts.
-    if (f->channels == 1 || f->channels == lin->options().in_features) return {};
-    return {Kind::flattened_linear_weight, f->channels};
-  }
+  if (dynamic_cast<Conv2d*>(&mod)) return {Kind::conv_weight};
   return {};
 }
 
@@ -49,12 +38,6 @@ Tensor convert(const Layout& l, const Tensor& t, bool to_pytorch) {
   switch (l.kind) {
     case Kind::plain: return x.clone();
     case Kind::conv_weight: return x.permute(to_pytorch ? std::vector<int64_t>{0, 3, 1, 2} : std::vector<int64_t>{0, 2, 3, 1}).contiguous();
-    case Kind::flattened_linear_weight: {
-      // kiln columns (s, c), PyTorch's (c, s), s = h * W + w over the H*W positions.
-      int64_t out = x.size(0), c = l.channels, hw = x.size(1) / c;
-      Shape from = to_pytorch ? Shape{out, hw, c} : Shape{out, c, hw};
-      return x.reshape(from).permute({0, 2, 1}).contiguous().reshape({out, -1});
-    }
   }
   return x;
 }

@@ -1,9 +1,9 @@
 // State dicts in PyTorch's layouts, for weights that cross to or from PyTorch (safetensors files,
 // torchvision checkpoints). Names are the module's (torchvision's where the architecture matches).
 //   conv weights: kiln (out, kh, kw, in) <-> PyTorch OIHW (out, in, kh, kw)
-//   the first Linear after a Flatten of an NHWC activation (layers/linear.h): kiln's input columns
-//   are in (h, w, c) order, PyTorch's in (c, h, w): the weight's columns are permuted.
-// Everything else (biases, BN tensors, num_batches_tracked) is copied as is.
+// Everything else (linear weights, biases, BN tensors, num_batches_tracked) is copied as is: a
+// Flatten gives PyTorch's (c, h, w) order (layers/linear.h), so a Linear after it has torchvision's
+// columns. Conversion depends only on the module that owns a tensor, never on a forward pass.
 // Tests: tests/layers/interop_test.cpp, tests/models/golden_test.cpp.
 #pragma once
 #include "layers/module.h"

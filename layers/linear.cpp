@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 
+#include "core/autograd.h"
 #include "core/ops/linear.h"
 #include "layers/init.h"
 #include "layers/options.h"
@@ -43,8 +44,16 @@ Tensor Linear::forward(const Tensor& x) {
 Tensor Flatten::forward(const Tensor& x) {
   if (x.dim() == 2) return x;
   KILN_CHECK(x.dim() == 4, "flatten: input ", x.str(), " must be (N, H, W, C) or (N, features)");
-  seen_->channels = x.size(3);
-  return x.flatten(1);
+  // One channel or one position: (h, w, c) and (c, h, w) are the same order, a view does it.
+  if (x.size(3) == 1 || x.size(1) * x.size(2) == 1) return x.flatten(1);
+  // NHWC -> NCHW in one contiguous copy, viewed as (N, C*H*W). One node: its backward views the
+  // gradient as (N, C, H, W) and copies it back to a contiguous NHWC gradient (the layer before
+  // gets a plain tensor, not a strided view).
+  const Shape nchw{x.size(0), x.size(3), x.size(1), x.size(2)};
+  Tensor y = x.detach().permute({0, 3, 1, 2}).contiguous().view({nchw[0], nchw[1] * nchw[2] * nchw[3]});
+  return record("flatten", {x}, y, [nchw](const Tensor& g) {
+    return grads{g.reshape(nchw).permute({0, 2, 3, 1}).contiguous()};
+  });
 }
 
 }  // namespace kiln

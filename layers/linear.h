@@ -1,25 +1,18 @@
 // Linear: y = x weight^T + bias, x (N, in), weight (out, in) as torch.nn.Linear ("weight", "bias").
-// Flatten: (N, H, W, C) -> (N, H*W*C); 2-D inputs pass through.
+// Flatten: (N, H, W, C) -> (N, C*H*W) in PyTorch's (c, h, w) order, as torch.flatten of an NCHW
+// tensor; 2-D inputs pass through.
 //
-// NOTE: kiln flattens NHWC activations, so the first Linear after a Flatten sees its input columns
-// in (h, w, c) order where torchvision's sees (c, h, w). Such a Linear shares a FlattenedShape with
-// the Flatten that feeds it, and layers/interop.h permutes the weight's columns when weights cross
-// to or from PyTorch. Only the channel count matters for that permutation (column s*C + c <->
-// c*HW + s, s = h*W + w), so it is known before any forward: a model sets it at construction, a
-// Sequential takes it from the conv/BN/block before the Flatten, and each forward records it. Tests: tests/layers/layers_test.cpp, tests/layers/interop_test.cpp.
+// kiln's activations are NHWC, so Flatten permutes them to (N, C, H, W) (one contiguous copy,
+// recorded by autograd: the backward permutes the gradient back) before flattening. A Linear after
+// it therefore has its weight's columns in torchvision's order: its weights cross to and from
+// PyTorch unchanged (layers/interop.h), and no layer needs to know what feeds it.
+// Tests: tests/layers/layers_test.cpp, tests/layers/interop_test.cpp.
 #pragma once
-#include <memory>
+#include <string>
 
 #include "layers/module.h"
 
 namespace kiln {
-
-// The channel count C of the NHWC activation (N, H, W, C) that a Flatten turned into features
-// (0 while unknown).
-struct FlattenedShape {
-  int64_t channels = 0;
-  bool known() const { return channels > 0; }
-};
 
 struct LinearOptions {
   int64_t in_features = 0;   /// input features (required)
@@ -40,29 +33,18 @@ class Linear : public Module {
   json to_json() const override { return opts_.to_json(); }
   const LinearOptions& options() const { return opts_; }
 
-  // Marks the input as a flattened NHWC activation (shared with the Flatten that produces it).
-  void set_flattened_input(std::shared_ptr<FlattenedShape> s) { flattened_ = std::move(s); }
-  // Null when the input is not a flattened 4-D activation.
-  const std::shared_ptr<FlattenedShape>& flattened_input() const { return flattened_; }
-
   Tensor weight;  // (out, in)
   Tensor bias;    // (out) or undefined
 
  private:
   LinearOptions opts_;
-  std::shared_ptr<FlattenedShape> flattened_;
 };
 
 class Flatten : public Module {
  public:
-  Flatten() : Module("flatten"), seen_(std::make_shared<FlattenedShape>()) {}
+  Flatten() : Module("flatten") {}
   Tensor forward(const Tensor& x) override;
   json to_json() const override { return {{"type", "flatten"}}; }
-  // The channels of the last 4-D input (or as preset by a model or Sequential that knows them).
-  const std::shared_ptr<FlattenedShape>& flattened_shape() const { return seen_; }
-
- private:
-  std::shared_ptr<FlattenedShape> seen_;
 };
 
 }  // namespace kiln

@@ -1,7 +1,6 @@
 // Sequential: children named "0", "1", ... run in order, as torch.nn.Sequential (so parameter
-// names are "0.weight", "features.3.bias", ...). A Linear appended after a Flatten (with only ReLU or
-// Dropout between) is linked to that Flatten's channel count (layers/linear.h), which is taken from
-// the conv, BN or residual block before the Flatten.
+// names are "0.weight", "features.3.bias", ...). Children do not know their neighbours: each takes
+// what the one before gives (a Flatten gives PyTorch's (c, h, w) order, layers/linear.h).
 // Tests: tests/layers/module_test.cpp.
 #pragma once
 #include <memory>

@@ -73,13 +73,6 @@ void FeatureClassifier::finish_build(int64_t c, int64_t h, int64_t w) {
   built_for_c_ = c;
   built_for_h_ = h;
   built_for_w_ = w;
-  flatten_->flattened_shape()->channels = c;
-  for (auto& m : classifier_->layers()) {
-    if (auto* lin = dynamic_cast<Linear*>(m.get())) {
-      lin->set_flattened_input(flatten_->flattened_shape());
-      break;
-    }
-  }
   units_ = split_units(features_->layers());
 }
 

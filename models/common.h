@@ -40,6 +40,8 @@ std::shared_ptr<Linear> linear(int64_t in, int64_t out, const std::string& init 
 
 // features -> [avgpool] -> flatten -> classifier: the shape of LeNet, AlexNet and VGG, with
 // torchvision's child names. `features` runs as checkpoint units (its stages, split after each pooling).
+// The flatten gives PyTorch's (c, h, w) order (layers/linear.h), so the classifier's weights are
+// torchvision's as they are.
 class FeatureClassifier : public Module {
  public:
   Tensor forward(const Tensor& x) override;
@@ -48,8 +50,8 @@ class FeatureClassifier : public Module {
 
  protected:
   FeatureClassifier(const std::string& name, const CommonOptions& common);
-  // Call once features, avgpool (optional) and classifier are registered: records that the
-  // classifier's first Linear sees a flattened (C, H, W) activation (layers/interop.h needs it).
+  // Call once features, avgpool (optional) and classifier are registered: (c, h, w) is the
+  // activation the classifier is built for (forward names it when an input gives another size).
   void finish_build(int64_t c, int64_t h, int64_t w);
 
   CommonOptions common_;

@@ -17,8 +17,10 @@
 #include "core/io/safetensors.h"
 #include "core/json_util.h"
 #include "core/ops/elementwise.h"
+#include "data/config.h"
 #include "layers/interop.h"
 #include "optim/loss_scaler.h"
+#include "tools/checkpoint_legacy.h"
 
 namespace fs = std::filesystem;
 
@@ -142,7 +144,9 @@ std::map<std::string, double> read_number_map(const json& j, const std::string& 
 }
 
 // The training state from the metadata JSON, every field checked; errors name the file and field.
-TrainingState parse_state(const json& meta, const std::string& file) {
+// `legacy_flatten`: the state has no "flatten_order" (written before Flatten gave (c, h, w) order,
+// tools/checkpoint_legacy.h).
+TrainingState parse_state(const json& meta, const std::string& file, bool& legacy_flatten) {
   TrainingState s;
   try {
     KILN_CHECK(meta.is_object(), "kiln_training_state: expected an object, got ", json_type_name(meta));
@@ -163,6 +167,10 @@ TrainingState parse_state(const json& meta, const std::string& file) {
     KILN_CHECK(v && v->is_object(), "kiln_training_state.config must be an object (the config as run), got ",
                v ? v->dump() : "nothing");
     s.config = *v;
+    v = r.get("flatten_order");
+    KILN_CHECK(!v || *v == kFlattenOrderChw, "kiln_training_state.flatten_order = ", v ? v->dump() : "",
+               " is not accepted; accepted: \"", kFlattenOrderChw, "\" (or none: a state of an earlier kiln)");
+    legacy_flatten = !v;
     r.finish();
   } catch (const Error& e) {
     KILN_FAIL("checkpoint '", file, "': the training state is not valid: ", e.what());
@@ -213,7 +221,7 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   json meta = {{"epoch", s.epoch},       {"step", s.step},           {"rng_seed", s.rng.seed},
                {"rng_offset", s.rng.offset}, {"best_top1", s.best_top1}, {"scaler", s.scaler},
                {"optimizer_type", s.optimizer.type}, {"optimizer_scalars", s.optimizer.scalars},
-               {"config", s.config}};
+               {"config", s.config}, {"flatten_order", kFlattenOrderChw}};
   remove_stale(dir, name);
 
   // 1. Both files into a fresh folder (save_safetensors fsyncs each file and the folder).
@@ -313,7 +321,8 @@ TrainingState load_checkpoint(const std::string& base, Module& model, Module* em
   } catch (const json::parse_error& e) {
     KILN_FAIL("checkpoint '", f.state, "': the training state is not valid JSON: ", e.what());
   }
-  TrainingState s = parse_state(meta, f.state);
+  bool legacy_flatten = false;
+  TrainingState s = parse_state(meta, f.state, legacy_flatten);
   const int64_t state_step = metadata_step(st, f.state);
   KILN_CHECK(state_step == s.step, "checkpoint '", f.state, "': metadata step ", state_step,
              " differs from the training state's step ", s.step);
@@ -339,6 +348,19 @@ TrainingState load_checkpoint(const std::string& base, Module& model, Module* em
   if (ema && fs::exists(f.ema)) {
     load_into(*ema, f.ema, "EMA weights");
     s.ema_loaded = true;
+  }
+  if (legacy_flatten) {
+    // The channels of the images the run trained on, for a flatten that sees the model's input.
+    int64_t image_channels = 0;
+    try {
+      if (s.config.contains("data")) {
+        const DataConfig d = DataConfig::from_json(s.config["data"], "data");
+        image_channels = d.transforms(Split::train).output_shape(d.source_image_shape()).c;
+      }
+    } catch (const Error&) {
+      image_channels = 0;  // unknown: a flatten that needs it makes the conversion refuse
+    }
+    convert_legacy_optimizer_state(model, st.tensors, image_channels, f.state);
   }
   s.optimizer.tensors = std::move(st.tensors);
   return s;

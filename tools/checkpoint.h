@@ -1,8 +1,12 @@
 // Checkpoints. A checkpoint named `<run>/last` is a folder holding a pair of files:
 //   `last.safetensors`        the model's weights in PyTorch's layout and torchvision's names
 //                             (safetensors.torch.load_file + model.load_state_dict reads it);
-//   `last.state.safetensors`  the training state: the optimizer's tensors plus, in its metadata, the
-//                             epoch, step, RNG, loss scaler, best accuracy and the config as run.
+//   `last.state.safetensors`  the training state: the optimizer's tensors (in kiln's layout: conv
+//                             state (out, kh, kw, in)) plus, in its metadata, the epoch, step, RNG,
+//                             loss scaler, best accuracy, the config as run and "flatten_order":
+//                             "chw" (a state without it, from an earlier kiln, has a flattened
+//                             Linear's tensors in (h, w, c) column order: converted on load,
+//                             tools/checkpoint_legacy.h).
 //   `last.ema.safetensors`    with train.ema: the EMA of the weights (tools/train_ema.h), same layout
 //                             and names as the weights file (docs/ema_accumulate.md).
 // On disk (one save of step 12):

@@ -159,7 +159,7 @@ int cmd_export(const Args& args) {
   KILN_CHECK(in.known(), "kiln export: data.val_transforms give images of ", in.str(), "; the model needs a fixed "
              "size: end data.val_transforms in a resize/center_crop to one");
   int64_t num_outputs = 0;
-  {  // one forward: checks that the model takes this size, and fixes the flatten shapes interop needs
+  {  // one forward: the number of outputs (classes.json must name as many)
     NoGradGuard ng;
     Tensor y = (*model)(Tensor::zeros({1, in.h, in.w, in.c}));
     num_outputs = y.dim() == 2 ? y.size(1) : 0;

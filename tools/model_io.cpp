@@ -45,8 +45,7 @@ std::shared_ptr<Module> build_checked(const json& config, bool skip_init) {
   }
   const DataConfig data = DataConfig::from_json(config["data"], "data");
   const ImageShape shape = data.val_transforms.output_shape(data.source_image_shape());
-  // Images of varying size (a folder without a fixed-size transform) give no shape to check with; the
-  // weights then load as far as the model knows its shapes (a flatten's input is found by a forward).
+  // Images of varying size (a folder without a fixed-size transform) give no shape to check with.
   if (shape.known()) check_model_fits_data(*model, "model", shape, /*num_classes=*/0, data.source);
   return model;
 }

@@ -26,9 +26,9 @@ RunOrConfig resolve_run_or_config(const std::string& command, const std::string&
 
 // Builds config["model"] (models/registry.h); runs the check the trainer makes before a run
 // (tools/model_check.h: two zero images of the shape config["data"]'s validation transforms give,
-// through the model, which also tells a flatten its input shape, needed to read a following linear
-// layer's weights in PyTorch layout); loads `weights` (a .safetensors file or a run folder,
-// tools/checkpoint.h: load_weights); and returns the model in eval mode, on the CPU.
+// through the model: it takes them and gives a score per class); loads `weights` (a .safetensors
+// file or a run folder, tools/checkpoint.h: load_weights); and returns the model in eval mode, on
+// the CPU.
 // Errors name the config key or the weights file.
 std::shared_ptr<Module> load_model(const json& config, const std::string& weights);
 // The same model with its initial weights, drawn after seeding with config["train"]["seed"] (default

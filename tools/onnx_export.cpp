@@ -179,6 +179,7 @@ class GraphBuilder {
     return constant(path, Tensor::from_vector(v, {static_cast<int64_t>(v.size())}));
   }
 
+  // (N, C, H, W) -> (N, C*H*W): the (c, h, w) order kiln's Flatten gives (layers/linear.h).
   Value flatten(const std::string& path, const Value& x) {
     if (x.dims.size() == 1) return x;
     int64_t f = 1;

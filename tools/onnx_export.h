@@ -8,7 +8,8 @@
 // Any other module is refused naming its path and type. The graph takes NCHW float input
 // "input" (batch, C, H, W) with a dynamic batch ("batch") and gives "logits" (batch, classes); opset
 // 13. Weights are initializers named as the state dict, in PyTorch's layout (layers/interop.h), so
-// the NCHW graph computes what kiln computes on NHWC; num_batches_tracked is not exported (the graph
+// the NCHW graph computes what kiln computes on NHWC (kiln's Flatten gives the (c, h, w) order that
+// ONNX Flatten of the NCHW value gives, so it is one Flatten node); num_batches_tracked is not exported (the graph
 // does not use it). The model is checked with onnx::checker::check_model and strict shape inference
 // (which must give the declared output shape) before it is returned.
 // Tests: tests/tools/onnx_export_test.cpp; numerics: tools/bench/onnx_compare.py.

@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/linear.h"
 #include "core/ops/reduce.h"
 #include "core/rng.h"
 #include "layers/activation.h"
@@ -198,12 +199,63 @@ TEST(Layers, ReluLrnFlatten) {
   lo.size = 3;
   EXPECT_EQ(LocalResponseNorm(lo).forward(x).shape(), x.shape());
   Flatten f;
-  EXPECT_FALSE(f.flattened_shape()->known());
   Tensor y = f.forward(x);
   EXPECT_EQ(y.shape(), (Shape{2, 45}));
-  EXPECT_EQ(f.flattened_shape()->channels, 5);
-  EXPECT_EQ(y.to_double_vector(), x.to_double_vector());  // (h, w, c) order: NHWC memory order
+  // (c, h, w) order, as torch.flatten of the NCHW tensor
+  EXPECT_EQ(y.to_double_vector(), x.permute({0, 3, 1, 2}).contiguous().to_double_vector());
   EXPECT_EQ(f.forward(y).shape(), (Shape{2, 45}));
+  // One channel or one position: the same order either way.
+  Tensor one_c = randn({2, 3, 3, 1}, 11), one_hw = randn({2, 1, 1, 5}, 12);
+  EXPECT_EQ(f.forward(one_c).to_double_vector(), one_c.to_double_vector());
+  EXPECT_EQ(f.forward(one_hw).to_double_vector(), one_hw.to_double_vector());
+  EXPECT_THROW(f.forward(randn({2, 3, 5}, 13)), Error);
+}
+
+TEST(Layers, FlattenLinearEqualsAReferenceInChwColumnOrder) {
+  // (N, H, W, C) = (2, 3, 4, 5) -> flatten 60 -> linear 7: weight column c*H*W + h*W + w
+  // multiplies x[n][h][w][c], as in PyTorch's NCHW torch.flatten + nn.Linear.
+  manual_seed(31);
+  const int64_t N = 2, H = 3, W = 4, C = 5, O = 7;
+  Tensor x = randn({N, H, W, C}, 14);
+  Flatten flat;
+  Linear lin(LinearOptions{H * W * C, O});
+  Tensor y = lin.forward(flat.forward(x));
+  ASSERT_EQ(y.shape(), (Shape{N, O}));
+  auto xv = x.to_double_vector(), wv = lin.weight.to_double_vector(), bv = lin.bias.to_double_vector();
+  std::vector<double> want;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      double acc = bv[o];
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < W; ++w)
+            acc += wv[o * H * W * C + (c * H + h) * W + w] * xv[((n * H + h) * W + w) * C + c];
+      want.push_back(acc);
+    }
+  expect_close(y, want, 1e-5, 1e-5, "flatten + linear vs (c, h, w) reference");
+}
+
+TEST(Layers, FlattenGradients) {
+  // Through the flatten into the linear (f32: linear's dtypes) and back to an NHWC input, numeric vs analytic.
+  Tensor x = randn({2, 3, 2, 4}, 15).set_requires_grad(true);
+  Tensor w = randn({5, 24}, 16).set_requires_grad(true);
+  Tensor b = randn({5}, 17).set_requires_grad(true);
+  auto flat = std::make_shared<Flatten>();
+  kiln::testing::gradcheck([flat](const std::vector<Tensor>& v) { return ops::linear(flat->forward(v[0]), v[1], v[2]); },
+                           {x, w, b}, "flatten + linear");
+  // A strided (non-contiguous) input, and a flatten whose output is used elementwise (f64).
+  Tensor base = randn({2, 4, 3, 2}, 18, DType::f64).set_requires_grad(true);
+  kiln::testing::gradcheck([flat](const std::vector<Tensor>& v) { return ops::relu(flat->forward(v[0].transpose(1, 3))); },
+                           {base}, "flatten of a transposed input");
+  // The gradient that reaches the layer before is a plain NHWC tensor.
+  Tensor x2 = randn({2, 3, 2, 4}, 19).set_requires_grad(true);
+  Tensor y = flat->forward(x2);
+  Tensor g = randn(y.shape(), 20);
+  y.backward(g);
+  ASSERT_TRUE(x2.grad().defined());
+  EXPECT_EQ(x2.grad().shape(), x2.shape());
+  EXPECT_TRUE(x2.grad().is_contiguous());
+  EXPECT_EQ(x2.grad().permute({0, 3, 1, 2}).contiguous().to_double_vector(), g.to_double_vector());
 }
 
 TEST(Layers, BasicBlockNamesAndShortcuts) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "core/autograd.h"
 #include "layers/linear.h"
 #include "layers/registry.h"
 #include "tests/layers/error_util.h"
@@ -107,7 +108,8 @@ TEST(Registry, BadOptionsNameTheirPath) {
   expect_has(m, "unknown key r.inplace");
 }
 
-TEST(Registry, SequentialLinksLinearToFlatten) {
+TEST(Registry, SequentialFlattenFeedsLinearInChwOrder) {
+  // No layer is linked to another: the flatten gives (c, h, w) columns, the linear takes them.
   auto seq = build_sequential(json::parse(R"([
     {"type": "conv2d", "in_channels": 1, "out_channels": 6, "kernel_size": 3},
     {"type": "relu"}, {"type": "max_pool2d", "kernel_size": 2}, {"type": "flatten"}, {"type": "dropout"},
@@ -116,8 +118,14 @@ TEST(Registry, SequentialLinksLinearToFlatten) {
   auto* first = dynamic_cast<Linear*>((*seq)[5].get());
   auto* second = dynamic_cast<Linear*>((*seq)[6].get());
   ASSERT_TRUE(first && second);
-  ASSERT_TRUE(first->flattened_input());
-  EXPECT_EQ(first->flattened_input()->channels, 6);  // known before any forward
-  EXPECT_FALSE(second->flattened_input());
   EXPECT_EQ(seq->named_parameters()[2].first, "5.weight");
+  seq->eval();
+  NoGradGuard ng;
+  Tensor x = Tensor::from_vector(std::vector<float>(2 * 8 * 8), {2, 8, 8, 1});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>((i * 37) % 11) - 5.0f;
+  Tensor pooled = x;  // conv, relu, pool: (2, 3, 3, 6)
+  for (size_t i = 0; i < 3; ++i) pooled = (*seq)[i]->forward(pooled);
+  ASSERT_EQ(pooled.shape(), (Shape{2, 3, 3, 6}));
+  Tensor want = second->forward(first->forward(pooled.permute({0, 3, 1, 2}).contiguous().reshape({2, 54})));
+  EXPECT_EQ(seq->forward(x).to_double_vector(), want.to_double_vector());
 }

@@ -1,6 +1,7 @@
 // Checkpoints (tools/checkpoint.h): the folder layout and its cleanup, the paths users pass, flat
 // pairs of earlier runs, and the refusal (naming file and field or tensor) of damaged or diverged
-// state: missing/out-of-range fields, non-finite tensors, integer tensors for float parameters.
+// state: missing/out-of-range fields, non-finite tensors, integer tensors for float parameters;
+// training states of an earlier kiln whose flatten gave (h, w, c) order (tools/checkpoint_legacy.h).
 // Also: weights that overflow to NaN in the forward stop the trainer with its non-finite-loss error.
 #include <gtest/gtest.h>
 
@@ -15,8 +16,10 @@
 #include "core/ops/loss.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
+#include "tests/gradcheck.h"
 #include "tests/layers/error_util.h"
 #include "tools/checkpoint.h"
+#include "tools/checkpoint_legacy.h"
 #include "tools/config.h"
 #include "tools/trainer.h"
 
@@ -41,8 +44,7 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-// A model from kModel, one forward pass run (the flatten's channels become known), and the
-// training state of an SGD optimizer over it after one step.
+// A model from kModel and the training state of an SGD optimizer over it after one step.
 struct Fixture {
   std::shared_ptr<Module> model = models::build_model(kModel, "model");
   TrainingState state;
@@ -59,10 +61,7 @@ struct Fixture {
     state.config = json{{"model", kModel}};
   }
   std::shared_ptr<Module> fresh_model() const {
-    auto m = models::build_model(kModel, "model");
-    NoGradGuard ng;
-    m->forward(Tensor::ones({1, 8, 8, 3}));
-    return m;
+    return models::build_model(kModel, "model");
   }
 };
 
@@ -215,6 +214,129 @@ TEST(Checkpoint, EveryStateFieldIsCheckedNamingFileAndField) {
   rewrite(dir + "/last-5/last.safetensors", [](SafetensorsContents& c) { c.metadata.erase("step"); });
   std::string msg = error_of([&] { load_checkpoint(resolve_checkpoint(dir), *m); });
   EXPECT_NE(msg.find("last-5/last.safetensors' has no step"), std::string::npos) << msg;
+}
+
+// --- training states of an earlier kiln, whose flatten gave (h, w, c) order -------------------------
+
+namespace {
+// A state in the earlier layout: the columns of each `linears` weight's optimizer tensors moved
+// from (c, h, w) to (h, w, c) (flattened activations of `channels` channels), and no flatten_order.
+void make_legacy(const std::string& state_file, const std::vector<std::string>& linears, int64_t channels) {
+  rewrite(state_file, [&](SafetensorsContents& c) {
+    json j = json::parse(c.metadata.at("kiln_training_state"));
+    ASSERT_EQ(j.at("flatten_order"), "chw");
+    j.erase("flatten_order");
+    c.metadata["kiln_training_state"] = j.dump();
+    for (auto& [key, t] : c.tensors)
+      for (const std::string& lin : linears)
+        if (key.rfind(lin + ".weight.", 0) == 0) {
+          const int64_t rows = t.size(0), cols = t.size(1);
+          t = t.reshape({rows, channels, cols / channels}).permute({0, 2, 1}).contiguous().reshape({rows, cols});
+        }
+  });
+}
+
+json optim_config(const std::string& name) {
+  return name == "sgd" ? json{{"name", "sgd"}, {"lr", 0.1}, {"momentum", 0.9}} : json{{"name", "adamw"}, {"lr", 0.01}};
+}
+
+// The training state of `opt_name` over `model` after one step on a batch of `input`'s shape.
+OptimizerState stepped_state(Module& model, const std::string& opt_name, const Shape& input) {
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : model.named_parameters()) params.push_back({name, p});
+  auto opt = make_optimizer(optim_config(opt_name), params);
+  Tensor logits = model.forward(kiln::testing::randn(input, 77));
+  ops::cross_entropy(logits, Tensor::from_vector(std::vector<int64_t>(input[0], 1), {input[0]})).backward();
+  opt->step();
+  return opt->state_dict();
+}
+
+void expect_same_tensors(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [key, t] : want) {
+    ASSERT_TRUE(got.count(key)) << key;
+    EXPECT_EQ(got.at(key).shape(), t.shape()) << key;
+    EXPECT_EQ(got.at(key).to_double_vector(), t.to_double_vector()) << key;
+  }
+}
+}  // namespace
+
+TEST(Checkpoint, LegacyFlattenOrderStateIsConvertedOnLoad) {
+  // kModel: conv 3 -> 4, BN, ReLU, maxpool -> (N, 4, 4, 4) -> flatten 64 -> linear "5".
+  for (const char* opt_name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(opt_name);
+    std::string dir = fresh_dir(std::string("legacy_") + opt_name);
+    Fixture f;
+    f.state.optimizer = stepped_state(*f.model, opt_name, {2, 8, 8, 3});
+    const OptimizerState want = f.state.optimizer;
+    save_checkpoint(dir + "/last", *f.model, f.state);
+    const std::string state = dir + "/last-5/last.state.safetensors";
+    make_legacy(state, {"5"}, 4);
+    // The rewritten file really is in the other order (the test would prove nothing otherwise).
+    const std::string slot = std::string("5.weight.") + (opt_name == std::string("sgd") ? "momentum_buffer" : "exp_avg");
+    EXPECT_NE(load_safetensors(state).tensors.at(slot).to_double_vector(), want.tensors.at(slot).to_double_vector());
+    auto m = f.fresh_model();
+    TrainingState s = load_checkpoint(resolve_checkpoint(dir), *m);
+    expect_same_tensors(s.optimizer.tensors, want.tensors);
+    // Resumed: an optimizer over the loaded model takes the state and gives it back unchanged.
+    std::vector<ParamRef> params;
+    for (auto& [name, p] : m->named_parameters()) params.push_back({name, p});
+    auto opt = make_optimizer(optim_config(opt_name), params);
+    opt->load_state_dict(s.optimizer);
+    expect_same_tensors(opt->state_dict().tensors, want.tensors);
+    // The next save writes the current order again.
+    save_checkpoint(dir + "/last", *m, s);
+    json meta = json::parse(load_safetensors(dir + "/last.state.safetensors").metadata.at("kiln_training_state"));
+    EXPECT_EQ(meta.at("flatten_order"), "chw");
+  }
+}
+
+TEST(Checkpoint, LegacyFlattenOrderOfAFlattenOnTheInputUsesTheDataChannels) {
+  const json model_json = json::parse(R"({"layers": [{"type": "flatten"}, {"type": "dropout"},
+      {"type": "linear", "in_features": 48, "out_features": 3}]})");
+  std::string dir = fresh_dir("legacy_input");
+  auto model = models::build_model(model_json, "model");
+  TrainingState st;
+  st.step = 2;
+  st.optimizer = stepped_state(*model, "sgd", {2, 4, 4, 3});
+  const OptimizerState want = st.optimizer;
+  // The channels of the flatten's input are the images': only the config as run tells them.
+  st.config = json{{"model", model_json}};
+  save_checkpoint(dir + "/last", *model, st);
+  make_legacy(dir + "/last-2/last.state.safetensors", {"2"}, 3);
+  auto m = models::build_model(model_json, "model");
+  std::string msg = error_of([&] { load_checkpoint(resolve_checkpoint(dir), *m); });
+  for (const char* e : {"last-2/last.state.safetensors", "earlier kiln", "linear '2'", "cannot be converted",
+                        "Resume it with the kiln that wrote it"})
+    EXPECT_NE(msg.find(e), std::string::npos) << e << " not in: " << (msg.empty() ? "no error" : msg);
+
+  st.config["data"] = json::parse(R"({"source": "synthetic",
+      "synthetic": {"size": 8, "height": 4, "width": 4, "channels": 3, "num_classes": 3}})");
+  save_checkpoint(dir + "/last", *model, st);
+  make_legacy(dir + "/last-2.1/last.state.safetensors", {"2"}, 3);
+  TrainingState s = load_checkpoint(resolve_checkpoint(dir), *m);
+  expect_same_tensors(s.optimizer.tensors, want.tensors);
+}
+
+TEST(Checkpoint, LegacyFlattenOrderConvertsTheClassifierOfFeatureModels) {
+  // LeNet: features end in 64 channels of 2x2 (input 8) -> classifier.0 takes 256 (c, h, w) features.
+  auto model = models::build_model(json{{"name", "lenet"}, {"in_channels", 1}, {"num_classes", 3}, {"input_size", 8}},
+                                   "model");
+  Tensor w = kiln::testing::randn({128, 256}, 5), other = kiln::testing::randn({3, 128}, 6);
+  std::map<std::string, Tensor> legacy = {
+      {"classifier.0.weight.exp_avg", w.reshape({128, 64, 4}).permute({0, 2, 1}).contiguous().reshape({128, 256})},
+      {"classifier.3.weight.exp_avg", other}};
+  convert_legacy_optimizer_state(*model, legacy, 0, "x.state.safetensors");
+  EXPECT_EQ(legacy.at("classifier.0.weight.exp_avg").to_double_vector(), w.to_double_vector());
+  EXPECT_EQ(legacy.at("classifier.3.weight.exp_avg").to_double_vector(), other.to_double_vector());
+  // A layer the earlier kiln left in its own order after a flatten: refused, naming it.
+  auto odd = models::build_model(json::parse(R"({"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 2, "kernel_size": 1}, {"type": "flatten"},
+      {"type": "silu"}, {"type": "linear", "in_features": 8, "out_features": 2}]})"), "model");
+  std::map<std::string, Tensor> none;
+  std::string msg = error_of([&] { convert_legacy_optimizer_state(*odd, none, 0, "y.state.safetensors"); });
+  for (const char* e : {"y.state.safetensors", "flatten '1'", "layer '2' (silu)", "cannot be converted"})
+    EXPECT_NE(msg.find(e), std::string::npos) << e << " not in: " << (msg.empty() ? "no error" : msg);
 }
 
 TEST(Checkpoint, NonFiniteTensorsAreRefusedNamingFileAndTensor) {

@@ -210,7 +210,7 @@ std::vector<float> eval_by_hand(const ox::ModelProto& m, const std::vector<float
 }
 
 TEST(OnnxExport, FlattenLinearGraphEvaluatedByHandGivesKilnsLogits) {
-  // kiln flattens NHWC, the graph NCHW: the linear's columns must have been permuted to match.
+  // kiln's activations are NHWC, the graph's NCHW: kiln's flatten gives (c, h, w) order, as ONNX Flatten.
   std::shared_ptr<Module> model = models::build_model(json::parse(R"({"layers": [
       {"type": "conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 1},
       {"type": "flatten"}, {"type": "linear", "in_features": 24, "out_features": 5}, {"type": "relu"},
@@ -225,7 +225,6 @@ TEST(OnnxExport, FlattenLinearGraphEvaluatedByHandGivesKilnsLogits) {
   Tensor want = (*model)(x).contiguous();
   auto tail = std::make_shared<Sequential>();
   for (size_t i = 1; i < seq.size(); ++i) tail->push_back(seq[i]);
-  (*tail)(feat);  // records the flatten's channels (4) for the layout conversion
   ox::ModelProto m = parse(export_onnx(*tail, {4, 2, 3, "tail", {}}));
   Tensor nchw = feat.permute({0, 3, 1, 2}).contiguous();
   std::vector<float> in(nchw.data<float>(), nchw.data<float>() + nchw.numel());

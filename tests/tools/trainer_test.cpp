@@ -134,9 +134,11 @@ TEST(Trainer, DamagedCheckpointIsAClearError) {
 TEST(Trainer, Bf16TrainsLikeFp32) {
   std::string runs = fresh_dir("bf16");
   json a = tiny_config(runs);
-  // 64 random images with random labels: memorised within a few epochs.
+  // 64 random images with random labels: memorised within a few epochs. How far 20 epochs get depends
+  // on the draw (seeds 3..8 end fp32 at 0.49..1.12, bf16 within 0.04..0.14 of it); seed 6 is one
+  // that memorises, before and since Flatten gave (c, h, w) order (which changed seed 3's draw).
   std::vector<std::string> small = {"epochs=20", "data.synthetic.size=64", "batch=16", "model.layers.5.p=0",
-                                    "data.train_transforms=[]"};
+                                    "data.train_transforms=[]", "train.seed=6"};
   apply_overrides(a, small);
   apply_overrides(a, {"name=fp32"});
   TrainResult fp32 = train(a, true);
