@@ -167,7 +167,7 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
     KILN_CHECK(v && v->is_object(), "kiln_training_state.config must be an object (the config as run), got ",
                v ? v->dump() : "nothing");
     s.config = *v;
-    v = r.get("flatten_order");
+    v = r.find("flatten_order");
     KILN_CHECK(!v || *v == kFlattenOrderChw, "kiln_training_state.flatten_order = ", v ? v->dump() : "",
                " is not accepted; accepted: \"", kFlattenOrderChw, "\" (or none: a state of an earlier kiln)");
     legacy_flatten = !v;
