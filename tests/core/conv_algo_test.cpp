@@ -128,7 +128,7 @@ TEST_F(ConvAlgo, ForcedAndHeuristicModesAreHonoured) {
   EXPECT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::winograd), ca::Algo::winograd);
   EXPECT_EQ(timed_, 0);
   EXPECT_TRUE(ca::entries().empty());
-  // The forced modes reach winograd_cpu's rule too.
+  // The forced modes reach core/cpu/winograd.h's rule too.
   ca::set_mode(ca::Mode::direct);
   EXPECT_FALSE(ops::winograd::chosen(512, 512, DType::bf16));
   ca::set_mode(ca::Mode::winograd);

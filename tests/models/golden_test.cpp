@@ -90,7 +90,7 @@ void run_golden(const std::string& fixture) {
 
 TEST(Golden, CifarResNetShortcutA) { run_golden("resnet_cifar_a.json"); }
 // Width 2: the projection shortcuts are strided 1x1 convolutions with 2 and 4 input channels, the
-// case oneDNN 2.6 gets wrong (see conv2d_cpu.cpp).
+// case oneDNN 2.6 gets wrong (see core/cpu/conv2d.cpp).
 TEST(Golden, CifarResNetShortcutB) { run_golden("resnet_cifar_b.json"); }
 // conv + BN + LRN + maxpool + grouped dilated conv + avgpool + flatten + linears.
 TEST(Golden, CustomLayerList) { run_golden("custom_layers.json"); }
