@@ -137,10 +137,10 @@ struct Kernels {
   // [slot C entries]
   // --- elementwise (core/ops/elementwise.h); the op has checked that the operands are floating and
   // of one dtype. Binary: NumPy's broadcasting, shapes that do not broadcast throw
-  // ops::broadcast_shapes's error. Output: the broadcast shape in the inputs' dtype, math in f32 (f64
-  // for f64 tensors on the CPU). NaN propagates as in
-  // PyTorch: relu(NaN) = NaN; relu_backward(gy, y) = (y <= 0 ? 0 : gy), so a NaN output passes its
-  // gradient.
+  // ops::broadcast_shapes's error. Output: the broadcast shape in the inputs' dtype, math in f32
+  // (f64 for f64 tensors on the CPU).
+  // NaN propagates as in PyTorch: relu(NaN) = NaN; relu_backward(gy, y) = (y <= 0 ? 0 : gy), so a
+  // NaN output passes its gradient.
   Tensor (*binary)(ElementwiseBinary op, const Tensor& a, const Tensor& b) = nullptr;
   Tensor (*unary)(ElementwiseUnary op, const Tensor& a) = nullptr;
   // y = x * mul + add, computed in f64 and rounded once to x's dtype (mul_scalar: add = 0,
