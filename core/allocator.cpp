@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "core/check.h"
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -94,10 +95,6 @@ void CachingAllocator::release_cached_locked() {
   free_.clear();
 }
 
-#ifdef KILN_WITH_CUDA
-CachingAllocator& cuda_allocator(int index);  // core/cuda/allocator_cuda.cu
-#endif
-
 CachingAllocator& allocator_for(Device d) {
   if (d.is_cpu()) {
     // 64-byte alignment: AVX-512 loads and oneDNN's preferred alignment.
@@ -106,11 +103,8 @@ CachingAllocator& allocator_for(Device d) {
         [](void* p) { std::free(p); });
     return *cpu;
   }
-#ifdef KILN_WITH_CUDA
-  return cuda_allocator(d.index);
-#else
-  KILN_FAIL("device ", d.str(), " is not available: kiln was built without CUDA");
-#endif
+  KILN_CHECK(!d.is_cuda() || cuda_compiled(), "device ", d.str(), " is not available: kiln was built without CUDA");
+  return kernel(d, &Kernels::allocator, "allocator")(d.index);  // a GPU's: core/cuda/allocator_cuda.cu
 }
 
 }  // namespace kiln

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "core/kernels.h"
+
 namespace kiln {
 
 namespace {
@@ -151,6 +153,36 @@ std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n) {
   std::vector<std::unique_ptr<Communicator>> out;
   for (int r = 0; r < n; ++r) out.push_back(std::make_unique<ThreadComm>(g, r));
   return out;
+}
+
+namespace {
+// Entry `field` of `device`'s table, with the error a build without CUDA gives for a GPU.
+template <typename Fn>
+Fn comm_kernel(Device device, Fn Kernels::*field, const char* what) {
+  KILN_CHECK(!device.is_cuda() || cuda_compiled(), what, ": ", device.str(), " needs kiln built with CUDA");
+  return kernel(device, field, what);
+}
+}  // namespace
+
+std::string communicator_id(Device device) {
+  return comm_kernel(device, &Kernels::communicator_id, "communicator_id")();
+}
+
+std::unique_ptr<Communicator> make_device_communicator(const std::string& id, int nranks, int rank, Device device,
+                                                       double timeout_s, std::unique_ptr<Communicator> also) {
+  return comm_kernel(device, &Kernels::make_communicator, "make_device_communicator")(id, nranks, rank, device.index,
+                                                                                       timeout_s, std::move(also));
+}
+
+std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<Device>& devices) {
+  KILN_CHECK(!devices.empty(), "make_local_communicators: no devices");
+  std::vector<int> indices;
+  for (const Device& d : devices) {
+    KILN_CHECK(d.type == devices[0].type, "make_local_communicators: devices of different kinds: ", devices[0].str(),
+               " and ", d.str());
+    indices.push_back(d.index);
+  }
+  return comm_kernel(devices[0], &Kernels::make_local_communicators, "make_local_communicators")(indices);
 }
 
 }  // namespace kiln

@@ -1,6 +1,6 @@
 // Communicator: the collectives data-parallel training needs. Implementations: a single-rank
 // communicator (here), MPI between processes (tools/mpi_comm.cpp, CPU tensors), NCCL between GPUs
-// (core/cuda/). Collectives are started asynchronously and return a Work to wait on, so gradient
+// (core/cuda/, created by the functions at the end through the kernel table). Collectives are started asynchronously and return a Work to wait on, so gradient
 // buckets can be reduced while backward goes on. Every wait has a timeout: a peer that does not
 // arrive makes the collective throw an Error naming the collective and the ranks that were
 // missing, instead of hanging. Tests: tests/optim/grad_sync_test.cpp, tests/mpi/.
@@ -60,5 +60,20 @@ std::unique_ptr<Communicator> make_single_rank_communicator();
 // several-replica trainer (train.device "0,1" drives its GPUs this way, with NCCL for the
 // gradients) on CPU replicas in tests.
 std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n);
+
+// Communicators between devices (NCCL between GPUs), created through the devices' kernel table
+// (core/kernels.h), so the trainer names no backend. A device without them (the CPU: its ranks use
+// MPI or threads) fails with "<function>: no cpu kernel"; a GPU in a build without CUDA with
+// "<function>: <device> needs kiln built with CUDA".
+// Across processes: rank 0 calls communicator_id(device) and hands the bytes to every rank (e.g. by
+// MPI broadcast); each rank then joins with make_device_communicator(), which gives up after
+// timeout_s when the others do not. `also` (optional) is kept alive and aborted with it: the MPI
+// communicator that handed out the id, so abort() ends the job.
+std::string communicator_id(Device device);
+std::unique_ptr<Communicator> make_device_communicator(const std::string& id, int nranks, int rank, Device device,
+                                                       double timeout_s, std::unique_ptr<Communicator> also = nullptr);
+// One process driving several devices of one kind: one communicator per device (rank i drives
+// devices[i]), each to be used from its own thread.
+std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<Device>& devices);
 
 }  // namespace kiln

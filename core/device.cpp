@@ -1,4 +1,5 @@
-// Device names and the parsing of device=... (the trainer's train.device, `kiln bench ... device=`).
+// Device names, the parsing of device=... (the trainer's train.device, `kiln bench ... device=`) and
+// the device functions, through the kernel table.
 // Tests: tests/core/tensor_test.cpp (Device.*), tests/tools/config_test.cpp (device=0, [0,1], lists on a
 // machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
@@ -8,31 +9,41 @@
 
 #include "core/check.h"
 #include "core/json_read.h"
-
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
+#include "core/kernels.h"
 
 namespace kiln {
 
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
-#ifndef KILN_WITH_CUDA
-int cuda_device_count() { return 0; }
-bool cuda_compiled() { return false; }
-#endif
+// cuda_device_count() and cuda_compiled(): core/cuda/runtime.cu, or the selector (core/kernels.cpp)
+// in a build without CUDA.
 
 std::string available_devices() {
   int n = cuda_device_count();
   std::string s = "cpu";
   for (int i = 0; i < n; ++i) {
-    s += ", cuda:" + std::to_string(i);
-#ifdef KILN_WITH_CUDA
-    s += " (" + cuda::device_name(i) + ")";
-#endif
+    const Device d = Device::cuda(i);
+    s += ", " + d.str() + " (" + kernel(d, &Kernels::device_name, "device_name")(i) + ")";
   }
   if (n == 0) s += cuda_compiled() ? " (no CUDA device visible)" : " (kiln was built without CUDA)";
   return s;
+}
+
+void synchronize(Device d) {
+  const Kernels& k = kernels(d);
+  if (k.synchronize) k.synchronize(d.index);  // none: the device queues nothing (the CPU)
+}
+
+std::pair<size_t, size_t> memory_info(Device d) { return kernel(d, &Kernels::memory_info, "memory_info")(d.index); }
+
+void set_conv_benchmark(Device d, bool on) {
+  const Kernels& k = kernels(d);
+  if (k.set_conv_benchmark) k.set_conv_benchmark(on);
+}
+
+bool conv_benchmark(Device d) {
+  const Kernels& k = kernels(d);
+  return k.conv_benchmark && k.conv_benchmark();
 }
 
 Device parse_device(const std::string& raw) {

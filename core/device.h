@@ -1,7 +1,10 @@
 // A device is where a tensor's storage lives: the CPU or one CUDA GPU. The device is a property of
-// the tensor (no global mode switch); crossing devices is an explicit Tensor::to(device).
+// the tensor (no global mode switch); crossing devices is an explicit Tensor::to(device). Also the
+// device functions tools and layers use (synchronize, memory, convolution benchmark mode).
 #pragma once
+#include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -45,5 +48,20 @@ int cuda_device_count();
 bool cuda_compiled();
 // "cpu, cuda:0 (NVIDIA H200)", or "cpu (no CUDA device visible)" / "cpu (kiln was built without CUDA)".
 std::string available_devices();
+
+// --- device functions: what layers and tools call instead of a backend's own API (issue #18). Each
+// goes through the device's kernel table (core/kernels.h), so no code above core/ names a backend or
+// reads the build's CUDA switch; a GPU in a build without CUDA fails in kernels() as every op does.
+// Waits until the work queued on `d` is done and reports its asynchronous errors (the CPU queues
+// nothing: returns at once).
+void synchronize(Device d);
+// (free, total) bytes of `d`'s memory (a GPU's cudaMemGetInfo). The CPU has none of its own here
+// ("memory_info: no cpu kernel"): its RAM is the machine's (tools/autobatch.h cpu_available_bytes()).
+std::pair<size_t, size_t> memory_info(Device d);
+// The convolution algorithm search of `d`'s backend (cuDNN's benchmark mode; process-wide): on, the
+// first convolution of each shape times the algorithms and keeps the fastest; off (the default), the
+// library's heuristics choose. A device without one (the CPU) ignores it and reports false.
+void set_conv_benchmark(Device d, bool on);
+bool conv_benchmark(Device d);
 
 }  // namespace kiln

@@ -39,6 +39,11 @@
 // [slot B includes]
 
 // [slot C includes]
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "core/comm.h"
 
 namespace kiln {
 
@@ -86,6 +91,11 @@ struct BatchNormGradients {
 };
 
 // [slot C types]
+class CachingAllocator;  // core/allocator.h
+
+// The elementwise kernels' operations (core/ops/elementwise.h).
+enum class ElementwiseBinary { add, sub, mul, div, relu_backward };
+enum class ElementwiseUnary { relu, exp, log, sqrt, square };
 
 struct Kernels {
   const char* device = "";  // "cpu", "cuda": for errors
@@ -208,6 +218,61 @@ struct Kernels {
   Tensor (*softmax)(const Tensor& logits) = nullptr;
 
   // [slot C entries]
+  // --- elementwise (core/ops/elementwise.h); the op has checked that the operands are floating and
+  // of one dtype. Binary: NumPy's broadcasting, shapes that do not broadcast throw
+  // ops::broadcast_shapes's error. Output: the broadcast shape in the inputs' dtype, math in f32
+  // (f64 for f64 tensors on the CPU).
+  // NaN propagates as in PyTorch: relu(NaN) = NaN; relu_backward(gy, y) = (y <= 0 ? 0 : gy), so a
+  // NaN output passes its gradient.
+  Tensor (*binary)(ElementwiseBinary op, const Tensor& a, const Tensor& b) = nullptr;
+  Tensor (*unary)(ElementwiseUnary op, const Tensor& a) = nullptr;
+  // y = x * mul + add, computed in f64 and rounded once to x's dtype (mul_scalar: add = 0,
+  // add_scalar: mul = 1; the CPU then leaves the unused term out, so neg(0) = -0).
+  Tensor (*affine)(const Tensor& a, double mul, double add) = nullptr;
+  // False when any element is inf or NaN (integer tensors: true).
+  bool (*all_finite)(const Tensor& a) = nullptr;
+
+  // --- reductions (core/ops/reduce.h): the sum over `dims` (sorted, distinct, in range: the op
+  // normalises them), keepdim keeping them as size 1. Output in x's dtype (floating); accumulated in
+  // f64 on the CPU, f32 on a GPU. (sum of squares and max |x| are the entries above.)
+  Tensor (*sum)(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) = nullptr;
+
+  // --- the trainer's per-step statistics, kept on the device so a step needs no host read
+  // (tools/trainer.cpp reads acc at log intervals). acc: 5 f64 on the device, zeroed by the caller;
+  // loss: one f32; logits (N, K) floating; labels (N) i64. acc[0] += loss * weight when the loss
+  // is finite; acc[1] += the rows whose first maximum is at the label (rows holding NaN: unspecified,
+  // the loss is NaN then); acc[2] += 1 when the loss is not finite, and for the first such loss
+  // (acc[2] was 0) acc[3] = step, acc[4] = the loss.
+  void (*accumulate_step_stats)(const Tensor& acc, const Tensor& loss, const Tensor& logits, const Tensor& labels,
+                                double weight, int64_t step) = nullptr;
+
+  // --- memory and runtime of a device other than the CPU (core/tensor.cpp, core/allocator.cpp,
+  // core/device.h, core/comm.h); the CPU's memory is the host's, handled in core/ itself, so the
+  // CPU's table leaves these null. `index` is the device's index (cuda:1 -> 1).
+  // dst = src, any strides, any dtype pair (converted through f64, as the CPU's copy), where one of
+  // them is on this device and the other on it, on another device of this kind, or on the CPU.
+  void (*copy)(const Tensor& dst, const Tensor& src) = nullptr;
+  // Every element of t (any strides) = value, stored as the CPU's store() stores it.
+  void (*fill)(const Tensor& t, double value) = nullptr;
+  // The device's caching allocator (core/allocator.h); throws when the device does not exist.
+  CachingAllocator& (*allocator)(int index) = nullptr;
+  std::string (*device_name)(int index) = nullptr;  // "NVIDIA H200"
+  // Waits until the work queued on the device is done; reports its asynchronous errors.
+  void (*synchronize)(int index) = nullptr;
+  // (free, total) bytes of the device's memory.
+  std::pair<size_t, size_t> (*memory_info)(int index) = nullptr;
+  // The convolution library's algorithm search (cuDNN's benchmark mode): on, the first call of a
+  // shape times the algorithms and keeps the fastest; off, its heuristics choose. Process-wide.
+  void (*set_conv_benchmark)(bool on) = nullptr;
+  bool (*conv_benchmark)() = nullptr;
+  // Data-parallel communicators between devices (NCCL): the id rank 0 creates and hands to every
+  // rank (opaque bytes); one rank of a communicator across processes (`also`, if given, is kept
+  // alive and aborted with it); one communicator per device, all in this process (rank i drives
+  // devices[i]).
+  std::string (*communicator_id)() = nullptr;
+  std::unique_ptr<Communicator> (*make_communicator)(const std::string& id, int nranks, int rank, int index,
+                                                     double timeout_s, std::unique_ptr<Communicator> also) = nullptr;
+  std::vector<std::unique_ptr<Communicator>> (*make_local_communicators)(const std::vector<int>& indices) = nullptr;
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.

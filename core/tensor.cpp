@@ -6,6 +6,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/kernels.h"
 
 namespace kiln {
 
@@ -175,19 +176,14 @@ uint16_t* Tensor::data_u16() const {
 
 // ---------------------------------------------------------------------------------------------
 // Copies
-#ifdef KILN_WITH_CUDA
-void copy_tensor_cuda(const Tensor& dst, const Tensor& src);  // core/cuda/copy_cuda.cu
-#endif
-
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(dst.shape() == src.shape(), "copy: shape ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
-  if (dst.device().is_cuda() || src.device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    copy_tensor_cuda(dst, src);
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) {  // the other device's table copies (e.g. to/from a GPU)
+    const Device d = dst.device().is_cpu() ? src.device() : dst.device();
+    KILN_CHECK(!d.is_cuda() || cuda_compiled(), "copy between ", src.device().str(), " and ", dst.device().str(),
+               ": kiln was built without CUDA");
+    kernel(d, &Kernels::copy, "copy")(dst, src);
     return;
-#else
-    KILN_FAIL("copy between ", src.device().str(), " and ", dst.device().str(), ": kiln was built without CUDA");
-#endif
   }
   DType dt = dst.dtype(), st = src.dtype();
   int64_t n = dst.numel();
@@ -233,16 +229,10 @@ Tensor& Tensor::copy_(const Tensor& src) {
   return *this;
 }
 
-#ifdef KILN_WITH_CUDA
-void fill_cuda(const Tensor& t, double value);  // core/cuda/copy_cuda.cu
-#endif
-
 Tensor& Tensor::fill_(double v) {
-  if (device().is_cuda()) {
-#ifdef KILN_WITH_CUDA
-    fill_cuda(*this, v);
+  if (!device().is_cpu()) {  // the device's table fills (a GPU's: core/cuda/copy_cuda.cu)
+    kernel(device(), &Kernels::fill, "fill_")(*this, v);
     return *this;
-#endif
   }
   int64_t n = numel();
   if (is_contiguous()) {

@@ -44,10 +44,6 @@
 #include "tools/train_step.h"
 #include "tools/trainer.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
-
 namespace kiln::cli {
 
 namespace {
@@ -242,9 +238,7 @@ int bench_train(const Args& args) {
   const DType compute = compute_dtype_of(a["precision"]);
   const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
   Device d = parse_device_list(a["device"])[0];
-#ifdef KILN_WITH_CUDA
-  if (d.is_cuda()) cuda::set_cudnn_benchmark(ints["cudnn_benchmark"] != 0);
-#endif
+  set_conv_benchmark(d, ints["cudnn_benchmark"] != 0);  // cuDNN's on a GPU; the CPU has none
   manual_seed(0);
   nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};
   if (!a["stem"].empty()) mj["stem"] = a["stem"];

@@ -27,10 +27,6 @@
 #include "tools/train_step.h"
 #include "tools/trainer.h"
 
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
-
 namespace kiln::cli {
 
 namespace {
@@ -68,13 +64,7 @@ struct Row {
   double ms = 0, step_peak = 0, activations = 0;
 };
 
-void sync_device(Device d) {
-#ifdef KILN_WITH_CUDA
-  if (d.is_cuda()) cuda::synchronize(d.index);
-#else
-  (void)d;
-#endif
-}
+void sync_device(Device d) { synchronize(d); }
 
 Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device device) {
   manual_seed(0);

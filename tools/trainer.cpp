@@ -14,7 +14,10 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/comm.h"
+#include "core/device.h"
 #include "core/io/safetensors.h"
+#include "core/kernels.h"
 #include "core/ops/conv_algo.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
@@ -40,11 +43,6 @@
 #include "tools/train_ema.h"
 #include "tools/train_step.h"
 #include "tools/tta.h"
-
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#include "core/cuda/nccl_comm.h"
-#endif
 
 namespace fs = std::filesystem;
 
@@ -278,9 +276,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   const int rank = comm->rank(), world = comm->size();
   const bool lead = rank == 0;
   const bool show = lead && !quiet;
-#ifdef KILN_WITH_CUDA
-  if (device.is_cuda()) cuda::set_cudnn_benchmark(opt.cudnn_benchmark);
-#endif
+  set_conv_benchmark(device, opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
 
   // --- model, data ------------------------------------------------------------------------------
   manual_seed(static_cast<uint64_t>(opt.seed));
@@ -357,10 +353,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       optimizer->zero_grad();
       return peak;
     };
-    double free_bytes = cpu_available_bytes();
-#ifdef KILN_WITH_CUDA
-    if (device.is_cuda()) free_bytes = static_cast<double>(cuda_mem_get_info(device.index).first);
-#endif
+    double free_bytes = device.is_cpu() ? cpu_available_bytes() : static_cast<double>(memory_info(device).first);
     // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
     // of one machine share its RAM, so each plans with its share of what is free.
     const int sharing = device.is_cpu() ? (launched_by_mpirun() ? local_size() : world) : 1;
@@ -368,15 +361,14 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     AutoBatchOptions ao;
     ao.fraction = breq.auto_fraction;
     ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size() / world);
-#ifdef KILN_WITH_CUDA
     // Probe with cuDNN's heuristics: benchmark mode would time every algorithm of every probe batch
     // (conv plans are per batch size); training then benchmarks its own batch once.
     struct BenchmarkOff {
+      Device d;
       bool was;
-      explicit BenchmarkOff(bool on) : was(on) { if (was) cuda::set_cudnn_benchmark(false); }
-      ~BenchmarkOff() { if (was) cuda::set_cudnn_benchmark(true); }
-    } benchmark_off(device.is_cuda() && cuda::cudnn_benchmark());
-#endif
+      explicit BenchmarkOff(Device dev) : d(dev), was(conv_benchmark(dev)) { if (was) set_conv_benchmark(d, false); }
+      ~BenchmarkOff() { if (was) set_conv_benchmark(d, true); }
+    } benchmark_off(device);
     if (accumulate == 0) {
       KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
                  world, " ranks");
@@ -478,7 +470,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   step_setup.clip_grad_norm = opt.clip_grad_norm;
   step_setup.scaler = scaler.get();
   step_setup.sync = sync.get();
-  step_setup.read_loss = !device.is_cuda();  // a GPU accumulates the step's statistics on the device
+  step_setup.read_loss = device.is_cpu();  // free on the host; elsewhere the statistics stay on the device
 
   // --- epochs -----------------------------------------------------------------------------------
   TrainResult result;
@@ -515,23 +507,24 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     train_loader.reset_stats();
     Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
     double loss_sum = 0, correct = 0, seen = 0;
-    // On a GPU a step does not wait for the device: its loss and correct count are accumulated on
-    // the device (`stats`, see cuda::accumulate_step_stats) and read every `read_every` steps (the
-    // log interval) and at the end of the epoch, where a non-finite loss (fp32/bf16) is reported
-    // with the step it happened at. The CPU reads every step (reading is free there).
-    const bool on_gpu = device.is_cuda();
-    const int64_t read_every =
-        on_gpu ? (opt.log_every > 0 ? opt.log_every : std::max<int64_t>(1, steps_per_epoch / 10)) : 1;
-    Tensor stats;
-    if (on_gpu) stats = Tensor::zeros({5}, DType::f64, device);
-    auto read_stats = [&] {  // GPU: fold the device's accumulators into the host's sums
+    // A step does not wait for the device: each micro-batch's loss and correct count are
+    // accumulated on the device (`stats`, the kernel table's accumulate_step_stats) and read every
+    // `read_every` steps (the log interval) and at the end of the epoch, where a non-finite loss
+    // (fp32/bf16) is reported with the step it happened at. Where the step reads its loss anyway
+    // (step_setup.read_loss: the CPU, where reading is free) they are read every step.
+    const int64_t read_every = step_setup.read_loss ? 1
+                               : opt.log_every > 0  ? opt.log_every
+                                                    : std::max<int64_t>(1, steps_per_epoch / 10);
+    const auto accumulate_step_stats = kernel(device, &Kernels::accumulate_step_stats, "accumulate_step_stats");
+    Tensor stats = Tensor::zeros({5}, DType::f64, device);
+    auto read_stats = [&] {  // fold the device's accumulators into the host's sums
       std::vector<double> v = stats.to(Device::cpu()).to_double_vector();
       stats.zero_();
       loss_sum += v[0];
       correct += v[1];
       KILN_CHECK(v[2] == 0 || scaler, "the loss became ", v[4], " at epoch ", epoch + 1, ", step ",
-                 static_cast<int64_t>(v[3]) + 1, " (on a GPU the loss is checked every ", read_every,
-                 " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+                 static_cast<int64_t>(v[3]) + 1, " (the loss is read from ", device.str(), " every ",
+                 read_every, " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
     };
     auto t0 = Clock::now();
     auto progress_fields = [&](double lr) {
@@ -553,19 +546,11 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing);
       // The shared step (tools/train_step.h): micro-batches (train.accumulate), scaled backward,
       // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
-      // count go to the epoch's statistics: on a GPU accumulated on the device, on the CPU read.
-      double batch_correct = 0;
+      // count go to the epoch's statistics, accumulated on the device.
       StepResult r = train_step(*model, *optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets}, step_setup,
                                 [&](const MicroBatchOut& mo) {
-                                  if (on_gpu) {
-#ifdef KILN_WITH_CUDA
-                                    cuda::accumulate_step_stats(stats, mo.loss.detach(), mo.logits32.detach(),
-                                                                mo.labels, static_cast<double>(mo.size), i);
-#endif
-                                  } else {
-                                    batch_correct += top_k_correct(mo.logits.detach().to(Device::cpu()),
-                                                                   mo.labels, 1, mo.size);
-                                  }
+                                  accumulate_step_stats(stats, mo.loss.detach(), mo.logits32.detach(), mo.labels,
+                                                        static_cast<double>(mo.size), i);
                                 });
       double l = r.loss;
       KILN_CHECK(r.finite || scaler, "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
@@ -573,20 +558,15 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       if (r.stepped && ema) ema->ema->update(state.step);
       ++state.step;
       seen += b.size();
-      if (on_gpu) {
-        if ((i + 1) % read_every != 0) continue;  // nothing new to show
-        read_stats();
-      } else {
-        if (!std::isfinite(l)) l = 0;  // a skipped fp16 step: counted by the scaler, not in the mean loss
-        loss_sum += l * b.size();
-        correct += batch_correct;
-      }
+      // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
+      if ((i + 1) % read_every != 0) continue;  // nothing new to show
+      read_stats();
       if (show) {
         fields = progress_fields(lr);
         bar.update(i + 1, fields);
       }
     }
-    if (on_gpu) {  // the steps since the last read
+    if (i % read_every != 0) {  // the steps since the last read
       read_stats();
       if (show && seen > 0) fields = progress_fields(optimizer->lr());
     }
@@ -739,22 +719,19 @@ TrainResult train(const json& config, bool quiet) {
     std::unique_ptr<Communicator> mpi = make_mpi_communicator();
     Device device = device_for_mpi_rank(device_option, mpi->rank());
     if (device.is_cpu()) return train_replica(config, quiet, *mpi, device);
-#ifdef KILN_WITH_CUDA
-    // The gradients go over NCCL; MPI hands every rank rank 0's NCCL id.
+    // The gradients go over the devices' communicator (NCCL between GPUs); MPI hands every rank
+    // rank 0's communicator id.
     Tensor id = Tensor::zeros({128}, DType::u8);
     if (mpi->rank() == 0) {
-      std::string uid = cuda::NcclComm::unique_id();
+      std::string uid = communicator_id(device);
       std::memcpy(id.raw_data(), uid.data(), std::min<size_t>(uid.size(), 128));
     }
     mpi->broadcast(id, 0);
     const int rank = mpi->rank(), size = mpi->size();
-    auto nccl = std::make_unique<cuda::NcclComm>(std::string(static_cast<const char*>(id.raw_data()), 128), size, rank,
-                                                 device.index, topt.comm_timeout_s);
-    std::unique_ptr<Communicator> comm = cuda::make_nccl_communicator(std::move(nccl), std::move(mpi));
+    std::unique_ptr<Communicator> comm =
+        make_device_communicator(std::string(static_cast<const char*>(id.raw_data()), 128), size, rank, device,
+                                 topt.comm_timeout_s, std::move(mpi));
     return train_replica(config, quiet, *comm, device);
-#else
-    KILN_FAIL("unreachable: a CUDA device in a build without CUDA");
-#endif
   }
   std::vector<Device> devices = parse_device_list(device_option);
   if (devices.size() == 1) {
@@ -762,15 +739,7 @@ TrainResult train(const json& config, bool quiet) {
     return train_replica(config, quiet, *comm, devices[0]);
   }
   // One process driving several GPUs: a replica per GPU, each on its own thread, NCCL between them.
-#ifdef KILN_WITH_CUDA
-  std::vector<int> indices;
-  for (const Device& d : devices) indices.push_back(d.index);
-  std::vector<std::unique_ptr<Communicator>> comms;
-  for (auto& nc : cuda::NcclComm::create_local(indices)) comms.push_back(cuda::make_nccl_communicator(std::move(nc)));
-  return train_replicas(config, devices, std::move(comms), quiet);
-#else
-  KILN_FAIL("train.device = \"", device_option, "\": several devices need kiln built with CUDA");
-#endif
+  return train_replicas(config, devices, make_local_communicators(devices), quiet);
 }
 
 EvalResult evaluate(const json& config_in, const std::string& weights) {

@@ -58,6 +58,16 @@ Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits
 Tensor softmax(const Tensor& logits);
 
 // [slot C declarations]
+// core/cpu/elementwise.cpp
+Tensor binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
+Tensor unary(ElementwiseUnary op, const Tensor& a);
+Tensor affine(const Tensor& a, double mul, double add);
+bool all_finite(const Tensor& a);
+// core/cpu/reduce.cpp
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+// core/cpu/step_stats.cpp
+void accumulate_step_stats(const Tensor& acc, const Tensor& loss, const Tensor& logits, const Tensor& labels,
+                           double weight, int64_t step);
 
 const Kernels& kernels() {
   static const Kernels table = [] {
@@ -100,6 +110,12 @@ const Kernels& kernels() {
     k.softmax = softmax;
 
     // [slot C lines]
+    k.binary = binary;
+    k.unary = unary;
+    k.affine = affine;
+    k.all_finite = all_finite;
+    k.sum = sum;
+    k.accumulate_step_stats = accumulate_step_stats;
     return k;
   }();
   return table;

@@ -25,8 +25,15 @@
 #include "core/tensor.h"
 
 namespace kiln {
+class CachingAllocator;
 // (free, total) bytes of memory on CUDA device `device` (cudaMemGetInfo).
 std::pair<size_t, size_t> cuda_mem_get_info(int device);
+// The kernel table's copy and fill (core/cuda/copy_cuda.cu): dst = src where either is on a GPU (any
+// strides and dtypes), and fill of a GPU tensor; core/tensor.cpp reaches them through the table.
+void copy_tensor_cuda(const Tensor& dst, const Tensor& src);
+void fill_cuda(const Tensor& t, double value);
+// The caching allocator of cuda:`index` (core/cuda/allocator_cuda.cu), reached through the table.
+CachingAllocator& cuda_allocator(int index);
 }  // namespace kiln
 
 namespace kiln::cuda {

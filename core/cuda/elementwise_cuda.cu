@@ -1,5 +1,6 @@
 // Elementwise kernels: binary ops with NumPy broadcasting, unary ops, a*x+b, relu backward and the
-// inf/NaN check. Math in f32 (the scalar affine in f64, as the CPU does), storage f32/f16/bf16.
+// inf/NaN check, and the kernel table's two entries over them (elementwise_binary, elementwise_unary).
+// Math in f32 (the scalar affine in f64, as the CPU does), storage f32/f16/bf16.
 // Packed operands of one shape take a vectorised path (16-byte loads); broadcasting goes through
 // OffsetCalc (a bias over the last dim costs one division per element). Tests:
 // tests/gpu/elementwise_test.cpp.
@@ -133,6 +134,29 @@ Tensor unary(UnaryOp op, const Tensor& a) {
 }
 
 Tensor affine(const Tensor& a, double mul, double add) { return unary_impl("affine", a, AffineF{mul, add}); }
+
+// --- the kernel table's entries (core/kernels.h, listed in kernels_cuda.cu) ---------------------------
+Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b) {
+  switch (op) {
+    case ElementwiseBinary::add: return binary(BinaryOp::add, a, b);
+    case ElementwiseBinary::sub: return binary(BinaryOp::sub, a, b);
+    case ElementwiseBinary::mul: return binary(BinaryOp::mul, a, b);
+    case ElementwiseBinary::div: return binary(BinaryOp::div, a, b);
+    case ElementwiseBinary::relu_backward: return relu_backward(a, b);
+  }
+  KILN_FAIL("elementwise: unknown binary op");
+}
+
+Tensor elementwise_unary(ElementwiseUnary op, const Tensor& a) {
+  switch (op) {
+    case ElementwiseUnary::relu: return unary(UnaryOp::relu, a);
+    case ElementwiseUnary::exp: return unary(UnaryOp::exp, a);
+    case ElementwiseUnary::log: return unary(UnaryOp::log, a);
+    case ElementwiseUnary::sqrt: return unary(UnaryOp::sqrt, a);
+    case ElementwiseUnary::square: return unary(UnaryOp::square, a);
+  }
+  KILN_FAIL("elementwise: unknown unary op");
+}
 
 bool all_finite(const Tensor& a0) {
   int device = same_device("all_finite", {&a0});

@@ -25,6 +25,14 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
                                              bool need_dx);
 
 // [slot C declarations]
+// core/cuda/elementwise_cuda.cu
+Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
+Tensor elementwise_unary(ElementwiseUnary op, const Tensor& a);
+// core/cuda/nccl_communicator.cu
+std::string communicator_id();
+std::unique_ptr<Communicator> make_communicator(const std::string& id, int nranks, int rank, int device,
+                                               double timeout_s, std::unique_ptr<Communicator> also);
+std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<int>& devices);
 
 const Kernels& kernels() {
   static const Kernels table = [] {
@@ -74,6 +82,23 @@ const Kernels& kernels() {
     k.softmax = softmax;
 
     // [slot C lines]
+    k.binary = elementwise_binary;
+    k.unary = elementwise_unary;
+    k.affine = affine;
+    k.all_finite = all_finite;
+    k.sum = sum;
+    k.accumulate_step_stats = accumulate_step_stats;
+    k.copy = copy_tensor_cuda;
+    k.fill = fill_cuda;
+    k.allocator = cuda_allocator;
+    k.device_name = device_name;
+    k.synchronize = synchronize;
+    k.memory_info = cuda_mem_get_info;
+    k.set_conv_benchmark = set_cudnn_benchmark;
+    k.conv_benchmark = cudnn_benchmark;
+    k.communicator_id = communicator_id;
+    k.make_communicator = make_communicator;
+    k.make_local_communicators = make_local_communicators;
     // cuda::lrn_backward takes grad_out in x's dtype
     k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
       return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);

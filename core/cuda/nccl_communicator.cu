@@ -1,5 +1,7 @@
 // kiln::Communicator over NCCL (nccl_comm.h): what the trainer's data-parallel code (GradSync,
-// weight broadcast, metric sums) talks to when its replicas are GPUs.
+// weight broadcast, metric sums) talks to when its replicas are GPUs; and the kernel table's
+// communicator entries that create it (core/comm.h's make_device_communicator and
+// make_local_communicators reach them through the table).
 #include <chrono>
 
 #include "core/cuda/nccl_comm.h"
@@ -82,6 +84,20 @@ void NcclWork::wait() { c_.sync(); }
 
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<NcclComm> nccl, std::unique_ptr<Communicator> also) {
   return std::make_unique<NcclCommunicator>(std::move(nccl), std::move(also));
+}
+
+// --- the kernel table's communicator entries (core/kernels.h; core/comm.h's device-neutral functions) ---
+std::string communicator_id() { return NcclComm::unique_id(); }
+
+std::unique_ptr<Communicator> make_communicator(const std::string& id, int nranks, int rank, int device,
+                                               double timeout_s, std::unique_ptr<Communicator> also) {
+  return make_nccl_communicator(std::make_unique<NcclComm>(id, nranks, rank, device, timeout_s), std::move(also));
+}
+
+std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<int>& devices) {
+  std::vector<std::unique_ptr<Communicator>> comms;
+  for (auto& nc : NcclComm::create_local(devices)) comms.push_back(make_nccl_communicator(std::move(nc)));
+  return comms;
 }
 
 }  // namespace kiln::cuda

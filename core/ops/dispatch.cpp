@@ -16,9 +16,8 @@ Device op_device(const char* op, std::initializer_list<Tensor> ts) {
   }
   if (!first) return Device::cpu();
   Device d = first->device();
-#ifndef KILN_WITH_CUDA
-  KILN_CHECK(d.is_cpu(), op, ": tensor ", first->str(), " is on ", d.str(), ", and kiln was built without CUDA");
-#endif
+  KILN_CHECK(!d.is_cuda() || cuda_compiled(), op, ": tensor ", first->str(), " is on ", d.str(),
+             ", and kiln was built without CUDA");
   return d;
 }
 

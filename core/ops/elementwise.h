@@ -1,7 +1,8 @@
 // Elementwise arithmetic with NumPy-style broadcasting (shapes aligned at the trailing dims; a dim
 // of 1 or a missing leading dim broadcasts). Floating dtypes f32 and f64 on CPU; f16/bf16 inputs are
-// computed in f32 and stored back in their dtype. Recorded by autograd.
-// Tests: tests/core/autograd_test.cpp (values, broadcasting and gradients).
+// computed in f32 and stored back in their dtype. Recorded by autograd. Any device: the kernels come
+// from the device's table (core/kernels.h).
+// Tests: tests/core/autograd_test.cpp (values, broadcasting and gradients), tests/gpu/elementwise_test.cpp.
 #pragma once
 #include "core/tensor.h"
 

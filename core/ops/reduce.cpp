@@ -1,22 +1,17 @@
-// Reductions. CPU: fast paths for the two shapes training needs (reduce a leading block of dims, as
-// in bias gradients over N*H*W; reduce a trailing block, as in per-row sums), a general path
-// otherwise; accumulation in double, so sums over millions of f32 values stay accurate. CUDA
-// tensors: core/cuda/reduce_cuda.cu (f32 accumulation, deterministic two-pass). argmax and
-// topk_indices rank on the host and return the indices on the input's device.
+// Reductions, written once for every device: the checks and autograd here, the kernels from the
+// device's table (core/kernels.h; the CPU's sum in core/cpu/reduce.cpp, CUDA's in
+// core/cuda/reduce_cuda.cu with f32 accumulation, deterministic two-pass). argmax and topk_indices
+// rank on the host and return the indices on the input's device.
 #include "core/ops/reduce.h"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <omp.h>
 
 #include "core/autograd.h"
+#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
-
-#ifdef KILN_WITH_CUDA
-#include "core/cuda/cuda_ops.h"
-#endif
 
 namespace kiln::ops {
 
@@ -31,86 +26,6 @@ std::vector<int64_t> normalize_dims(const Tensor& x, const std::vector<int64_t>&
   }
   std::sort(out.begin(), out.end());
   return out;
-}
-
-template <typename T>
-void sum_kernel(const T* in, const Shape& shape, const std::vector<int64_t>& dims, T* out) {
-  int64_t nd = static_cast<int64_t>(shape.size());
-  int64_t n = shape_numel(shape);
-  std::vector<bool> red(nd, false);
-  for (int64_t d : dims) red[d] = true;
-  // Leading block [0, k) reduced, the rest kept: column sums.
-  int64_t k = 0;
-  while (k < nd && red[k]) ++k;
-  bool leading = true, trailing = true;
-  for (int64_t d = k; d < nd; ++d) leading = leading && !red[d];
-  int64_t j = nd;
-  while (j > 0 && red[j - 1]) --j;
-  for (int64_t d = 0; d < j; ++d) trailing = trailing && !red[d];
-  if (leading) {
-    int64_t rows = 1;
-    for (int64_t d = 0; d < k; ++d) rows *= shape[d];
-    int64_t cols = rows ? n / std::max<int64_t>(rows, 1) : 0;
-    if (rows == 0) {
-      std::fill(out, out + shape_numel(Shape(shape.begin() + k, shape.end())), T(0));
-      return;
-    }
-    // Each thread sums a fixed block of rows; the blocks are then added in order, so the result
-    // does not depend on thread timing (resume and data-parallel tests compare bit for bit).
-    int nt = omp_get_max_threads();
-    if (n <= 65536) nt = 1;
-    std::vector<double> part(static_cast<size_t>(nt) * cols, 0.0);
-#pragma omp parallel num_threads(nt)
-    {
-      int t = omp_get_thread_num();
-      int64_t lo = rows * t / nt, hi = rows * (t + 1) / nt;
-      double* local = part.data() + static_cast<size_t>(t) * cols;
-      for (int64_t r = lo; r < hi; ++r) {
-        const T* row = in + r * cols;
-        for (int64_t c = 0; c < cols; ++c) local[c] += row[c];
-      }
-    }
-    std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-    for (int t = 0; t < nt; ++t)
-      for (int64_t c = 0; c < cols; ++c) acc[c] += part[static_cast<size_t>(t) * cols + c];
-    for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<T>(acc[c]);
-    return;
-  }
-  if (trailing) {
-    int64_t inner = 1;
-    for (int64_t d = j; d < nd; ++d) inner *= shape[d];
-    int64_t rows = inner ? n / inner : shape_numel(Shape(shape.begin(), shape.begin() + j));
-#pragma omp parallel for if (n > 65536)
-    for (int64_t r = 0; r < rows; ++r) {
-      double s = 0;
-      const T* row = in + r * inner;
-      for (int64_t i = 0; i < inner; ++i) s += row[i];
-      out[r] = static_cast<T>(s);
-    }
-    return;
-  }
-  // General: out index from the kept dims.
-  Shape out_shape;
-  for (int64_t d = 0; d < nd; ++d)
-    if (!red[d]) out_shape.push_back(shape[d]);
-  Shape ost = contiguous_strides(out_shape);
-  Shape st(nd, 0);
-  for (int64_t d = 0, o = 0; d < nd; ++d)
-    if (!red[d]) st[d] = ost[o++];
-  std::vector<double> acc(static_cast<size_t>(shape_numel(out_shape)), 0.0);
-  std::vector<int64_t> idx(nd, 0);
-  int64_t oi = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    acc[oi] += in[i];
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      ++idx[d];
-      oi += st[d];
-      if (idx[d] < shape[d]) break;
-      oi -= st[d] * shape[d];
-      idx[d] = 0;
-    }
-  }
-  for (size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<T>(acc[i]);
 }
 
 Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
@@ -138,19 +53,8 @@ Tensor expand_to(const Tensor& g, const Shape& in_shape, const std::vector<int64
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
   KILN_CHECK(is_floating(x.dtype()), "sum: needs a floating tensor, got ", x.str());
   std::vector<int64_t> dims = normalize_dims(x, dims0);
-  Tensor out;
-  if (op_on_cuda("sum", {x})) {
-#ifdef KILN_WITH_CUDA
-    out = cuda::sum(x.detach(), dims, keepdim);
-#endif
-  } else {
-    DType ct = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-    Tensor xc = (x.dtype() == ct ? x.detach() : x.detach().to(ct)).contiguous();
-    out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), ct);
-    if (ct == DType::f64) sum_kernel(xc.data<double>(), xc.shape(), dims, out.data<double>());
-    else sum_kernel(xc.data<float>(), xc.shape(), dims, out.data<float>());
-    if (ct != x.dtype()) out = out.to(x.dtype());
-  }
+  const Device d = op_device("sum", {x});
+  Tensor out = kernel(d, &Kernels::sum, "sum")(x.detach(), dims, keepdim);
   Shape in_shape = x.shape();
   return record("sum", {x}, out, [in_shape, dims](const Tensor& g) { return grads{expand_to(g, in_shape, dims)}; });
 }
@@ -224,37 +128,31 @@ Tensor topk_indices(const Tensor& x, int64_t k) {
   return out.to(x.device());
 }
 
+// The table's entries take f32 (gradients); f16/bf16 widen exactly, f64 and integers are summed on
+// the host in double, as they always were.
 double sum_of_squares(const Tensor& x) {
-  if (op_on_cuda("sum_of_squares", {x})) {
-#ifdef KILN_WITH_CUDA
-    return cuda::sum_of_squares(x.detach());
-#endif
-  }
-  Tensor xc = x.detach().contiguous();
-  int64_t n = xc.numel();
-  double s = 0;
-  if (xc.dtype() == DType::f32) {
-    const float* p = xc.data<float>();
-#pragma omp parallel for reduction(+ : s) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]) * p[i];
+  const Device d = op_device("sum_of_squares", {x});
+  if (x.dtype() == DType::f64 || !is_floating(x.dtype())) {
+    double s = 0;
+    for (double v : x.detach().to_double_vector()) s += v * v;
     return s;
   }
-  for (double v : xc.to_double_vector()) s += v * v;
-  return s;
+  Tensor xf = (x.dtype() == DType::f32 ? x.detach() : x.detach().to(DType::f32)).contiguous();
+  return kernel(d, &Kernels::sum_of_squares, "sum_of_squares")({xf});
 }
 
 double max_abs(const Tensor& x) {
-  if (op_on_cuda("max_abs", {x})) {
-#ifdef KILN_WITH_CUDA
-    return cuda::max_abs(x.detach());
-#endif
+  const Device d = op_device("max_abs", {x});
+  if (x.dtype() == DType::f64 || !is_floating(x.dtype())) {
+    double m = 0;
+    for (double v : x.detach().to_double_vector()) {
+      if (v != v) return v;  // NaN propagates (std::max would drop it)
+      m = std::max(m, std::fabs(v));
+    }
+    return m;
   }
-  double m = 0;
-  for (double v : x.to_double_vector()) {
-    if (v != v) return v;  // NaN propagates (std::max would drop it)
-    m = std::max(m, std::fabs(v));
-  }
-  return m;
+  Tensor xf = (x.dtype() == DType::f32 ? x.detach() : x.detach().to(DType::f32)).contiguous();
+  return kernel(d, &Kernels::max_abs, "max_abs")(xf);
 }
 
 }  // namespace kiln::ops

@@ -1,6 +1,6 @@
 // Reductions. sum/mean are recorded by autograd; dims may be negative; keepdim keeps size-1 dims.
 // Accumulation is in f64 for f64 inputs and f32 otherwise (blocked, so large sums stay accurate).
-// CPU and CUDA tensors (core/ops/dispatch.h).
+// Any device: the kernels come from the device's table (core/kernels.h).
 // Tests: tests/core/autograd_test.cpp, tests/core/nan_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #pragma once
 #include <vector>

@@ -1,0 +1,72 @@
+// The device functions of core/device.h and core/comm.h on the CPU (synchronize, memory, the
+// convolution benchmark mode, communicators), the errors a build without CUDA gives for a GPU, and
+// the kernel table's accumulate_step_stats on the CPU (core/cpu/step_stats.cpp; the trainer's one
+// path for its per-step statistics). GPU side: tests/gpu/runtime_test.cpp, tests/gpu/loss_test.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/kernels.h"
+#include "core/ops/reduce.h"
+#include "tests/expect_error.h"
+
+using namespace kiln;
+using kiln::testing::expect_error;
+
+TEST(DeviceFunctions, TheCpuQueuesNothingAndHasNoBenchmarkMode) {
+  synchronize(Device::cpu());  // returns at once
+  set_conv_benchmark(Device::cpu(), true);  // ignored
+  EXPECT_FALSE(conv_benchmark(Device::cpu()));
+  expect_error([] { memory_info(Device::cpu()); }, {"memory_info: no cpu kernel"});
+  expect_error([] { communicator_id(Device::cpu()); }, {"communicator_id: no cpu kernel"});
+  expect_error([] { make_local_communicators({Device::cpu()}); }, {"make_local_communicators: no cpu kernel"});
+}
+
+TEST(DeviceFunctions, AGpuInABuildWithoutCudaFailsClearly) {
+  if (cuda_compiled()) GTEST_SKIP() << "a CUDA build";
+  expect_error([] { Tensor::empty({2}, DType::f32, Device::cuda(0)); },
+               {"device cuda:0 is not available: kiln was built without CUDA"});
+  expect_error([] { synchronize(Device::cuda(0)); }, {"no kernels for device cuda:0"});
+  expect_error([] { memory_info(Device::cuda(0)); }, {"no kernels for device cuda:0"});
+  expect_error([] { communicator_id(Device::cuda(0)); }, {"communicator_id: cuda:0 needs kiln built with CUDA"});
+  expect_error([] { make_local_communicators({Device::cuda(0), Device::cuda(1)}); },
+               {"make_local_communicators: cuda:0 needs kiln built with CUDA"});
+  EXPECT_EQ(cuda_device_count(), 0);
+  EXPECT_EQ(available_devices(), "cpu (kiln was built without CUDA)");
+}
+
+namespace {
+Tensor f32(const std::vector<double>& v, const Shape& s) { return Tensor::from_vector(v, s, DType::f32); }
+Tensor labels(const std::vector<int64_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
+}  // namespace
+
+TEST(StepStats, CpuKernelAccumulatesLossHitsAndTheFirstNonFiniteLoss) {
+  const auto acc_fn = kernel(Device::cpu(), &Kernels::accumulate_step_stats, "accumulate_step_stats");
+  Tensor acc = Tensor::zeros({5}, DType::f64);
+  // Rows: argmax 1 (hit), argmax 0 (miss), a tie 2 = 2 (the first: 0, hit), argmax 2 (hit).
+  Tensor logits = f32({0, 3, 1, 5, 1, 2, 2, 2, 1, 0, 1, 4}, {4, 3});
+  acc_fn(acc, f32({0.5}, {}), logits, labels({1, 2, 0, 2}), 4.0, 0);
+  EXPECT_EQ(acc.to_double_vector(), (std::vector<double>{2.0, 3.0, 0.0, 0.0, 0.0}));
+  // bf16 logits rank as their f32 values; a NaN loss is counted and the first one remembered.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  acc_fn(acc, f32({nan}, {}), logits.to(DType::bf16), labels({0, 0, 0, 0}), 4.0, 7);
+  acc_fn(acc, f32({INFINITY}, {}), logits, labels({0, 0, 0, 0}), 4.0, 9);
+  std::vector<double> v = acc.to_double_vector();
+  EXPECT_EQ(v[0], 2.0);  // non-finite losses are not added
+  EXPECT_EQ(v[1], 3.0 + 2 + 2);
+  EXPECT_EQ(v[2], 2.0);
+  EXPECT_EQ(v[3], 7.0);
+  EXPECT_TRUE(std::isnan(v[4]));
+  // NaN ranks above every number (ops::topk_indices), the first NaN on ties.
+  Tensor z = Tensor::zeros({5}, DType::f64);
+  acc_fn(z, f32({1.0}, {}), f32({1, nan, nan, 9}, {1, 4}), labels({1}), 1.0, 0);
+  EXPECT_EQ(z.to_double_vector()[1], 1.0);
+  EXPECT_EQ(ops::topk_indices(f32({1, nan, nan, 9}, {1, 4}), 1).to_int_vector(), (std::vector<int64_t>{1}));
+  expect_error([&] { acc_fn(Tensor::zeros({4}, DType::f64), f32({1.0}, {}), logits, labels({1, 2, 0, 2}), 1.0, 0); },
+               {"accumulate_step_stats", "acc must be 5 packed f64"});
+  expect_error([&] { acc_fn(acc, f32({1.0}, {}), logits, labels({1, 2}), 1.0, 0); },
+               {"accumulate_step_stats", "logits (N, K) and i64 labels (N)"});
+}
