@@ -19,31 +19,25 @@
 // outputs are new contiguous tensors on that device; floating math in f32 (f64 on the CPU for f64
 // tensors), f16/bf16 widened on entry and rounded once on exit; errors name the op.
 //
-// Migration: dropout, silu, local_response_norm, the pools, the SGD/AdamW steps and the gradient
-// utilities (unscale, norm, clip, EMA) are in the table; the other ops still branch with op_on_cuda()
-// (core/ops/dispatch.h) and move here one by one (docs/adding_an_op.md).
+// Every op with a kernel of its own goes through the table: conv2d, matmul, batch norm, the losses,
+// elementwise and reductions, dropout, silu, local_response_norm, the pools; so do the optimizers'
+// fused steps, the gradient utilities (unscale, norm, clip, EMA), the trainer's step statistics, and
+// the device services (copies, fill, allocator, synchronize, memory info, cuDNN's benchmark switch,
+// communicators) that core/device.h and core/comm.h expose. docs/adding_an_op.md is the guide.
 // Tests: tests/core/silu_test.cpp (KernelTable, Silu), tests/core/dropout_test.cpp, tests/gpu/silu_test.cpp.
 #pragma once
-#include <vector>
-
-#include "core/check.h"
-#include "core/device.h"
-#include "core/ops/pool.h"
-#include "core/rng.h"
-#include "core/tensor.h"
-// [slot A includes]
-#include <memory>
-
-#include "core/ops/conv2d.h"
-
-// [slot B includes]
-
-// [slot C includes]
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "core/check.h"
 #include "core/comm.h"
+#include "core/device.h"
+#include "core/ops/conv2d.h"
+#include "core/ops/pool.h"
+#include "core/rng.h"
+#include "core/tensor.h"
 
 namespace kiln {
 
@@ -68,7 +62,6 @@ struct AdamWStepOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
 
-// [slot A types]
 // --- conv2d's backward (core/ops/conv2d.cpp): what the op asks for and what it gets back.
 struct Conv2dBackwardArgs {
   Shape x_shape, w_shape;  // the forward's input and weight shapes
@@ -84,13 +77,11 @@ struct Conv2dGrads {
   Tensor dx, dw, db;  // undefined where not wanted
 };
 
-// [slot B types]
 // The batch-norm backward's gradients (Kernels::batch_norm_backward).
 struct BatchNormGradients {
   Tensor dx, dgamma, dbeta;
 };
 
-// [slot C types]
 class CachingAllocator;  // core/allocator.h
 
 // The elementwise kernels' operations (core/ops/elementwise.h).
@@ -151,7 +142,6 @@ struct Kernels {
   // ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
   void (*ema_update)(const Tensor& ema, const Tensor& live, float decay) = nullptr;
 
-  // [slot A entries]
   // --- conv2d (core/ops/conv2d.h), NHWC x (N, H, W, Cin), w (Cout, KH, KW, Cin/groups), b (Cout) or
   // undefined, one dtype (f32, bf16, f16), shapes checked by the op, N >= 1 (the op answers an empty
   // batch itself). The forward returns y (N, OH, OW, Cout) in x's dtype; when `saved` is not null
@@ -170,7 +160,6 @@ struct Kernels {
   // K = 0 gives zeros (plus the bias). Shapes checked by the op.
   Tensor (*matmul)(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias) = nullptr;
 
-  // [slot B entries]
   // --- batch norm (core/ops/batch_norm.h), channels last: x is M rows of C channels; the op checks
   // shapes. gamma, beta (C) may be undefined (1 and 0); running_mean/var (C) may be undefined in
   // training only. Statistics in f32 (f64 on the CPU for f64 x), eps inside the square root.
@@ -217,7 +206,6 @@ struct Kernels {
   // softmax over the last dim of (R, K) logits (K > 0), in logits' dtype (computed in f32, f64 for f64).
   Tensor (*softmax)(const Tensor& logits) = nullptr;
 
-  // [slot C entries]
   // --- elementwise (core/ops/elementwise.h); the op has checked that the operands are floating and
   // of one dtype. Binary: NumPy's broadcasting, shapes that do not broadcast throw
   // ops::broadcast_shapes's error. Output: the broadcast shape in the inputs' dtype, math in f32

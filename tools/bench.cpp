@@ -10,7 +10,7 @@
 // steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
 // `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
-// (core/ops/conv_algo.h) measuring from scratch; per layer shape and pass (forward, backward-data,
+// (core/cpu/conv_algo.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/data_cmd.cpp.
 //
@@ -32,7 +32,7 @@
 #include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/ops/conv2d.h"
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
@@ -227,7 +227,7 @@ int bench_train(const Args& args) {
   std::map<std::string, int64_t> ints;
   for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds"})
     ints[k] = kv.integer(k, min_int_arg(k));
-  // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/ops/winograd_cpu.h); with
+  // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
   std::vector<std::string> algos = split_commas(a["conv_algo"]);
   for (const std::string& n : algos)
@@ -317,7 +317,7 @@ int bench_train(const Args& args) {
 }
 
 // One training step's convolutions of a registry model, measured by the chooser
-// (core/ops/conv_algo.h) from a fresh process cache: per shape and pass, each candidate's time
+// (core/cpu/conv_algo.h) from a fresh process cache: per shape and pass, each candidate's time
 // and the choice, then per pass the time of the choices against direct everywhere.
 int bench_winograd(const Args& in) {
   static const char* kUsage =

@@ -18,7 +18,7 @@
 #include "core/device.h"
 #include "core/io/safetensors.h"
 #include "core/kernels.h"
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"

@@ -19,7 +19,7 @@
 // back to the input dtype. The values equal a native low-precision conv with f32 accumulation
 // (bf16 -> f32 is exact); only the speed differs.
 //
-// Each pass (forward, backward-data, backward-weights) runs the algorithm core/ops/conv_algo.h
+// Each pass (forward, backward-data, backward-weights) runs the algorithm core/cpu/conv_algo.h
 // chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or the im2col weight
 // gradient (core/cpu/winograd.h); by default measured on the first call of each shape.
 //
@@ -32,7 +32,7 @@
 #include "core/dnnl_context.h"
 #include "core/kernels.h"
 #include "core/ops/conv2d.h"
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 #include "core/ops/reduce.h"
 
 namespace kiln::cpu {
@@ -242,7 +242,7 @@ ConvGeom geometry(const Shape& xs, const Shape& ws, const Conv2dParams& p, DType
   return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ys[1], ys[2], p, ct, bias};
 }
 
-// The key of conv_algo's choices (core/ops/conv_algo.h).
+// The key of conv_algo's choices (core/cpu/conv_algo.h).
 ca::ConvKey algo_key(const ConvGeom& g) {
   const Conv2dParams& p = g.p;
   return {g.n,       g.h,       g.w,     g.ic,    g.oc,         g.kh,         g.kw,     p.stride_h,
@@ -294,7 +294,7 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   Tensor x = x0.contiguous(), w = w0.contiguous();
   Tensor b = b0.defined() ? b0.contiguous() : Tensor();
 
-  // The forward's algorithm (core/ops/conv_algo.h): measured on these operands the first time the
+  // The forward's algorithm (core/cpu/conv_algo.h): measured on these operands the first time the
   // shape is seen, or the static rule / a forced one. Without native compute only direct runs.
   const ca::ConvKey key = algo_key(g);
   bool wino = false;

@@ -31,14 +31,12 @@ Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
-// [slot A declarations]
 // core/cpu/conv2d.cpp, core/cpu/linear.cpp
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
                       std::shared_ptr<void>* saved);
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, const Tensor& bias);
 
-// [slot B declarations]
 // core/cpu/batch_norm.cpp
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
@@ -57,7 +55,6 @@ Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits
                                    double label_smoothing, const Tensor& class_weights, const Tensor& saved);
 Tensor softmax(const Tensor& logits);
 
-// [slot C declarations]
 // core/cpu/elementwise.cpp
 Tensor binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
 Tensor unary(ElementwiseUnary op, const Tensor& a);
@@ -94,12 +91,10 @@ const Kernels& kernels() {
     k.max_abs = max_abs;
     k.ema_update = ema_update;
 
-    // [slot A lines]
     k.conv2d_forward = conv2d_forward;
     k.conv2d_backward = conv2d_backward;
     k.matmul = matmul;
 
-    // [slot B lines]
     k.batch_norm_forward = batch_norm_forward;
     k.batch_norm_backward = batch_norm_backward;
     k.increment_i64 = increment_i64;
@@ -109,7 +104,6 @@ const Kernels& kernels() {
     k.soft_cross_entropy_backward = soft_cross_entropy_backward;
     k.softmax = softmax;
 
-    // [slot C lines]
     k.binary = binary;
     k.unary = unary;
     k.affine = affine;

@@ -17,18 +17,18 @@
 // GEMMs accumulate in f32 and the output transform runs in f32 before the single rounding of the
 // result. Tests (tests/core/winograd_test.cpp) bound the error against an f32 direct convolution.
 //
-// conv2d's CPU kernel (core/cpu/conv2d.cpp) takes this path where core/ops/conv_algo.h chooses it;
+// conv2d's CPU kernel (core/cpu/conv2d.cpp) takes this path where core/cpu/conv_algo.h chooses it;
 // `kiln bench winograd` prints the candidates' times and the choices layer by layer. See
 // docs/conv_algorithms.md and docs/precision.md.
 #pragma once
 #include <cstdint>
 
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 #include "core/tensor.h"
 
 namespace kiln::ops::winograd {
 
-// Which algorithm conv2d uses: KILN_CONV_ALGO, read once (core/ops/conv_algo.h). automatic
+// Which algorithm conv2d uses: KILN_CONV_ALGO, read once (core/cpu/conv_algo.h). automatic
 // measures per shape and pass; heuristic follows chosen() / im2col_chosen() below; direct never
 // takes Winograd or im2col; winograd takes Winograd wherever it applies.
 using Mode = conv_algo::Mode;

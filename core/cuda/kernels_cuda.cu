@@ -11,11 +11,9 @@ void ema_update(const Tensor& ema, const Tensor& live, float decay);
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 
-// [slot A declarations]
 // core/cuda/conv2d_cuda.cu: conv2d_backward_data, conv2d_backward_weight and the bias gradient in one entry
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
 
-// [slot B declarations]
 // core/cuda/batch_norm_cuda.cu (the table's entries: train and eval, the forward's statistics saved)
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
@@ -24,7 +22,6 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
                                              const Tensor& save_mean, const Tensor& save_invstd, bool training,
                                              bool need_dx);
 
-// [slot C declarations]
 // core/cuda/elementwise_cuda.cu
 Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
 Tensor elementwise_unary(ElementwiseUnary op, const Tensor& a);
@@ -58,14 +55,12 @@ const Kernels& kernels() {
     k.max_abs = max_abs;
     k.ema_update = ema_update;
 
-    // [slot A lines]
     // cuDNN keeps no state between the passes: the `saved` handle stays null
     k.conv2d_forward = [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
                           std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); };
     k.conv2d_backward = conv2d_backward;
     k.matmul = matmul;
 
-    // [slot B lines]
     k.batch_norm_forward = batch_norm_forward;
     k.batch_norm_backward = batch_norm_backward;
     k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
@@ -81,7 +76,6 @@ const Kernels& kernels() {
     };
     k.softmax = softmax;
 
-    // [slot C lines]
     k.binary = elementwise_binary;
     k.unary = elementwise_unary;
     k.affine = affine;

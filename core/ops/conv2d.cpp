@@ -1,6 +1,6 @@
 // conv2d: the op (checks, one backward closure); its kernels are the device's kernel-table entries
 // conv2d_forward and conv2d_backward (core/kernels.h): oneDNN, Winograd and im2col in
-// core/cpu/conv2d.cpp (the choice among them, core/ops/conv_algo.h, lives inside the CPU kernel),
+// core/cpu/conv2d.cpp (the choice among them, core/cpu/conv_algo.h, lives inside the CPU kernel),
 // cuDNN in core/cuda/conv2d_cuda.cu. What the forward leaves for the backward (the CPU's reordered
 // weights) travels as the table's opaque `saved` handle.
 //

@@ -3,8 +3,6 @@
 // on different devices are an error naming the op and both devices; there is never a silent copy to
 // another device. A build without CUDA cannot create a CUDA tensor; op_device() throws there if one
 // shows up anyway ("<op>: tensor ... is on cuda:0, and kiln was built without CUDA").
-// op_on_cuda() is the older pattern (a CUDA branch in the op under the build's CUDA switch), kept
-// only until the last op not yet moved to the table is gone.
 // Tests: tests/core/*_test.cpp (CPU), tests/gpu/ops_dispatch_test.cpp (CUDA against CPU).
 #pragma once
 #include <initializer_list>
@@ -16,9 +14,5 @@ namespace kiln::ops {
 // The device shared by the defined tensors of `ts` (CPU when none is defined). Throws
 // "<op>: tensors on different devices: <a> and <b>; move them to one device with .to(device)".
 Device op_device(const char* op, std::initializer_list<Tensor> ts);
-
-// True when the op's tensors are on a GPU (then the caller runs its CUDA kernel). For the ops not
-// moved to the kernel table yet; new code uses op_device() and the table.
-inline bool op_on_cuda(const char* op, std::initializer_list<Tensor> ts) { return op_device(op, ts).is_cuda(); }
 
 }  // namespace kiln::ops

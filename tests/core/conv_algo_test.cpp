@@ -1,8 +1,8 @@
-// The convolution algorithm chooser (core/ops/conv_algo.cpp): the fastest of injected timings is
+// The convolution algorithm chooser (core/cpu/conv_algo.cpp): the fastest of injected timings is
 // kept (no timed tests), choices are cached per process and on disk and round-trip, damaged or
 // foreign cache files are ignored with a warning, forced and heuristic modes are honoured, and
 // conv2d's results under each choice are within that algorithm's tolerance of the direct ones.
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 
 #include <gtest/gtest.h>
 

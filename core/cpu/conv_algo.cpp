@@ -4,7 +4,7 @@
 //   {"kiln_conv_algo": 1, "machine": machine_id(),
 //    "entries": [{"key": ConvKey::str(), "pass": "forward", "algo": "winograd",
 //                 "ms": {"direct": 1.9, "winograd": 1.2}}, ...]}
-#include "core/ops/conv_algo.h"
+#include "core/cpu/conv_algo.h"
 
 #include <omp.h>
 #include <unistd.h>
