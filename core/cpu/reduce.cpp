@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "core/kernels.h"
+#include "core/ops/reduce.h"
 
 namespace kiln::cpu {
 
@@ -94,22 +95,12 @@ void sum_kernel(const T* in, const Shape& shape, const std::vector<int64_t>& dim
   for (size_t i = 0; i < acc.size(); ++i) out[i] = static_cast<T>(acc[i]);
 }
 
-Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!r) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   DType ct = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
   Tensor xc = (x.dtype() == ct ? x : x.to(ct)).contiguous();
-  Tensor out = Tensor::empty(reduced_shape(x.shape(), dims, keepdim), ct);
+  Tensor out = Tensor::empty(ops::reduced_shape(x.shape(), dims, keepdim), ct);
   if (ct == DType::f64) sum_kernel(xc.data<double>(), xc.shape(), dims, out.data<double>());
   else sum_kernel(xc.data<float>(), xc.shape(), dims, out.data<float>());
   return ct == x.dtype() ? out : out.to(x.dtype());

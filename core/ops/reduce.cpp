@@ -28,16 +28,6 @@ std::vector<int64_t> normalize_dims(const Tensor& x, const std::vector<int64_t>&
   return out;
 }
 
-Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
-  Shape out;
-  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
-    bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
-    if (!r) out.push_back(s[d]);
-    else if (keepdim) out.push_back(1);
-  }
-  return out;
-}
-
 // g broadcast back to `shape` (g has the keepdim shape's element count).
 Tensor expand_to(const Tensor& g, const Shape& in_shape, const std::vector<int64_t>& dims) {
   Shape keep = reduced_shape(in_shape, dims, true);
@@ -49,6 +39,16 @@ Tensor expand_to(const Tensor& g, const Shape& in_shape, const std::vector<int64
 }
 
 }  // namespace
+
+Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim) {
+  Shape out;
+  for (int64_t d = 0; d < static_cast<int64_t>(s.size()); ++d) {
+    bool r = std::find(dims.begin(), dims.end(), d) != dims.end();
+    if (!r) out.push_back(s[d]);
+    else if (keepdim) out.push_back(1);
+  }
+  return out;
+}
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
   KILN_CHECK(is_floating(x.dtype()), "sum: needs a floating tensor, got ", x.str());

@@ -21,4 +21,8 @@ Tensor topk_indices(const Tensor& x, int64_t k);           // x: (N, K) -> i64 (
 double sum_of_squares(const Tensor& x);                    // for gradient-norm clipping
 double max_abs(const Tensor& x);
 
+// The shape of `s` reduced over `dims` (non-negative): those dims dropped, or kept as 1 with keepdim.
+// Shared by the op and every device's sum kernel.
+Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim);
+
 }  // namespace kiln::ops
