@@ -182,7 +182,7 @@ void NcclComm::all_reduce(const Tensor& t, ReduceOp op) {
   impl_->check_usable("all_reduce");
   KILN_CHECK(t.device() == Device::cuda(impl_->device) && t.is_contiguous(), impl_->where(), ": all_reduce needs a packed tensor on cuda:",
              impl_->device, ", got ", t.str());
-  KILN_CHECK(op == ReduceOp::sum || is_floating(t.dtype()), impl_->where(), ": avg needs a floating tensor, got ",
+  KILN_CHECK(op != ReduceOp::avg || is_floating(t.dtype()), impl_->where(), ": avg needs a floating tensor, got ",
              t.str());
   if (t.numel() == 0) return;
   DeviceGuard g(impl_->device);

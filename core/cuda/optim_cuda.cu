@@ -75,16 +75,18 @@ struct SgdBody {
 };
 
 // f = {decay factor 1 - lr*wd, step size lr/(1-b1^t), sqrt(1-b2^t), unused}
+// c1 = 1 - beta1 and c2 = 1 - beta2 are taken in double on the host (as the CPU kernel does):
+// 1.f - 0.999f is 1.3e-5 away from 0.001, which would put exp_avg_sq off by that much relative.
 struct AdamWBody {
-  float beta1, beta2, eps;
+  float beta1, beta2, c1, c2, eps;
   __device__ void operator()(const Entry& e, int64_t i) const {
     float* p = static_cast<float*>(e.ptr[0]);
     float* m = static_cast<float*>(e.ptr[2]);
     float* v = static_cast<float*>(e.ptr[3]);
     float g = load_any(e.ptr[1], e.dtype, i);
     float w = p[i] * e.f[0];
-    float mi = beta1 * m[i] + (1.f - beta1) * g;
-    float vi = beta2 * v[i] + (1.f - beta2) * g * g;
+    float mi = beta1 * m[i] + c1 * g;
+    float vi = beta2 * v[i] + c2 * g * g;
     m[i] = mi;
     v[i] = vi;
     if (e.ptr[4]) {  // amsgrad: the running maximum of v is used instead of v
@@ -247,7 +249,8 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
     t.add(e);
   }
   if (t.chunks == 0) return;
-  t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(opt.eps)});
+  t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(1.0 - opt.beta1),
+                     static_cast<float>(1.0 - opt.beta2), static_cast<float>(opt.eps)});
 }
 
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale) {

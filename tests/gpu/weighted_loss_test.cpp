@@ -29,7 +29,8 @@ TEST(CudaLoss, WeightedCrossEntropyMatchesTheCpu) {
         Tensor xc = x.to(DType::f32).set_requires_grad(true);
         Tensor lc = ops::cross_entropy(xc, y, e, wt);
         lc.backward();
-        Tensor xg = x.to(gpu()).set_requires_grad(true);
+        // x.to(f32) above is x itself for f32 data, so x now requires grad: detach for a leaf on the GPU.
+        Tensor xg = x.detach().to(gpu()).set_requires_grad(true);
         Tensor lg = ops::cross_entropy(xg, y.to(gpu()), e, wt.to(gpu()));
         lg.backward();
         std::string what = "K=" + std::to_string(K) + " e=" + std::to_string(e) + " " + dtype_name(t);
