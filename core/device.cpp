@@ -41,6 +41,11 @@ void set_conv_benchmark(Device d, bool on) {
   if (k.set_conv_benchmark) k.set_conv_benchmark(on);
 }
 
+void profile_range(Device d, bool on) {
+  const Kernels& k = kernels(d);
+  if (k.profile_range) k.profile_range(on);
+}
+
 bool conv_benchmark(Device d) {
   const Kernels& k = kernels(d);
   return k.conv_benchmark && k.conv_benchmark();

@@ -63,5 +63,9 @@ std::pair<size_t, size_t> memory_info(Device d);
 // library's heuristics choose. A device without one (the CPU) ignores it and reports false.
 void set_conv_benchmark(Device d, bool on);
 bool conv_benchmark(Device d);
+// Starts (on) or stops recording in an attached profiler (`ncu --profile-from-start off`, nsys with
+// `--capture-range=cudaProfilerApi`); without a profiler, or on a device without one, it does nothing.
+// `kiln bench train profile=1` brackets the timed steps with it.
+void profile_range(Device d, bool on);
 
 }  // namespace kiln

@@ -253,6 +253,9 @@ struct Kernels {
   // shape times the algorithms and keeps the fastest; off, its heuristics choose. Process-wide.
   void (*set_conv_benchmark)(bool on) = nullptr;
   bool (*conv_benchmark)() = nullptr;
+  // Marks where an external profiler (ncu --profile-from-start off, nsys --capture-range=cudaProfilerApi)
+  // starts and stops recording: cudaProfilerStart/Stop on CUDA. Process-wide.
+  void (*profile_range)(bool on) = nullptr;
   // Data-parallel communicators between devices (NCCL): the id rank 0 creates and hands to every
   // rank (opaque bytes); one rank of a communicator across processes (`also`, if given, is kept
   // alive and aborted with it); one communicator per device, all in this process (rank i drives

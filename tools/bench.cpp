@@ -50,7 +50,7 @@ namespace {
 
 // key=value arguments with integer values (tools/kv_args.h); unknown keys are errors that list the
 // accepted ones.
-int64_t min_int_arg(const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" ? 0 : 1; }
+int64_t min_int_arg(const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" || k == "profile" ? 0 : 1; }
 std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
   std::map<std::string, std::string> text;
   for (const auto& [k, v] : defs) text[k] = std::to_string(v);
@@ -63,14 +63,16 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
 // `blocked_s` (optional) gets the time the host spent blocked in CUDA calls during the timed steps
 // (core/cuda/host_wait.h), not counting the final sync that ends the measurement.
 double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters,
-               double* blocked_s = nullptr) {
+               double* blocked_s = nullptr, const std::function<void(bool)>& profile = nullptr) {
   for (int64_t i = 0; i < warmup; ++i) step();
   sync();
+  if (profile) profile(true);
   const double w0 = host_wait_stats().seconds;
   auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < iters; ++i) step();
   if (blocked_s) *blocked_s = host_wait_stats().seconds - w0;
   sync();
+  if (profile) profile(false);
   auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(t1 - t0).count() / static_cast<double>(iters);
 }
@@ -214,18 +216,19 @@ int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
-      "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1]\n"
-      "  images/s of training steps of a registry model on synthetic data\n";
+      "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1] [profile=0]\n"
+      "  images/s of training steps of a registry model on synthetic data; profile=1 records only the timed\n"
+      "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi)\n";
   if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
-                                          {"rounds", "1"}};
+                                          {"rounds", "1"}, {"profile", "0"}};
   const KeyValueArgs kv("bench train", args, a);
   for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;
-  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds"})
+  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds", "profile"})
     ints[k] = kv.integer(k, min_int_arg(k));
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
@@ -286,7 +289,8 @@ int bench_train(const Args& args) {
       if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
       double b = 0;
       times[i].push_back(time_ms(
-          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"], &b));
+          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"], &b,
+          ints["profile"] ? std::function<void(bool)>([&](bool on) { profile_range(d, on); }) : nullptr));
       blocked[i] += b;
       timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }

@@ -1,6 +1,9 @@
 // The CUDA backend's kernel table (core/kernels.h): the one place that lists its kernels, one line
 // per entry. Kernels not declared in cuda_ops.h are declared here and defined in their op's .cu file.
+#include <cuda_profiler_api.h>
+
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/runtime.h"
 #include "core/kernels.h"
 
 namespace kiln::cuda {
@@ -90,6 +93,7 @@ const Kernels& kernels() {
     k.memory_info = cuda_mem_get_info;
     k.set_conv_benchmark = set_cudnn_benchmark;
     k.conv_benchmark = cudnn_benchmark;
+    k.profile_range = [](bool on) { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); };
     k.communicator_id = communicator_id;
     k.make_communicator = make_communicator;
     k.make_local_communicators = make_local_communicators;
