@@ -1,7 +1,9 @@
 // The data section of the config and its factory (see config.h).
 #include "data/config.h"
 
+#include <algorithm>
 #include <functional>
+#include <type_traits>
 
 #include "core/check.h"
 #include "core/registry.h"
@@ -13,62 +15,209 @@
 namespace kiln {
 
 namespace {
-bool is_image_source(const std::string& s) { return s == "image_folder" || s == "image_list"; }
+// --- each source's options: read from and written to the "data" object -------------------------
+
+// root: required, and a folder name. `layout` is what the folder holds, for the message.
+std::string read_root(JsonReader& r, const std::string& source, const std::string& layout = "") {
+  std::string root;
+  KILN_CHECK(r.read("root", root), r.path_of("root"), " is required: the folder of the ", source, " files", layout);
+  KILN_CHECK(!root.empty(), r.path_of("root"), ": empty folder name");
+  return root;
+}
+
+void read_image_options(JsonReader& r, ImageSourceOptions& o) {
+  r.read("channels", o.channels);
+  KILN_CHECK(o.channels == 1 || o.channels == 3, r.path_of("channels"), ": accepted: 1 (grey) or 3 (RGB), got ",
+             o.channels);
+  r.read("max_image_pixels", o.max_image_pixels);
+  KILN_CHECK(o.max_image_pixels > 0, r.path_of("max_image_pixels"), ": must be positive, got ", o.max_image_pixels);
+}
+
+void write_image_options(const ImageSourceOptions& o, Json& j) {
+  j["channels"] = o.channels;
+  j["max_image_pixels"] = o.max_image_pixels;
+}
 
 // The image files of split `files`, decoded for the transforms of split `split`.
-std::shared_ptr<const Dataset> open_image_files(const DataConfig& c, Split files, Split split) {
+DecodeOptions decode_options(const ImageSourceOptions& o, const DataConfig& c, Split split) {
   DecodeOptions d;
-  d.channels = c.channels;
-  d.max_pixels = c.max_image_pixels;
+  d.channels = o.channels;
+  d.max_pixels = o.max_image_pixels;
   d.min_side = c.transforms(split).min_source_side();
-  if (c.source == "image_list") {
-    const std::string& file = files == Split::train ? c.train_list : c.val_list;
-    return ImageFileDataset::open_list(file, c.num_classes, d,
-                                       std::string("image_list ") + split_name(files) + " (" + file + ")");
-  }
-  const std::string folder = c.root + "/" + split_name(files);
+  return d;
+}
+
+ImageFolderOptions read_image_folder(JsonReader& r, const std::string& source) {
+  ImageFolderOptions o;
+  o.root = read_root(r, source, " (holding train/<class>/<image> and val/<class>/<image>)");
+  read_image_options(r, o);
+  return o;
+}
+
+void write_image_folder(const ImageFolderOptions& o, Json& j) {
+  j["root"] = o.root;
+  write_image_options(o, j);
+}
+
+std::shared_ptr<const Dataset> open_image_folder(const ImageFolderOptions& o, const DataConfig& c, Split files,
+                                                 Split split) {
+  const std::string folder = o.root + "/" + split_name(files);
   // val/ is labelled with train/'s classes (torchvision labels each split by its own folders,
   // which silently shifts every label when val/ lacks a class).
   std::vector<std::string> classes;
-  if (files == Split::val) classes = ImageFileDataset::class_folders(c.root + "/" + split_name(Split::train));
-  return ImageFileDataset::open_folder(folder, d, std::string("image_folder ") + split_name(files) + " (" + folder + ")",
-                                       classes);
+  if (files == Split::val) classes = ImageFileDataset::class_folders(o.root + "/" + split_name(Split::train));
+  return ImageFileDataset::open_folder(folder, decode_options(o, c, split),
+                                       std::string("image_folder ") + split_name(files) + " (" + folder + ")", classes);
 }
 
-// A data source: the shape of its images (0 x 0 when they vary) and how to open a split's files.
+ImageListOptions read_image_list(JsonReader& r, const std::string&) {
+  ImageListOptions o;
+  for (auto [key, out] : {std::pair{"train_list", &o.train_list}, {"val_list", &o.val_list}}) {
+    KILN_CHECK(r.read(key, *out), r.path_of(key), " is required: the list file of \"<path> <label>\" lines");
+    KILN_CHECK(!out->empty(), r.path_of(key), ": empty file name");
+  }
+  if (r.read("num_classes", o.num_classes))
+    KILN_CHECK(o.num_classes > 0, r.path_of("num_classes"),
+               ": a positive number of classes, only used with source \"image_list\" (got ", o.num_classes, ")");
+  read_image_options(r, o);
+  return o;
+}
+
+void write_image_list(const ImageListOptions& o, Json& j) {
+  j["train_list"] = o.train_list;
+  j["val_list"] = o.val_list;
+  if (o.num_classes > 0) j["num_classes"] = o.num_classes;
+  write_image_options(o, j);
+}
+
+std::shared_ptr<const Dataset> open_image_list(const ImageListOptions& o, const DataConfig& c, Split files,
+                                               Split split) {
+  const std::string& file = files == Split::train ? o.train_list : o.val_list;
+  return ImageFileDataset::open_list(file, o.num_classes, decode_options(o, c, split),
+                                     std::string("image_list ") + split_name(files) + " (" + file + ")");
+}
+
+SyntheticOptions read_synthetic(JsonReader& r, const std::string&) {
+  const Json* s = r.find("synthetic");
+  return s ? SyntheticOptions::from_json(*s, r.path_of("synthetic")) : SyntheticOptions{};
+}
+
+std::shared_ptr<const Dataset> open_synthetic(const SyntheticOptions& o, const DataConfig&, Split files, Split) {
+  SyntheticOptions split_options = o;
+  if (files == Split::val) split_options.seed += 1;
+  return std::make_shared<SyntheticDataset>(split_options, std::string("synthetic ") + split_name(files));
+}
+
+// --- the registry ----------------------------------------------------------------------------
+
+// A data source: the keys of "data" it reads (every other source refuses them), its options' reader
+// and writer, the shape of its images (0 x 0 when they vary) and how it opens a split's files.
 struct Source {
+  std::vector<std::string> keys;
+  std::function<SourceOptions(JsonReader&, const std::string& source)> read;
+  std::function<void(const DataConfig&, Json&)> write;
   std::function<ImageShape(const DataConfig&)> shape;
   std::function<std::shared_ptr<const Dataset>(const DataConfig&, Split files, Split split)> open;
+  // Why this source refuses another source's key, where "only used with ..." would say too little.
+  std::vector<std::pair<std::string, std::string>> refusals = {};
 };
 
-// The registry of data.source (core/registry.h): one line per source.
+// The options of `c`, which must be the alternative `O` of its source.
+template <class O>
+const O& options_of(const DataConfig& c) {
+  const O* o = std::get_if<O>(&c.options);
+  KILN_CHECK(o, "DataConfig: source \"", c.source, "\" with the options of another kind of source");
+  return *o;
+}
+
+// A Source over options `O`: read(JsonReader&, source) -> O, write(const O&, Json&),
+// shape(const O&) -> ImageShape, open(const O&, const DataConfig&, Split files, Split split).
+template <class O, class Read, class Write, class Shape, class Open>
+Source source(std::vector<std::string> keys, Read read, Write write, Shape shape, Open open,
+              std::vector<std::pair<std::string, std::string>> refusals = {}) {
+  return {std::move(keys),
+          [read](JsonReader& r, const std::string& s) -> SourceOptions { return O(read(r, s)); },
+          [write](const DataConfig& c, Json& j) { write(options_of<O>(c), j); },
+          [shape](const DataConfig& c) { return shape(options_of<O>(c)); },
+          [open](const DataConfig& c, Split files, Split split) { return open(options_of<O>(c), c, files, split); },
+          std::move(refusals)};
+}
+
+// The registry of data.source (core/registry.h): one entry per source, with its options.
 const Registry<Source>& sources() {
-  auto fixed = [](int64_t h, int64_t w, int64_t c) { return [=](const DataConfig&) { return ImageShape{h, w, c}; }; };
-  auto idx = [](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
-    return IdxDataset::open(c.root, files, c.source);
+  auto fixed = [](int64_t h, int64_t w, int64_t c) { return [=](const auto&) { return ImageShape{h, w, c}; }; };
+  auto varying = [](const ImageSourceOptions& o) { return ImageShape{0, 0, o.channels}; };
+  auto write_root = [](const auto& o, Json& j) { j["root"] = o.root; };
+  auto idx = source<IdxOptions>(
+      {"root"}, [](JsonReader& r, const std::string& s) { return IdxOptions{read_root(r, s)}; }, write_root,
+      fixed(28, 28, 1),
+      [](const IdxOptions& o, const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
+        return IdxDataset::open(o.root, files, c.source);
+      });
+  auto cifar = [&](CifarKind k) {
+    return source<CifarOptions>(
+        {"root"}, [](JsonReader& r, const std::string& s) { return CifarOptions{read_root(r, s)}; }, write_root,
+        fixed(32, 32, 3),
+        [k](const CifarOptions& o, const DataConfig&, Split files, Split) -> std::shared_ptr<const Dataset> {
+          return CifarDataset::open(k, o.root, files);
+        });
   };
-  auto cifar = [](CifarKind k) {
-    return [k](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
-      return CifarDataset::open(k, c.root, files);
-    };
-  };
-  auto images = [](const DataConfig& c) { return ImageShape{0, 0, c.channels}; };
-  static const Registry<Source> r("a data source", {
-      {"mnist", {fixed(28, 28, 1), idx}},
-      {"fashion_mnist", {fixed(28, 28, 1), idx}},
-      {"cifar10", {fixed(32, 32, 3), cifar(CifarKind::cifar10)}},
-      {"cifar100", {fixed(32, 32, 3), cifar(CifarKind::cifar100)}},
-      {"synthetic",
-       {[](const DataConfig& c) { return ImageShape{c.synthetic.height, c.synthetic.width, c.synthetic.channels}; },
-        [](const DataConfig& c, Split files, Split) -> std::shared_ptr<const Dataset> {
-          SyntheticOptions o = c.synthetic;
-          if (files == Split::val) o.seed += 1;
-          return std::make_shared<SyntheticDataset>(o, std::string("synthetic ") + split_name(files));
-        }}},
-      {"image_folder", {images, open_image_files}},
-      {"image_list", {images, open_image_files}},
-  });
+  static const Registry<Source> r(
+      "a data source",
+      {
+          {"mnist", idx},
+          {"fashion_mnist", idx},
+          {"cifar10", cifar(CifarKind::cifar10)},
+          {"cifar100", cifar(CifarKind::cifar100)},
+          {"synthetic",
+           source<SyntheticOptions>(
+               {"synthetic"}, read_synthetic, [](const SyntheticOptions& o, Json& j) { j["synthetic"] = o.to_json(); },
+               [](const SyntheticOptions& o) { return ImageShape{o.height, o.width, o.channels}; }, open_synthetic,
+               {{"root", "the synthetic source reads no files; remove root"}})},
+          {"image_folder",
+           source<ImageFolderOptions>(
+               {"root", "channels", "max_image_pixels"}, read_image_folder, write_image_folder, varying,
+               open_image_folder)},
+          {"image_list",
+           source<ImageListOptions>(
+               {"train_list", "val_list", "num_classes", "channels", "max_image_pixels"}, read_image_list,
+               write_image_list, varying, open_image_list,
+               {{"root", "the image_list source reads data.train_list and data.val_list; remove root"}})},
+      });
   return r;
+}
+
+const Source& source_of(const std::string& name) {
+  check_choice(name, sources().names(), "data.source");
+  return sources().at(name, "data.source");
+}
+
+bool takes(const Source& s, const std::string& key) {
+  return std::find(s.keys.begin(), s.keys.end(), key) != s.keys.end();
+}
+
+// Reads the options of `source` from `r` (its "data" object), and refuses the keys of the other
+// sources: "<path>: only used with source \"image_list\", not \"mnist\"" (or the source's refusal).
+SourceOptions read_source_options(JsonReader& r, const std::string& source) {
+  const Source& own = source_of(source);
+  SourceOptions options = own.read(r, source);
+  std::vector<std::string> others;  // the other sources' keys, in registry order
+  for (const std::string& name : sources().names())
+    for (const std::string& key : source_of(name).keys)
+      if (!takes(own, key) && std::find(others.begin(), others.end(), key) == others.end()) others.push_back(key);
+  for (const std::string& key : others) {
+    if (!r.find(key)) continue;  // find() also lists the key among the accepted ones
+    for (const auto& [refused, why] : own.refusals) KILN_CHECK(refused != key, r.path_of(key), ": ", why);
+    std::vector<std::string> users;
+    for (const std::string& name : sources().names())
+      if (takes(source_of(name), key)) users.push_back(name);
+    if (users.size() == 1)
+      KILN_FAIL(r.path_of(key), ": only used with source \"", users[0], "\", not \"", source, "\"");
+    const std::string last = users.back();
+    users.pop_back();
+    KILN_FAIL(r.path_of(key), ": only used with the ", join(users), " and ", last, " sources");
+  }
+  return options;
 }
 }  // namespace
 
@@ -77,19 +226,7 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   JsonReader r(j, path);
   r.require("source", c.source);
   check_choice(c.source, sources().names(), r.path_of("source"));
-  const bool synthetic = c.source == "synthetic", list = c.source == "image_list";
-  if (r.read("root", c.root)) {
-    KILN_CHECK(!synthetic, r.path_of("root"), ": the synthetic source reads no files; remove root");
-    KILN_CHECK(!list, r.path_of("root"), ": the image_list source reads data.train_list and data.val_list; remove root");
-    KILN_CHECK(!c.root.empty(), r.path_of("root"), ": empty folder name");
-  } else {
-    KILN_CHECK(synthetic || list, r.path_of("root"), " is required: the folder of the ", c.source, " files",
-               c.source == "image_folder" ? " (holding train/<class>/<image> and val/<class>/<image>)" : "");
-  }
-  if (const Json* s = r.find("synthetic")) {
-    KILN_CHECK(synthetic, r.path_of("synthetic"), ": only used with source \"synthetic\", not \"", c.source, "\"");
-    c.synthetic = SyntheticOptions::from_json(*s, r.path_of("synthetic"));
-  }
+  c.options = read_source_options(r, c.source);
   if (const Json* t = r.find("train_transforms")) c.train_transforms = Pipeline::from_json(*t, r.path_of("train_transforms"));
   if (const Json* t = r.find("val_transforms")) c.val_transforms = Pipeline::from_json(*t, r.path_of("val_transforms"));
   LoaderOptions::read_fields(r, c.loader);
@@ -100,23 +237,6 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   r.read("holdout_seed", c.holdout_seed);
   KILN_CHECK(c.val_batch_size >= 0, r.path_of("val_batch_size"), ": must be >= 0 (0 = batch_size), got ",
              c.val_batch_size);
-  for (auto [key, out] : {std::pair{"train_list", &c.train_list}, {"val_list", &c.val_list}}) {
-    if (r.read(key, *out)) {
-      KILN_CHECK(list, r.path_of(key), ": only used with source \"image_list\", not \"", c.source, "\"");
-      KILN_CHECK(!out->empty(), r.path_of(key), ": empty file name");
-    } else {
-      KILN_CHECK(!list, r.path_of(key), " is required: the list file of \"<path> <label>\" lines");
-    }
-  }
-  const bool image = is_image_source(c.source);
-  for (auto [key, out] : {std::pair{"channels", &c.channels}, {"max_image_pixels", &c.max_image_pixels}})
-    KILN_CHECK(!r.read(key, *out) || image, r.path_of(key), ": only used with the image_folder and image_list sources");
-  KILN_CHECK(c.channels == 1 || c.channels == 3, r.path_of("channels"), ": accepted: 1 (grey) or 3 (RGB), got ",
-             c.channels);
-  KILN_CHECK(c.max_image_pixels > 0, r.path_of("max_image_pixels"), ": must be positive, got ", c.max_image_pixels);
-  if (r.read("num_classes", c.num_classes))
-    KILN_CHECK(list && c.num_classes > 0, r.path_of("num_classes"),
-               ": a positive number of classes, only used with source \"image_list\" (got ", c.num_classes, ")");
   r.finish();
   // The pipelines' errors already name their JSON path (data.train_transforms[k]).
   for (auto [key, p] : {std::pair{"train_transforms", &c.train_transforms}, {"val_transforms", &c.val_transforms}}) {
@@ -130,14 +250,7 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
 Json DataConfig::to_json() const {
   Json j = loader.to_json();
   j["source"] = source;
-  if (source == "synthetic") j["synthetic"] = synthetic.to_json();
-  else if (source == "image_list") j["train_list"] = train_list, j["val_list"] = val_list;
-  else j["root"] = root;
-  if (is_image_source(source)) {
-    j["channels"] = channels;
-    j["max_image_pixels"] = max_image_pixels;
-    if (source == "image_list" && num_classes > 0) j["num_classes"] = num_classes;
-  }
+  source_of(source).write(*this, j);
   j["train_transforms"] = train_transforms.to_json();
   j["val_transforms"] = val_transforms.to_json();
   j["val_batch_size"] = val_batch_size;
@@ -155,16 +268,21 @@ LoaderOptions DataConfig::loader_options(Split split) const {
   return o;
 }
 
-ImageShape DataConfig::source_image_shape() const {
-  check_choice(source, sources().names(), "data.source");
-  return sources().at(source, "data.source").shape(*this);
+ImageShape DataConfig::source_image_shape() const { return source_of(source).shape(*this); }
+
+ImageSourceOptions DataConfig::image_options() const {
+  return std::visit(
+      [](const auto& o) {
+        if constexpr (std::is_base_of_v<ImageSourceOptions, std::decay_t<decltype(o)>>) return ImageSourceOptions(o);
+        else return ImageSourceOptions{};
+      },
+      options);
 }
 
 namespace {
 // The files of split `files`, decoded for the transforms of split `split`.
 std::shared_ptr<const Dataset> open_files(const DataConfig& c, Split files, Split split) {
-  check_choice(c.source, sources().names(), "data.source");
-  return sources().at(c.source, "data.source").open(c, files, split);
+  return source_of(c.source).open(c, files, split);
 }
 }  // namespace
 

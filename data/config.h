@@ -38,9 +38,18 @@
 // from_json() checks everything that needs no file: keys, types, values, and each pipeline against
 // the source's image shape (a crop larger than the image, normalize with the wrong channel count).
 // Files are opened by make_dataset(). Tests: tests/data/config_test.cpp, tests/data/image_file_test.cpp.
+//
+// The source's own keys (root, train_list, val_list, num_classes, channels, max_image_pixels,
+// synthetic) land in DataConfig::options, one struct a kind of source (IdxOptions, CifarOptions,
+// SyntheticOptions, ImageFolderOptions, ImageListOptions). Each source's entry in the registry of
+// config.cpp lists its keys and reads, writes and opens its options; a key of another source is
+// refused ("data.train_list: only used with source \"image_list\", not \"mnist\""). Adding a source:
+// its options struct here (and an alternative of SourceOptions), its entry in config.cpp
+// (docs/architecture.md).
 #pragma once
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "data/dataset.h"
 #include "core/json_util.h"
@@ -50,25 +59,56 @@
 
 namespace kiln {
 
+// The options of each kind of source, one struct a kind (the "options" of DataConfig). Their keys
+// are flat keys of "data" (or, for "synthetic", the "synthetic" object); each source's entry in the
+// registry of config.cpp reads and writes them, and every other source refuses them.
+
+// "mnist", "fashion_mnist": IDX files (data/idx.h)
+struct IdxOptions {
+  /// folder holding the IDX files (required)
+  std::string root;
+};
+
+// "cifar10", "cifar100": the binary version (data/cifar.h)
+struct CifarOptions {
+  /// folder holding the binary files, or the folder the archive unpacks to (required)
+  std::string root;
+};
+
+// The decoding options of both image sources, "image_folder" and "image_list" (data/image_decode.h)
+struct ImageSourceOptions {
+  /// decode to 3 channels (RGB) or 1 (grey) (default 3)
+  int64_t channels = 3;
+  /// refuse images of more pixels, read from the header before decoding
+  /// (default 89478485, PIL's limit)
+  int64_t max_image_pixels = 89478485;
+};
+
+// "image_folder": root/train/<class>/<image> and root/val/<class>/<image> (data/image_folder.h)
+struct ImageFolderOptions : ImageSourceOptions {
+  /// folder holding train/ and val/ (required)
+  std::string root;
+};
+
+// "image_list": files of "<path> <label>" lines (data/image_folder.h)
+struct ImageListOptions : ImageSourceOptions {
+  /// the list files of the train and val splits (required)
+  std::string train_list, val_list;
+  /// the number of classes, labels must lie below it; 0 = 1 + the largest label of the split's
+  /// list (default 0)
+  int64_t num_classes = 0;
+};
+
+// One alternative a kind of source ("synthetic": SyntheticOptions, data/synthetic.h).
+using SourceOptions = std::variant<IdxOptions, CifarOptions, SyntheticOptions, ImageFolderOptions, ImageListOptions>;
+
 struct DataConfig {
   /// dataset: "mnist", "fashion_mnist", "cifar10", "cifar100", "synthetic", "image_folder" or
   /// "image_list" (required)
   std::string source;
-  /// folder holding the dataset files; for "image_folder" the folder holding train/ and val/
-  /// (required unless source is "synthetic" or "image_list")
-  std::string root;
-  /// "image_list": the list files of the train and val splits (required with that source)
-  std::string train_list, val_list;
-  /// "image_list": the number of classes, labels must lie below it; 0 = 1 + the largest label of
-  /// the split's list (default 0)
-  int64_t num_classes = 0;
-  /// image sources: decode to 3 channels (RGB) or 1 (grey) (default 3)
-  int64_t channels = 3;
-  /// image sources: refuse images of more pixels, read from the header before decoding
-  /// (default 89478485, PIL's limit)
-  int64_t max_image_pixels = 89478485;
-  /// shape, size and seed of the "synthetic" source (defaults of SyntheticOptions)
-  SyntheticOptions synthetic;
+  /// the options of the source: IdxOptions for "mnist" and "fashion_mnist", CifarOptions for
+  /// "cifar10" and "cifar100", SyntheticOptions, ImageFolderOptions or ImageListOptions
+  SourceOptions options;
   /// transforms of training images, in order (default none: pixels / 255)
   Pipeline train_transforms;
   /// transforms of validation images, in order (default none: pixels / 255)
@@ -93,6 +133,9 @@ struct DataConfig {
   const Pipeline& transforms(Split split) const { return split == Split::train ? train_transforms : val_transforms; }
   // The image shape of the source, known without opening files.
   ImageShape source_image_shape() const;
+  // The decoding options of an image source; the defaults for the other sources (which decode no
+  // files, but `kiln predict` and `kiln export` decode the images they are given).
+  ImageSourceOptions image_options() const;
 };
 KILN_JSON_CONVERSIONS(DataConfig)
 

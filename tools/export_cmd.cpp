@@ -125,7 +125,7 @@ Tensor image_batch(const std::vector<std::string>& files, const DataConfig& d, I
   Pipeline::Workspace ws;
   DecodeOptions dopt;
   dopt.channels = want.c;
-  dopt.max_pixels = d.max_image_pixels;
+  dopt.max_pixels = d.image_options().max_image_pixels;
   for (size_t i = 0; i < files.size(); ++i) {
     Image img;
     load_image(files[i], dopt, img);

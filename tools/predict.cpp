@@ -81,7 +81,7 @@ Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
   KILN_CHECK(input_shape_.c == 1 || input_shape_.c == 3, "data: the model takes ", input_shape_.c,
              "-channel images; image files decode to 1 (grey) or 3 (RGB) channels");
   decode_.channels = input_shape_.c;
-  decode_.max_pixels = data_.max_image_pixels;
+  decode_.max_pixels = data_.image_options().max_image_pixels;
   decode_.min_side = data_.val_transforms.min_source_side();
   batch_ = o.batch > 0 ? o.batch : std::min<int64_t>(256, data_.loader_options(Split::val).batch_size);
   workers_ = std::max<int64_t>(1, data_.loader.workers);

@@ -27,7 +27,7 @@ TEST(DataConfig, ParsesAndRoundTrips) {
     "batch_size": 32, "workers": 3, "val_batch_size": 100, "dtype": "bf16"})");
   DataConfig c = DataConfig::from_json(j);
   EXPECT_EQ(c.source, "fashion_mnist");
-  EXPECT_EQ(c.root, "/some/where");
+  EXPECT_EQ(std::get<IdxOptions>(c.options).root, "/some/where");
   EXPECT_EQ(c.train_transforms.num_transforms(), 2u);
   EXPECT_EQ(c.val_transforms.num_transforms(), 0u);
   EXPECT_EQ(c.loader.batch_size, 32);
@@ -48,7 +48,9 @@ TEST(DataConfig, ParsesAndRoundTrips) {
 TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   std::string m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
   EXPECT_HAS(m, "unknown key data.workres (did you mean data.workers?)");
-  EXPECT_HAS(m, "accepted keys: source, root, synthetic, train_transforms, val_transforms, batch_size");
+  // Every source's keys are accepted keys (each source refuses the others' by name, below), right after source.
+  EXPECT_HAS(m, "accepted keys: source, root, synthetic, channels, max_image_pixels, train_list, val_list, "
+                "num_classes, train_transforms, val_transforms, batch_size");
   m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
   EXPECT_HAS(m, "did you mean data.batch_size?");
   m = error_of(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
@@ -80,6 +82,51 @@ TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   EXPECT_HAS(m, "data.train_transforms[0]: random_crop: a 32x32 crop does not fit in a 28x28x1 image");
   m = error_of(Json::array());
   EXPECT_HAS(m, "data must be an object");
+}
+
+// Each source reads its own options (config.h: IdxOptions, ..., ImageListOptions) and refuses the
+// keys of the other sources, naming the sources that take them.
+TEST(DataConfig, EachSourceHasItsOptionsAndRefusesTheOthersKeys) {
+  DataConfig c = DataConfig::from_json(Json{{"source", "cifar100"}, {"root", "/c"}});
+  EXPECT_EQ(std::get<CifarOptions>(c.options).root, "/c");
+  EXPECT_EQ(c.image_options().max_image_pixels, 89478485);  // not an image source: the defaults
+  c = DataConfig::from_json(Json::parse(R"({"source": "image_list", "train_list": "t.txt", "val_list": "v.txt",
+      "num_classes": 4, "channels": 1, "max_image_pixels": 100,
+      "train_transforms": [{"type": "center_crop", "size": 8}],
+      "val_transforms": [{"type": "center_crop", "size": 8}]})"));
+  const auto& list = std::get<ImageListOptions>(c.options);
+  EXPECT_EQ(list.train_list, "t.txt");
+  EXPECT_EQ(list.val_list, "v.txt");
+  EXPECT_EQ(list.num_classes, 4);
+  EXPECT_EQ(c.image_options().channels, 1);
+  EXPECT_EQ(c.image_options().max_image_pixels, 100);
+  EXPECT_EQ(c.source_image_shape(), (ImageShape{0, 0, 1}));
+  EXPECT_EQ(DataConfig::from_json(c.to_json()).to_json(), c.to_json());
+  c = DataConfig::from_json(
+      Json::parse(R"({"source": "synthetic", "synthetic": {"height": 5, "width": 7, "channels": 2}})"));
+  EXPECT_EQ(std::get<SyntheticOptions>(c.options).width, 7);
+  EXPECT_EQ(c.source_image_shape(), (ImageShape{5, 7, 2}));
+
+  EXPECT_HAS(error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"train_list", "t"}}),
+             "data.train_list: only used with source \"image_list\", not \"mnist\"");
+  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", "/r"}, {"num_classes", 3}}),
+             "data.num_classes: only used with source \"image_list\", not \"image_folder\"");
+  EXPECT_HAS(error_of(Json{{"source", "synthetic"}, {"max_image_pixels", 3}}),
+             "data.max_image_pixels: only used with the image_folder and image_list sources");
+  EXPECT_HAS(error_of(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"root", "/r"}}),
+             "data.root: the image_list source reads data.train_list and data.val_list; remove root");
+  EXPECT_HAS(error_of(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"num_classes", 0}}),
+             "data.num_classes: a positive number of classes");
+  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", ""}}), "data.root: empty folder name");
+  EXPECT_HAS(error_of(Json{{"source", "image_folder"}}),
+             "data.root is required: the folder of the image_folder files (holding train/<class>/<image>");
+  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", "/r"}, {"channels", 2}}),
+             "data.channels: accepted: 1 (grey) or 3 (RGB), got 2");
+  // A DataConfig built in code whose options are another source's: an error, not a crash.
+  DataConfig wrong;
+  wrong.source = "image_folder";
+  EXPECT_HAS(kt::error_of([&] { wrong.source_image_shape(); }),
+             "DataConfig: source \"image_folder\" with the options of another kind of source");
 }
 
 TEST(DataConfig, FactoryOpensEverySource) {

@@ -419,7 +419,7 @@ TEST(ImageFolder, ConfigKeysAndReducedDecodeSide) {
   kt::TempDir dir;
   DataConfig c = folder_config(dir.str(), R"(, "channels": 3, "max_image_pixels": 1000000)");
   EXPECT_EQ(c.source_image_shape(), (ImageShape{0, 0, 3}));
-  EXPECT_EQ(c.max_image_pixels, 1000000);
+  EXPECT_EQ(std::get<ImageFolderOptions>(c.options).max_image_pixels, 1000000);
   EXPECT_EQ(c.train_transforms.min_source_side(), 49);  // ceil(12 * sqrt((4/3) / 0.08))
   EXPECT_EQ(c.val_transforms.min_source_side(), 14);
   Json round = c.to_json();
