@@ -121,7 +121,7 @@ ClassificationReport classification_report(const std::vector<std::vector<int64_t
   return r;
 }
 
-std::string format_report(const ClassificationReport& r) {
+std::string format_report(const ClassificationReport& r, size_t max_rows) {
   size_t w = std::string("weighted avg").size();
   for (const std::string& n : r.names) w = std::max(w, n.size());
   const int W = static_cast<int>(w);
@@ -134,7 +134,17 @@ std::string format_report(const ClassificationReport& r) {
                   static_cast<long long>(m.support));
     o << line;
   };
-  for (const ClassMetrics& m : r.classes) row(m);
+  if (r.classes.size() <= max_rows) {
+    for (const ClassMetrics& m : r.classes) row(m);
+  } else {
+    std::vector<const ClassMetrics*> worst;
+    for (const ClassMetrics& m : r.classes) worst.push_back(&m);
+    // Lowest F1 first; ties by class order (stable), so the table does not depend on the sort.
+    std::stable_sort(worst.begin(), worst.end(), [](const ClassMetrics* a, const ClassMetrics* b) { return a->f1 < b->f1; });
+    o << "(the " << max_rows << " classes of lowest F1 of " << r.classes.size()
+      << ", worst first; every class is in report.csv)\n";
+    for (size_t i = 0; i < max_rows; ++i) row(*worst[i]);
+  }
   o << "\n";
   std::snprintf(line, sizeof line, "%*s %9s %9s %9.4f %9lld\n", W, "accuracy", "", "", r.accuracy,
                 static_cast<long long>(r.total));

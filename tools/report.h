@@ -47,8 +47,10 @@ struct ClassificationReport {
 ClassificationReport classification_report(const std::vector<std::vector<int64_t>>& confusion,
                                            const std::vector<std::string>& names = {}, size_t top = 10);
 
-// The printed table (as sklearn prints it) and the most-confused pairs.
-std::string format_report(const ClassificationReport& r);
+// The printed table (as sklearn prints it) and the most-confused pairs. With more than `max_rows`
+// classes (an ImageNet run has 1000) only the `max_rows` of lowest F1 are printed, worst first, under a
+// line that says so; the files (write_report_files) always hold every class.
+std::string format_report(const ClassificationReport& r, size_t max_rows = 30);
 
 json report_to_json(const ClassificationReport& r);
 

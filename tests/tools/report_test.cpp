@@ -89,6 +89,36 @@ TEST(Report, MetricsOfAHandMadeMatrix) {
   EXPECT_NE(table.find("dog -> cat: 2, 33.3%"), std::string::npos) << table;
 }
 
+// 1000 classes (ImageNet): the printed table keeps the 30 of lowest F1, worst first; the averages and
+// the accuracy still cover every class.
+TEST(Report, ManyClassesPrintOnlyTheWorst) {
+  const size_t K = 1000;
+  std::vector<std::vector<int64_t>> m(K, std::vector<int64_t>(K, 0));
+  for (size_t k = 0; k < K; ++k) m[k][k] = 10;
+  m[700][701] = 10;  // class 700: recall 0.5; class 701: precision 0.5
+  m[5][6] = 30;      // class 5: recall 0.25 (the worst); class 6: precision 0.25
+  ClassificationReport r = classification_report(m);
+  std::string table = format_report(r);
+  EXPECT_NE(table.find("(the 30 classes of lowest F1 of 1000, worst first; every class is in report.csv)"),
+            std::string::npos) << table;
+  size_t rows = 0;
+  for (size_t i = 0; i < K; ++i)
+    if (table.find("\n" + std::string(12 - std::to_string(i).size(), ' ') + std::to_string(i) + " ") !=
+        std::string::npos)
+      ++rows;
+  EXPECT_EQ(rows, 30u) << table;
+  const size_t p5 = table.find("           5 "), p6 = table.find("           6 "), p700 = table.find("         700 "),
+               p0 = table.find("           0 ");
+  ASSERT_NE(p5, std::string::npos);
+  ASSERT_NE(p700, std::string::npos);
+  EXPECT_LT(p5, p700);   // F1 0.4 before F1 0.667
+  EXPECT_LT(p6, p700);
+  EXPECT_NE(p0, std::string::npos);  // then the perfect classes in class order: 0 is among them
+  EXPECT_EQ(table.find("         999 "), std::string::npos);
+  EXPECT_NE(table.find("    accuracy"), std::string::npos);
+  EXPECT_NE(format_report(r, 1000).find("         999 "), std::string::npos);  // a larger cap prints them all
+}
+
 TEST(Report, NamesDefaultToNumbersAndBadInputIsAnError) {
   ClassificationReport r = classification_report({{1, 0}, {0, 1}});
   EXPECT_EQ(r.names, (std::vector<std::string>{"0", "1"}));
