@@ -167,17 +167,19 @@ struct Kernels {
   //   statistics in place when defined (running = (1-momentum)*running + momentum*batch, the variance
   //   unbiased by M/(M-1)); eval normalises with the running statistics. y in x's dtype.
   //   *save_mean, *save_invstd (when not null) receive this device's copy of the per-channel mean and
-  //   1/sqrt(var + eps) actually used (new (C) tensors, a floating dtype of the kernel's choice), the
-  //   backward's only state besides x and gamma.
+  //   1/sqrt(var + eps) actually used (new (C) tensors, a floating dtype of the kernel's choice); *saved
+  //   (when not null) an opaque state of the kernel's own for the backward, or null (cuDNN's reserve
+  //   space on CUDA; the CPU keeps none). With x and gamma, the backward's only state.
   // backward: grad_out of x's shape, any floating dtype; dgamma = sum(dy * xhat), dbeta = sum(dy)
   //   (always, gamma defined or not), in f32 (f64 for f64 x); dx in x's dtype:
   //   training: gamma*invstd * (dy - dbeta/M - xhat*dgamma/M); eval: gamma*invstd * dy. dx may be
   //   left undefined when !need_dx.
   Tensor (*batch_norm_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, bool training, double momentum, double eps,
-                               Tensor* save_mean, Tensor* save_invstd) = nullptr;
+                               Tensor* save_mean, Tensor* save_invstd, std::shared_ptr<void>* saved) = nullptr;
   BatchNormGradients (*batch_norm_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
-                                            const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                            const Tensor& save_mean, const Tensor& save_invstd,
+                                            const std::shared_ptr<void>& saved, bool training,
                                             bool need_dx) = nullptr;
   // counter += by for a one-element i64 counter, on its own device without a host read (batch norm's
   // num_batches_tracked, layers/norm.cpp).

@@ -272,7 +272,8 @@ std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
 
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
-                          Tensor* save_invstd) {
+                          Tensor* save_invstd, std::shared_ptr<void>* saved) {
+  if (saved) saved->reset();  // the CPU's backward needs nothing beyond the statistics
   const int64_t C = x.size(-1), M = x.numel() / C;
   const DType ct = nn::compute_dtype(x.dtype());
   Tensor xc = as_input(x, ct);  // bf16 is read and written row by row (RowsIn/RowsOut); f16 through f32
@@ -304,7 +305,8 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& be
 }
 
 BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
-                                       const Tensor& save_mean, const Tensor& save_invstd, bool training,
+                                       const Tensor& save_mean, const Tensor& save_invstd,
+                                       const std::shared_ptr<void>& /*saved: none on the CPU*/, bool training,
                                        bool need_dx) {
   const int64_t C = x.size(-1);
   const DType ct = nn::compute_dtype(x.dtype());

@@ -40,9 +40,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
 // core/cpu/batch_norm.cpp
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
-                          Tensor* save_invstd);
+                          Tensor* save_invstd, std::shared_ptr<void>* saved);
 BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
-                                       const Tensor& save_mean, const Tensor& save_invstd, bool training, bool need_dx);
+                                       const Tensor& save_mean, const Tensor& save_invstd,
+                                       const std::shared_ptr<void>& saved, bool training, bool need_dx);
 void increment_i64(const Tensor& counter, int64_t by);
 // core/cpu/loss.cpp
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing,

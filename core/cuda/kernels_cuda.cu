@@ -20,10 +20,10 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tenso
 // core/cuda/batch_norm_cuda.cu (the table's entries: train and eval, the forward's statistics saved)
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
-                          Tensor* save_invstd);
+                          Tensor* save_invstd, std::shared_ptr<void>* saved);
 kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
-                                             const Tensor& save_mean, const Tensor& save_invstd, bool training,
-                                             bool need_dx);
+                                             const Tensor& save_mean, const Tensor& save_invstd,
+                                             const std::shared_ptr<void>& saved, bool training, bool need_dx);
 
 // core/cuda/elementwise_cuda.cu
 Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);

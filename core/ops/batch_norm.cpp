@@ -48,18 +48,19 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   const auto backward = kernel(d, &Kernels::batch_norm_backward, "batch_norm");
   const bool rec = needs_record({x, gamma, beta});
   Tensor save_mean, save_invstd;  // the statistics the forward used: the backward's state
+  std::shared_ptr<void> saved;    // and the kernel's own (cuDNN's reserve space), if any
   Tensor gd = detached(gamma);
   Tensor y = forward(x.detach(), gd, detached(beta), detached(running_mean), detached(running_var), training,
-                     momentum, eps, rec ? &save_mean : nullptr, rec ? &save_invstd : nullptr);
+                     momentum, eps, rec ? &save_mean : nullptr, rec ? &save_invstd : nullptr, rec ? &saved : nullptr);
   // The kernels' dgamma/dbeta are in their compute dtype: brought to the parameters' dtypes here
   // (none for a parameter that is not given).
   const DType x_t = x.dtype();
   const DType gamma_t = gamma.defined() ? gamma.dtype() : x_t, beta_t = beta.defined() ? beta.dtype() : x_t;
   const bool need_dx = x.requires_grad(), has_gamma = gamma.defined(), has_beta = beta.defined();
   return record("batch_norm", {x, gamma, beta}, y,
-                [backward, xd = x.detach(), gd, save_mean, save_invstd, training, need_dx, has_gamma, has_beta,
+                [backward, xd = x.detach(), gd, save_mean, save_invstd, saved, training, need_dx, has_gamma, has_beta,
                  x_t, gamma_t, beta_t](const Tensor& gy) {
-                  BatchNormGradients g = backward(gy, xd, gd, save_mean, save_invstd, training, need_dx);
+                  BatchNormGradients g = backward(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx);
                   auto as = [](bool want, const Tensor& t, DType dt) {
                     return !want ? Tensor() : t.dtype() == dt ? t : t.to(dt);
                   };

@@ -8,6 +8,7 @@
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
+#include "core/kernels.h"
 
 using namespace kiln;
 using kiln::gputest::gpu;
@@ -109,7 +110,59 @@ void check(const Shape& s, DType t, bool affine, double mean, uint64_t seed) {
   }
 }
 
+// The kernel table's training entries (the op's path): cuDNN's persistent NHWC batch norm for f32/f16
+// (N, H, W, C) when set_batch_norm_cudnn is on, kiln's kernels otherwise; both against the formulas.
+// `want_cudnn`: whether the forward must have taken cuDNN (it leaves its reserve in `saved`).
+void check_table(const Shape& s, DType t, bool affine, bool running, double eps, bool want_cudnn, uint64_t seed) {
+  const Kernels& k = kernels(gpu());
+  int64_t C = s.back();
+  Tensor x = rand_cpu(s, seed, t, 2.0, 0.3);
+  Tensor gamma = affine ? rand_cpu({C}, seed + 1, DType::f32, 0.5, 1.0) : Tensor();
+  Tensor beta = affine ? rand_cpu({C}, seed + 2) : Tensor();
+  Tensor rm = rand_cpu({C}, seed + 3, DType::f32, 0.1), rv = rand_cpu({C}, seed + 4, DType::f32, 0.1, 1.0);
+  Tensor gy = rand_cpu(s, seed + 5, t);
+  const double momentum = 0.1;
+  std::string what = shape_str(s) + " " + dtype_name(t) + (affine ? " affine" : "") + (running ? " running" : "") +
+                     " eps " + std::to_string(eps) + (cuda::batch_norm_cudnn() ? " (cuDNN on)" : " (cuDNN off)");
+  double tol = 2 * gputest::rounding(t) + 2e-5;
+  auto opt = [](const Tensor& v) { return v.defined() ? v.to(gpu()) : Tensor(); };
+  BnRef r = ref_bn(x, gamma, beta, rm, rv, gy, true, momentum, eps);
+  Tensor grm = running ? rm.to(gpu()) : Tensor(), grv = running ? rv.to(gpu()) : Tensor(), sm, si;
+  std::shared_ptr<void> saved;
+  Tensor y = k.batch_norm_forward(x.to(gpu()), opt(gamma), opt(beta), grm, grv, true, momentum, eps, &sm, &si, &saved);
+  EXPECT_EQ(saved != nullptr, want_cudnn) << what;
+  gputest::expect_near_all(y, r.y, tol, tol, "table train y " + what);
+  gputest::expect_near_all(sm, r.mean, 1e-5, 1e-5, "table save_mean " + what);
+  gputest::expect_near_all(si, r.invstd, 1e-5, 1e-4, "table save_invstd " + what);
+  if (running) {
+    gputest::expect_near_all(grm, r.rm, 1e-5, 1e-5, "table running_mean " + what);
+    gputest::expect_near_all(grv, r.rv, 1e-5, 1e-4, "table running_var " + what);
+  }
+  BatchNormGradients gr = k.batch_norm_backward(gy.to(gpu()), x.to(gpu()), opt(gamma), sm, si, saved, true, true);
+  gputest::expect_near_all(gr.dx, r.dx, tol, 10 * tol, "table dx " + what);
+  double n = std::sqrt(static_cast<double>(x.numel() / C));
+  gputest::expect_near_all(gr.dgamma, r.dgamma, 1e-4 * n, 1e-4, "table dgamma " + what);
+  gputest::expect_near_all(gr.dbeta, r.dbeta, 1e-4 * n, 1e-4, "table dbeta " + what);
+}
+
 }  // namespace
+
+TEST(CudaBatchNorm, TableTrainingOnCudnnAndOnOwnKernels) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const bool was = cuda::batch_norm_cudnn();
+  for (bool on : {true, false}) {
+    cuda::set_batch_norm_cudnn(on);
+    for (DType t : {DType::f32, DType::f16}) {
+      check_table({4, 7, 5, 3}, t, true, true, 1e-5, on, 11);
+      check_table({8, 14, 14, 64}, t, false, false, 1e-3, on, 12);  // gamma/beta and running stats off
+      check_table({2, 9, 9, 130}, t, true, false, 1e-5, on, 13);
+    }
+    check_table({4, 7, 5, 3}, DType::bf16, true, true, 1e-5, false, 14);  // bf16: kiln's kernels (as PyTorch)
+    check_table({16, 37}, DType::f32, true, true, 1e-5, false, 15);       // (N, C): kiln's kernels
+    check_table({4, 7, 5, 3}, DType::f32, true, true, 1e-6, on, 16);      // a small eps (cuDNN 9's minimum is 0)
+  }
+  cuda::set_batch_norm_cudnn(was);
+}
 
 TEST(CudaBatchNorm, ShapesAndDtypes) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
