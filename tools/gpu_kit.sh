@@ -10,7 +10,7 @@
 #    KIT_CUDA_ARCHS replaces the arch list (default 90).
 # 2. Packs gpu-kit/kiln-gpu.tar.xz holding kiln-gpu/{bin/kiln, bin/kiln_test_gpu, lib/ (every shared library
 #    they load except glibc's, libstdc++/libgcc_s and the CUDA libraries), configs/, gpu_check.sh, kit_env.sh,
-#    bench/bench_gpu.py, MANIFEST}; --data adds the Fashion-MNIST files (data/fashion-mnist/) so the check
+#    bench/{bench_gpu,profile_gpu}.py, MANIFEST}; --data adds the Fashion-MNIST files (data/fashion-mnist/) so the check
 #    trains on real data. The archive must stay under 30 MB without data (KIT_MAX_MB).
 # 3. Dry run (skipped with --no-dry-run): unpacks the archive into an empty folder and, with only the kit's
 #    lib/ (and the CUDA library folders) on LD_LIBRARY_PATH and no RPATH in any binary, checks that ldd
@@ -74,7 +74,7 @@ cp "$build_dir/tools/kiln" "$build_dir/tests/kiln_test_gpu" "$kit/bin/"
 strip --strip-unneeded "$kit/bin/"* 2>/dev/null || true
 cp configs/*.json "$kit/configs/"
 cp tools/gpu_check.sh tools/kit_env.sh "$kit/"
-cp tools/bench/bench_gpu.py "$kit/bench/"
+cp tools/bench/bench_gpu.py tools/bench/profile_gpu.py "$kit/bench/"
 
 copied=()
 for b in "$kit/bin/"*; do

@@ -54,6 +54,13 @@ TEST(BenchTrain, NoWarmUpStepsIsFine) {
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0);
   EXPECT_NE(out.find("\nlenet      cpu     bf16       2"), std::string::npos) << out;
+  // profile=1 (cudaProfilerStart/Stop around the timed steps on a GPU) is accepted and does nothing here.
+  ::testing::internal::CaptureStdout();
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=lenet", "size=28", "channels=1", "classes=10", "batch=2",
+                                       "steps=1", "warmup=0", "device=cpu", "profile=1"}));
+  out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\nlenet      cpu     fp32       2"), std::string::npos) << out;
 }
 
 TEST(BenchTrain, BadArgumentsAreOneLineErrors) {

@@ -18,6 +18,9 @@
 
 Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 128] [--steps 20]
                                         [--amp-batch 256] [--skip-amp] [--skip-matmul] [--summary FILE]
+                                        [--kiln-ab NAME=VALUE]
+       --kiln-ab runs each kiln ResNet-50 figure a second time with that environment variable set (an A/B
+       of one kiln switch, e.g. KILN_CUDNN_BATCH_NORM=0: kiln's own batch-norm kernels instead of cuDNN's)
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
 Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
 (the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
@@ -31,10 +34,12 @@ import sys
 import time
 
 
-def run_kiln(cmd, timeout):
-    print("$ " + " ".join(cmd), flush=True)
+def run_kiln(cmd, timeout, env=None):
+    print("$ " + (" ".join(f"{k}={v}" for k, v in (env or {}).items()) + " " if env else "") + " ".join(cmd),
+          flush=True)
     try:
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                             env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         print(f"kiln: timed out after {timeout} s")
         return None
@@ -95,11 +100,11 @@ def parse_table(out, first_column):
     return rows
 
 
-def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120):
+def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None):
     """images/s and the share of the step the host spent blocked (None where kiln does not print it)."""
     out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
                     "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
-                    f"precision={precision}"], timeout)
+                    f"precision={precision}"], timeout, env)
     rows = parse_table(out, "resnet50")
     if not rows:
         return None, None
@@ -208,7 +213,10 @@ def main():
     p.add_argument("--skip-amp", action="store_true", help="skip part (c)")
     p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
     p.add_argument("--summary", help="also write one line per figure to this file")
+    p.add_argument("--kiln-ab", metavar="NAME=VALUE", help="also time each kiln ResNet-50 run with this variable set")
     a = p.parse_args()
+    if a.kiln_ab and "=" not in a.kiln_ab:
+        p.error(f"--kiln-ab {a.kiln_ab}: give NAME=VALUE, e.g. KILN_CUDNN_BATCH_NORM=0")
     try:
         import torch
         have_torch = torch.cuda.is_available()
@@ -258,6 +266,12 @@ def part_resnet50(a, have_torch, fig):
     rows, ok = [], True
     for prec, batch in runs:
         k, blocked = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
+        if a.kiln_ab:
+            name, value = a.kiln_ab.split("=", 1)
+            kb, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
+            gain = f"{k / kb:.2f}" if k and kb else "-"
+            fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, kiln with {a.kiln_ab} {fmt(kb)} img/s "
+                f"(default/that {gain})")
         t = None
         if have_torch:
             try:
