@@ -150,7 +150,9 @@ def torch_resnet50(num_classes):
     return nn.Sequential(*layers), "ResNet-50 defined in bench_gpu.py (no torchvision)"
 
 
-def torch_train(batch, steps, warmup, precision="fp32"):
+def torch_step(batch, precision="fp32", quiet=False):
+    """PyTorch's ResNet-50 training step on one synthetic batch (the one both bench_gpu.py and
+    profile_gpu.py time): returns step(), which runs forward + cross-entropy + backward + SGD."""
     import torch
     import torch.nn as nn
     amp_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
@@ -159,22 +161,18 @@ def torch_train(batch, steps, warmup, precision="fp32"):
     torch.backends.cuda.matmul.allow_tf32 = False  # matmul: PyTorch's default
     torch.manual_seed(0)
     model, what = torch_resnet50(1000)
-    print(f"  torch {torch.__version__}, {what}, channels_last, cudnn.benchmark on", flush=True)
+    if not quiet:
+        print(f"  torch {torch.__version__}, {what}, channels_last, cudnn.benchmark on", flush=True)
     model = model.cuda().to(memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-5)
     x = torch.randn(batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
     y = torch.randint(0, 1000, (batch,), device="cuda")
     loss_fn = nn.CrossEntropyLoss()
-
-    scaler = torch.cuda.amp.GradScaler() if precision == "fp16" else None
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
 
     def step():
         opt.zero_grad(set_to_none=True)
-        if amp_dtype is None:
-            loss_fn(model(x), y).backward()
-            opt.step()
-            return
-        with torch.autocast("cuda", dtype=amp_dtype):
+        with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
             loss = loss_fn(model(x), y)
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -184,6 +182,12 @@ def torch_train(batch, steps, warmup, precision="fp32"):
             loss.backward()
             opt.step()
 
+    return step
+
+
+def torch_train(batch, steps, warmup, precision="fp32"):
+    import torch
+    step = torch_step(batch, precision)
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -192,7 +196,7 @@ def torch_train(batch, steps, warmup, precision="fp32"):
         step()
     torch.cuda.synchronize()
     rate = batch * steps / (time.perf_counter() - t)
-    del model, opt, x, y
+    del step
     torch.cuda.empty_cache()
     return rate
 

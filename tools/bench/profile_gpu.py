@@ -65,30 +65,7 @@ def cmd_torch(a):
     import torch
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_gpu
-    amp_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[a.precision]
-    torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = True
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.manual_seed(0)
-    model, _ = bench_gpu.torch_resnet50(1000)
-    model = model.cuda().to(memory_format=torch.channels_last)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, nesterov=True, weight_decay=5e-5)
-    x = torch.randn(a.batch, 3, 224, 224, device="cuda").to(memory_format=torch.channels_last)
-    y = torch.randint(0, 1000, (a.batch,), device="cuda")
-    loss_fn = torch.nn.CrossEntropyLoss()
-    scaler = torch.amp.GradScaler("cuda") if a.precision == "fp16" else None
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-            loss = loss_fn(model(x), y)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+    step = bench_gpu.torch_step(a.batch, a.precision, quiet=True)
 
     for _ in range(a.warmup):
         step()
