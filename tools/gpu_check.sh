@@ -5,6 +5,7 @@
 #   kiln-gpu/gpu_check.sh tests   # <= 5 min on one H200
 #   kiln-gpu/gpu_check.sh bench   # <= 5 min
 #   kiln-gpu/gpu_check.sh all     # both, one after the other
+#   kiln-gpu/gpu_check.sh profile # <= 5 min: where a ResNet-50 step's GPU time goes, kiln against PyTorch
 #
 # tests: every GPU test in its own process with a 60 s limit (TEST_TIMEOUT), within a 200 s budget for all
 #        (TESTS_BUDGET: the ones left are listed as not run); `kiln info`; `kiln bench matmul`; `kiln train
@@ -25,9 +26,9 @@ set -u -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 part=${1:-}
 case "$part" in
-  tests|bench) ;;
+  tests|bench|profile) ;;
   all) "$0" tests; a=$?; "$0" bench; b=$?; exit $((a || b)) ;;
-  *) echo "usage: gpu_check.sh tests|bench|all (run from the unpacked GPU kit; see docs/cuda_backend.md)" >&2; exit 2 ;;
+  *) echo "usage: gpu_check.sh tests|bench|profile|all (run from the unpacked GPU kit; see docs/cuda_backend.md)" >&2; exit 2 ;;
 esac
 [[ -x "$here/bin/kiln" ]] || { echo "gpu_check.sh: $here/bin/kiln is missing: run this script from the unpacked kit (tools/gpu_kit.sh)" >&2; exit 2; }
 
@@ -208,6 +209,44 @@ JSON
     pass "AutoBatch ResNet-50: $ab"
   else
     fail "AutoBatch ResNet-50 (exit $rc): $ab; last line: $(tail -1 "$runs/autobatch.log" | head -c 200)"
+  fi
+fi
+
+if [[ "$part" == profile ]]; then
+  # ncu times each kernel of kiln's timed steps alone (bench train profile=1 brackets them);
+  # torch.profiler records PyTorch's same step; profile_gpu.py sums both by kind of kernel.
+  section "ResNet-50 step, ms per kind of kernel: kiln (ncu) and PyTorch (torch.profiler)"
+  py=${PYTHON:-python3}
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  tables=()
+  for run in ${PROFILE_RUNS:-fp16:256 fp32:128 bf16:256}; do
+    prec=${run%%:*} batch=${run##*:}
+    if [[ -n "$ncu" ]]; then
+      timeout -k 10 "${PROFILE_TIMEOUT:-120}" "$ncu" --csv --metrics gpu__time_duration.sum --profile-from-start off \
+        --clock-control none --cache-control none "$kiln" bench train model=resnet50 batch="$batch" size=224 \
+        channels=3 classes=1000 steps=2 warmup=3 device=cuda:0 cudnn_benchmark=1 precision="$prec" profile=1 \
+        >"$runs/ncu_$prec.csv" 2>"$runs/ncu_$prec.err"
+      rc=$?
+      if ((rc == 0)) && "$py" "$here/bench/profile_gpu.py" ncu "$runs/ncu_$prec.csv" --steps 2 --out "$runs/kiln_$prec.csv"; then
+        tables+=("$runs/kiln_$prec.csv")
+        pass "ncu kiln $prec batch $batch"
+      else
+        fail "ncu kiln $prec batch $batch (exit $rc): $(tail -2 "$runs/ncu_$prec.err" | tr '\n' ' ' | head -c 200)"
+      fi
+    else
+      fail "ncu not found (PATH, /opt/nvidia/nsight-compute, /usr/local/cuda/bin): no kiln profile"
+    fi
+    if PYTHONUNBUFFERED=1 timeout -k 10 "${PROFILE_TIMEOUT:-120}" "$py" "$here/bench/profile_gpu.py" torch \
+        --precision "$prec" --batch "$batch" --out "$runs/torch_$prec.csv"; then
+      tables+=("$runs/torch_$prec.csv")
+      pass "torch.profiler $prec batch $batch"
+    else
+      fail "torch.profiler $prec batch $batch"
+    fi
+  done
+  if ((${#tables[@]})); then
+    "$py" "$here/bench/profile_gpu.py" compare "${tables[@]}" --top 12 | tee "$out/profile-compare.txt"
+    sed -n '1,/^$/p' "$out/profile-compare.txt" >>"$summary"
   fi
 fi
 
