@@ -172,6 +172,22 @@ void check_running(const char* op, const Tensor& t) {
                t.str());
 }
 
+// The training forward's arguments (both kernels): shapes, devices, and the running statistics.
+Args check_train(const char* op, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                 const Tensor& running_var) {
+  Args a = check(op, x, {&gamma, &beta, &running_mean, &running_var});
+  check_running(op, running_mean);
+  check_running(op, running_var);
+  KILN_CHECK(running_mean.defined() == running_var.defined(), op, ": give both running statistics or neither");
+  return a;
+}
+
+// The backward's gradient: x's shape and dtype, on x's device (both kernels).
+void check_grad(const char* op, const Tensor& gy, const Tensor& x) {
+  same_device(op, {&gy, &x});
+  KILN_CHECK(gy.shape() == x.shape() && gy.dtype() == x.dtype(), op, ": gradient ", gy.str(), " for x ", x.str());
+}
+
 const float* fptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr; }
 float* mfptr(const Tensor& t) { return t.defined() ? static_cast<float*>(t.raw_data()) : nullptr; }
 
@@ -201,9 +217,7 @@ void launch_channel(int device, DType dt, const Tensor& x, const Tensor& dy, con
 BatchNormGrads backward_impl(const char* op, const Tensor& gy0, const Tensor& x0, const Tensor& gamma0,
                              const Tensor& mean, const Tensor& invstd, const Args& a, bool training,
                              bool param_grads = false) {
-  same_device(op, {&gy0, &x0});
-  KILN_CHECK(gy0.shape() == x0.shape() && gy0.dtype() == x0.dtype(), op, ": gradient ", gy0.str(), " for x ",
-             x0.str());
+  check_grad(op, gy0, x0);
   Tensor x = packed(x0), gy = packed(gy0);
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor();
   BatchNormGrads out;
@@ -234,10 +248,7 @@ Tensor batch_norm_forward_train(const Tensor& x0, const Tensor& gamma0, const Te
                                 const Tensor& running_mean, const Tensor& running_var, double momentum, double eps,
                                 Tensor* save_mean, Tensor* save_invstd) {
   const char* op = "batch_norm";
-  Args a = check(op, x0, {&gamma0, &beta0, &running_mean, &running_var});
-  check_running(op, running_mean);
-  check_running(op, running_var);
-  KILN_CHECK(running_mean.defined() == running_var.defined(), op, ": give both running statistics or neither");
+  Args a = check_train(op, x0, gamma0, beta0, running_mean, running_var);
   KILN_CHECK(a.R > 1, op, ": training needs more than one value per channel, got x ", x0.str());
   KILN_CHECK(save_mean && save_invstd, op, ": save_mean and save_invstd are required in training");
   Tensor x = packed(x0);
@@ -366,9 +377,8 @@ bool cudnn_bn_applies(const Tensor& x, double eps) {
   if (!g_bn_cudnn.load(std::memory_order_relaxed)) return false;
   if (x.dtype() != DType::f32 && x.dtype() != DType::f16) return false;
   if (x.dim() != 4 || eps < CUDNN_BN_MIN_EPSILON) return false;
+  // 0 < numel < INT_MAX also keeps every dim within cuDNN's int descriptors.
   if (x.numel() == 0 || x.numel() >= INT_MAX || x.size(0) > 880801) return false;
-  for (int d = 0; d < 4; ++d)
-    if (x.size(d) >= INT_MAX) return false;
   return x.numel() / x.size(3) > 1;  // training needs more than one value per channel: our error message
 }
 
@@ -383,10 +393,7 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
                            const Tensor& running_var, double momentum, double eps, Tensor* save_mean,
                            Tensor* save_invstd, std::shared_ptr<void>* saved) {
   const char* op = "batch_norm";
-  Args a = check(op, x0, {&gamma0, &beta0, &running_mean, &running_var});
-  check_running(op, running_mean);
-  check_running(op, running_var);
-  KILN_CHECK(running_mean.defined() == running_var.defined(), op, ": give both running statistics or neither");
+  Args a = check_train(op, x0, gamma0, beta0, running_mean, running_var);
   const DType t = x0.dtype();
   Tensor x = packed(x0);
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor::full({a.C}, 1.0, DType::f32, x.device());
@@ -426,9 +433,7 @@ BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const T
                                     const Tensor& invstd, const CudnnBnSaved& keep) {
   const char* op = "batch_norm_backward";
   Args a = check(op, x0, {&gamma0, &mean, &invstd});
-  same_device(op, {&gy0, &x0});
-  KILN_CHECK(gy0.shape() == x0.shape() && gy0.dtype() == x0.dtype(), op, ": gradient ", gy0.str(), " for x ",
-             x0.str());
+  check_grad(op, gy0, x0);
   const DType t = x0.dtype();
   Tensor x = packed(x0), gy = packed(gy0);
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor::full({a.C}, 1.0, DType::f32, x.device());
