@@ -21,15 +21,19 @@ std::vector<int64_t> imagenet_layers(int64_t depth) {
 }
 }  // namespace
 
+bool is_cifar_resnet(const std::string& name) {
+  static const std::vector<std::string> cifar_names = {"resnet20", "resnet32", "resnet44", "resnet56", "resnet110",
+                                                       "resnet_cifar"};
+  return std::find(cifar_names.begin(), cifar_names.end(), name) != cifar_names.end();
+}
+
 ResNetOptions ResNetOptions::from_json(const json& j, const std::string& path, const std::string& name) {
   JsonReader r(j, path);
   r.allow("name");
   ResNetOptions o;
   o.name = name;
   int64_t d = name == "resnet_cifar" ? 20 : std::stoll(name.substr(6));
-  static const std::vector<std::string> cifar_names = {"resnet20", "resnet32", "resnet44", "resnet56", "resnet110",
-                                                       "resnet_cifar"};
-  o.cifar = std::find(cifar_names.begin(), cifar_names.end(), name) != cifar_names.end();
+  o.cifar = is_cifar_resnet(name);
   if (o.cifar) {
     o.common = CommonOptions{3, 10, "none"};
     o.width = 16;

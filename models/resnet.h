@@ -34,6 +34,10 @@ struct ResNetOptions {
   json to_json() const;
 };
 
+// Whether `name` is one of the CIFAR-layout ResNets (resnet20 ... resnet110, resnet_cifar), which take
+// width/shortcut, not stem.
+bool is_cifar_resnet(const std::string& name);
+
 class ResNet : public Module {
  public:
   explicit ResNet(const ResNetOptions& o);

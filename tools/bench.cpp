@@ -8,7 +8,7 @@
 // on one synthetic batch (normal images, fixed labels) kept on the device: forward, cross-entropy,
 // backward, SGD (momentum 0.9, Nesterov, weight decay 5e-5) per step; prints images/s of the timed
 // steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
-// `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
+// `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
 // (core/cpu/conv_algo.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
@@ -37,6 +37,7 @@
 #include "core/ops/loss.h"
 #include "core/rng.h"
 #include "models/registry.h"
+#include "models/resnet.h"
 #include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/commands.h"
@@ -325,20 +326,29 @@ int bench_train(const Args& args) {
 // and the choice, then per pass the time of the choices against direct everywhere.
 int bench_winograd(const Args& in) {
   static const char* kUsage =
-      "usage: kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]\n"
+      "usage: kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128]\n"
+      "                           [dtype=bf16|fp32] [cache=0]\n"
       "  (also `kiln bench conv_algo`) the CPU convolution algorithm chosen per layer shape and pass by timing:\n"
       "  direct (oneDNN), winograd (3x3 stride 1), im2col (3x3 weight gradient); cache=1 reads and writes the\n"
-      "  disk cache (KILN_CONV_CACHE) instead of measuring afresh\n";
+      "  disk cache (KILN_CONV_CACHE) instead of measuring afresh. stem applies to the ImageNet ResNets\n"
+      "  (default cifar there: the CIFAR ResNet-18); other models take none\n";
   if (wants_help(in, kUsage)) return 0;
-  std::map<std::string, std::string> a = {{"model", "resnet18"}, {"stem", "cifar"}, {"size", "32"},
-                                          {"batch", "128"},      {"dtype", "bf16"}, {"cache", "0"}};
+  std::map<std::string, std::string> a = {{"model", "resnet18"}, {"stem", ""},    {"size", "32"},
+                                          {"channels", "3"},     {"classes", "10"}, {"batch", "128"},
+                                          {"dtype", "bf16"},     {"cache", "0"}};
   const KeyValueArgs kv("bench winograd", in, a);
   for (auto& [k, v] : a) v = kv.str(k);
   KILN_CHECK(a["dtype"] == "bf16" || a["dtype"] == "fp32", "bench winograd: dtype=", a["dtype"],
              ": accepted values are bf16 and fp32");
   KILN_CHECK(a["cache"] == "0" || a["cache"] == "1", "bench winograd: cache=", a["cache"],
              ": accepted values are 0 (measure afresh) and 1 (use the disk cache)");
-  std::map<std::string, int64_t> ints{{"batch", kv.integer("batch", 1)}, {"size", kv.integer("size", 1)}};
+  std::map<std::string, int64_t> ints{{"batch", kv.integer("batch", 1)},
+                                      {"size", kv.integer("size", 1)},
+                                      {"channels", kv.integer("channels", 1)},
+                                      {"classes", kv.integer("classes", 1)}};
+  // The ImageNet ResNets default to the CIFAR stem (the usual 32x32 ResNet-18); other models take none.
+  const bool takes_stem = a["model"].rfind("resnet", 0) == 0 && !models::is_cifar_resnet(a["model"]);
+  if (a["stem"].empty() && takes_stem) a["stem"] = "cifar";
   ints["cache"] = a["cache"] == "1";
   const DType t = a["dtype"] == "bf16" ? DType::bf16 : DType::f32;
   const int64_t N = ints["batch"], S = ints["size"];
@@ -349,18 +359,19 @@ int bench_winograd(const Args& in) {
   if (!ints["cache"]) ca::set_cache_path("");
   ca::reset();
   manual_seed(0);
-  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", 3}, {"num_classes", 10}};
+  const int64_t C = ints["channels"], classes = ints["classes"];
+  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", C}, {"num_classes", classes}};
   if (!a["stem"].empty()) mj["stem"] = a["stem"];
   std::shared_ptr<Module> model = models::build_model(mj, "model");
   model->train();
   Generator gen(3);
-  Tensor x = rand_normal({N, S, S, 3}, 0.0, 1.0, DType::f32, Device::cpu(), &gen).to(t);
+  Tensor x = rand_normal({N, S, S, C}, 0.0, 1.0, DType::f32, Device::cpu(), &gen).to(t);
   std::vector<int64_t> labels(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) labels[static_cast<size_t>(i)] = i % 10;
+  for (int64_t i = 0; i < N; ++i) labels[static_cast<size_t>(i)] = i % classes;
   Tensor y = Tensor::from_vector(labels, {N}, DType::i64, Device::cpu());
-  std::printf("# kiln bench winograd: %s (stem %s), input (%lld, %lld, %lld, 3) NHWC %s, cpu, %d threads\n",
-              a["model"].c_str(), a["stem"].c_str(), (long long)N, (long long)S, (long long)S, a["dtype"].c_str(),
-              omp_get_max_threads());
+  std::printf("# kiln bench winograd: %s%s%s%s, input (%lld, %lld, %lld, %lld) NHWC %s, cpu, %d threads\n",
+              a["model"].c_str(), a["stem"].empty() ? "" : " (stem ", a["stem"].c_str(), a["stem"].empty() ? "" : ")",
+              (long long)N, (long long)S, (long long)S, (long long)C, a["dtype"].c_str(), omp_get_max_threads());
   std::printf("# machine: %s\n", ca::machine_id().c_str());
   if (t == DType::bf16 && !onednn::native_compute(t))
     std::printf("# this CPU has no native bf16 convolution: only direct runs (in f32, rounded)\n");
@@ -406,7 +417,8 @@ int bench_winograd(const Args& in) {
 // `kiln bench conv_algo`: the same table under the name of what it shows.
 int bench_conv_algo(const Args& in) {
   static const char* kUsage =
-      "usage: kiln bench conv_algo [model=resnet18] [stem=cifar] [size=32] [batch=128] [dtype=bf16|fp32] [cache=0]\n"
+      "usage: kiln bench conv_algo [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128]\n"
+      "                            [dtype=bf16|fp32] [cache=0]\n"
       "  the same as `kiln bench winograd`: the CPU convolution algorithm chosen per layer shape and pass\n";
   if (wants_help(in, kUsage)) return 0;
   return bench_winograd(in);

@@ -139,3 +139,34 @@ TEST(BenchTrain, HostWaitCounterAndColumn) {
   EXPECT_EQ(cli::host_blocked_column(Device::cuda(0), 0.0, 2.0), "0.0%");
   EXPECT_EQ(cli::host_blocked_column(Device::cuda(0), 0.0, 0.0), "0.0%");
 }
+
+// `kiln bench winograd` on the recipe's own network: a CIFAR ResNet (no stem option) on 1-channel
+// 28x28 images measures every 3x3 shape; the ImageNet ResNets keep their CIFAR stem by default.
+TEST(BenchWinograd, CifarResNetOnOneChannelAndTheStemDefault) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"winograd", "model=resnet20", "size=28", "channels=1", "classes=3", "batch=8",
+                                       "dtype=fp32"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("# kiln bench winograd: resnet20, input (8, 28, 28, 1) NHWC fp32"), std::string::npos) << out;
+  // Shapes of at least 2e7 flops are measured (kMinMeasureFlops): each stage's 3x3 convolutions.
+  EXPECT_NE(out.find("n8 h28 w28 c16 k16 3x3 s1x1 p1x1 d1x1 g1 f32 nobias"), std::string::npos) << out;
+  EXPECT_NE(out.find("n8 h7 w7 c64 k64 3x3"), std::string::npos) << out;
+  ::testing::internal::CaptureStdout();
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"winograd", "model=resnet18", "size=16", "batch=2", "dtype=fp32"}));
+  out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("# kiln bench winograd: resnet18 (stem cifar), input (2, 16, 16, 3)"), std::string::npos) << out;
+  // The CIFAR stem (3x3/1, no maxpool) keeps layer1 at 16x16; the ImageNet stem would leave 4x4.
+  EXPECT_NE(out.find("n2 h16 w16 c64 k64 3x3"), std::string::npos) << out;
+  // A stem for a model without one is the model config's error.
+  ::testing::internal::CaptureStdout();
+  try {
+    cli::cmd_bench({"winograd", "model=resnet20", "stem=cifar", "size=8", "batch=1"});
+    ADD_FAILURE() << "stem=cifar was accepted for resnet20";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown key model.stem"), std::string::npos) << e.what();
+  }
+  ::testing::internal::GetCapturedStdout();
+}
