@@ -177,6 +177,16 @@ struct Kernels {
   Tensor (*batch_norm_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                                const Tensor& running_var, bool training, double momentum, double eps,
                                Tensor* save_mean, Tensor* save_invstd, std::shared_ptr<void>* saved) = nullptr;
+  // batch_norm_relu_forward: relu(batch_norm_forward(x, ...) + residual) in one pass over the rows
+  //   (residual undefined: relu(batch_norm_forward(...))); residual has x's shape and dtype. The same
+  //   bits as the three kernels one after the other (batch_norm_forward, binary add, unary relu:
+  //   the sum rounded to x's dtype before the add), the same running-statistics update, and the same
+  //   save_mean/save_invstd/saved for batch_norm_backward, which the op feeds with
+  //   relu_backward(grad, y). May be nullptr: the op then runs the three kernels.
+  Tensor (*batch_norm_relu_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                                    const Tensor& running_mean, const Tensor& running_var, bool training,
+                                    double momentum, double eps, const Tensor& residual, Tensor* save_mean,
+                                    Tensor* save_invstd, std::shared_ptr<void>* saved) = nullptr;
   BatchNormGradients (*batch_norm_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                             const Tensor& save_mean, const Tensor& save_invstd,
                                             const std::shared_ptr<void>& saved, bool training,

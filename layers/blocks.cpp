@@ -55,7 +55,7 @@ void ResidualBlock::make_shortcut() {
   downsample_->push_back(std::make_shared<BatchNorm2d>(BatchNormOptions{out_channels()}));
 }
 
-Tensor ResidualBlock::finish(const Tensor& residual, const Tensor& x) {
+Tensor ResidualBlock::finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x) {
   Tensor identity = x;
   if (downsample_) {
     identity = downsample_->forward(x);
@@ -74,7 +74,7 @@ Tensor ResidualBlock::finish(const Tensor& residual, const Tensor& x) {
       identity = identity.contiguous();
     }
   }
-  return ops::relu(ops::add(residual, identity));
+  return bn.forward_relu(pre_bn, identity);
 }
 
 BasicBlock::BasicBlock(const BlockOptions& o) : ResidualBlock("basic_block", o, kExpansion) {
@@ -87,9 +87,8 @@ BasicBlock::BasicBlock(const BlockOptions& o) : ResidualBlock("basic_block", o, 
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = ops::relu(bn1->forward(conv1->forward(x)));
-  out = bn2->forward(conv2->forward(out));
-  return finish(out, x);
+  Tensor out = bn1->forward_relu(conv1->forward(x));
+  return finish(conv2->forward(out), *bn2, x);
 }
 
 Bottleneck::Bottleneck(const BlockOptions& o) : ResidualBlock("bottleneck", o, kExpansion) {
@@ -105,10 +104,9 @@ Bottleneck::Bottleneck(const BlockOptions& o) : ResidualBlock("bottleneck", o, k
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = ops::relu(bn1->forward(conv1->forward(x)));
-  out = ops::relu(bn2->forward(conv2->forward(out)));
-  out = bn3->forward(conv3->forward(out));
-  return finish(out, x);
+  Tensor out = bn1->forward_relu(conv1->forward(x));
+  out = bn2->forward_relu(conv2->forward(out));
+  return finish(conv3->forward(out), *bn3, x);
 }
 
 }  // namespace kiln

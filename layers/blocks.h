@@ -38,8 +38,9 @@ class ResidualBlock : public Module {
   int64_t out_channels() const { return opts_.planes * expansion_; }
 
  protected:
-  // relu(residual + shortcut(x))
-  Tensor finish(const Tensor& residual, const Tensor& x);
+  // relu(bn(pre_bn) + shortcut(x)): the block's last batch norm, the shortcut and the final ReLU,
+  // the last three fused (BatchNorm2d::forward_relu).
+  Tensor finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x);
   // A bias-free conv with Kaiming-normal init.
   static std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride);
   // Registers the shortcut; call after the residual branch so names come in torchvision's order.

@@ -31,19 +31,24 @@ BatchNorm2d::BatchNorm2d(const BatchNormOptions& o, const std::string& type) : M
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return run(x, false, Tensor()); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) { return run(x, true, residual); }
+
+Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
   KILN_CHECK((x.dim() == 4 || x.dim() == 2) && x.size(-1) == opts_.num_features, type(), "(", opts_.num_features,
              "): input ", x.str(), " must be (N, H, W, ", opts_.num_features, ") or (N, ", opts_.num_features, ")");
   // Frozen (fine-tuning): the running statistics normalise and stay as they are, in training too.
   bool train = is_training() && !is_frozen();
-  if (train && is_recomputing()) {
-    // The first run already updated the running statistics; the recomputation must not again.
-    Tensor mean = running_mean.detach().clone(), var = running_var.detach().clone();
-    return ops::batch_norm(x, weight, bias, mean, var, true, opts_.momentum, opts_.eps);
-  }
-  Tensor y = ops::batch_norm(x, weight, bias, running_mean, running_var, train, opts_.momentum, opts_.eps);
+  Tensor mean = running_mean, var = running_var;
+  // The first run already updated the running statistics; a recomputation must not again.
+  const bool recompute = train && is_recomputing();
+  if (recompute) mean = running_mean.detach().clone(), var = running_var.detach().clone();
+  Tensor y = relu ? ops::batch_norm_relu(x, weight, bias, mean, var, train, opts_.momentum, opts_.eps, residual)
+                  : ops::batch_norm(x, weight, bias, mean, var, train, opts_.momentum, opts_.eps);
   // On the counter's own device: reading it back would sync every layer on a GPU.
-  if (train) kernel(num_batches_tracked.device(), &Kernels::increment_i64, type().c_str())(num_batches_tracked, 1);
+  if (train && !recompute)
+    kernel(num_batches_tracked.device(), &Kernels::increment_i64, type().c_str())(num_batches_tracked, 1);
   return y;
 }
 

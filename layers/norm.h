@@ -28,6 +28,9 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(const BatchNormOptions& o, const std::string& type = "batch_norm2d");
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual) (residual undefined: relu(forward(x))) through the fused op
+  // (ops::batch_norm_relu): the ResNet blocks' "BN, add, ReLU" in one pass, bit for bit the same.
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   json to_json() const override { return opts_.to_json(type()); }
   const BatchNormOptions& options() const { return opts_; }
 
@@ -35,6 +38,7 @@ class BatchNorm2d : public Module {
   Tensor running_mean, running_var, num_batches_tracked;  // (C), (C), i64 []
 
  private:
+  Tensor run(const Tensor& x, bool relu, const Tensor& residual);
   BatchNormOptions opts_;
 };
 

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -26,6 +27,10 @@
 #include "core/ops/nn_util.h"
 
 namespace kiln::cpu {
+
+// core/cpu/elementwise.cpp (batch_norm_relu_forward's f16 path runs them after the normalisation)
+Tensor binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
+Tensor unary(ElementwiseUnary op, const Tensor& a);
 
 namespace nn = ops::nn;
 using ops::bf16_to_f32;
@@ -158,6 +163,54 @@ void affine_rows(int64_t M, int64_t C, const RowsIn<T>& u, const RowsIn<T>* v, c
   }
 }
 
+// relu(x) as the unary kernel computes it: NaN stays NaN, -0 and negatives become +0.
+template <typename T>
+inline T relu_of(T v) {
+  return (v > 0) | (v != v) ? v : T(0);
+}
+
+// The fused epilogue of batch_norm_relu_forward: out[r, c] = relu(a[c] * u[r, c] + d[c] [+ res[r, c]]).
+// Bit for bit the three kernels in a row: the normalised value is rounded to out's dtype (bf16 rows)
+// before the residual is added, and the sum is rounded once on commit; relu is exact in any dtype.
+template <typename T>
+void affine_relu_rows(int64_t M, int64_t C, const RowsIn<T>& u, const RowsIn<T>* res, const T* a, const T* d,
+                      const RowsOut<T>& out) {
+#pragma omp parallel if (M * C > kParallelMin)
+  {
+    std::vector<T> ub(C), rb(C), ob(C);  // this thread's row buffers (used for bf16 rows only)
+    std::vector<uint16_t> hb(out.bf16 && res ? C : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < M; ++r) {
+      const T* ur = u.row(r, ub.data());
+      T* o = out.row(r, ob.data());
+      if (res) {
+        const T* rr = res->row(r, rb.data());
+        if constexpr (std::is_same_v<T, float>) {
+          if (out.bf16) {  // the normalised row as the bf16 tensor batch_norm_forward would return
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) o[c] = a[c] * ur[c] + d[c];
+            f32_to_bf16(o, hb.data(), C);
+            bf16_to_f32(hb.data(), o, C);
+#pragma omp simd
+            for (int64_t c = 0; c < C; ++c) o[c] = relu_of(o[c] + rr[c]);
+            out.commit(r, o);
+            continue;
+          }
+        }
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) {
+          T v = a[c] * ur[c] + d[c];
+          o[c] = relu_of(v + rr[c]);
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < C; ++c) o[c] = relu_of(a[c] * ur[c] + d[c]);
+      }
+      out.commit(r, o);
+    }
+  }
+}
+
 // The per-channel constants of the normalisation: the forward computes mean and invstd (training) or
 // takes them from the running statistics (eval); the backward gets them back from the forward's saved tensors.
 struct BnSaved {
@@ -170,10 +223,16 @@ std::vector<T> cast_vec(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
+// What batch_norm_relu_forward adds after the normalisation: relu, after adding `residual` when defined.
+struct BnEpilogue {
+  bool relu = false;
+  Tensor residual;  // x's shape and dtype, contiguous
+};
+
 // x: T, or bf16 with T = float (rows_direct); y has x's dtype.
 template <typename T>
 Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_batch_stats, double eps, BnSaved& s,
-                  std::vector<double>& batch_var) {
+                  std::vector<double>& batch_var, const BnEpilogue& epi) {
   const RowsIn<T> rx(x);
   int64_t C = x.size(-1), M = x.numel() / C;
   if (use_batch_stats) {
@@ -211,7 +270,13 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
     shift[c] = static_cast<T>(beta[c] - s.mean[c] * sc);
   }
   Tensor y = Tensor::empty(x.shape(), x.dtype());
-  affine_rows<T>(M, C, rx, nullptr, scale.data(), nullptr, shift.data(), RowsOut<T>(y));
+  if (epi.relu) {
+    std::optional<RowsIn<T>> rres;
+    if (epi.residual.defined()) rres.emplace(epi.residual);
+    affine_relu_rows<T>(M, C, rx, rres ? &*rres : nullptr, scale.data(), shift.data(), RowsOut<T>(y));
+  } else {
+    affine_rows<T>(M, C, rx, nullptr, scale.data(), nullptr, shift.data(), RowsOut<T>(y));
+  }
   return y;
 }
 
@@ -270,9 +335,12 @@ std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
 
 }  // namespace
 
-Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
-                          Tensor* save_invstd, std::shared_ptr<void>* saved) {
+namespace {
+
+// Both forward entries: the normalisation, then (epi.relu) the fused add and relu.
+Tensor bn_forward_entry(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                        const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                        Tensor* save_invstd, std::shared_ptr<void>* saved, const BnEpilogue& epi) {
   if (saved) saved->reset();  // the CPU's backward needs nothing beyond the statistics
   const int64_t C = x.size(-1), M = x.numel() / C;
   const DType ct = nn::compute_dtype(x.dtype());
@@ -287,7 +355,7 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& be
     for (double& v : s.invstd) v = 1.0 / std::sqrt(v + eps);
   }
   Tensor y = nn::dispatch_compute(ct, [&](auto t) {
-    return bn_forward<decltype(t)>(xc, beta_v, training, eps, s, batch_var);
+    return bn_forward<decltype(t)>(xc, beta_v, training, eps, s, batch_var, epi);
   });
   if (training && running_mean.defined()) {
     std::vector<double> rm = running_mean.to_double_vector(), rv = running_var.to_double_vector();
@@ -302,6 +370,35 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& be
   if (save_mean) *save_mean = Tensor::from_vector(s.mean, {C});  // f64: the backward's constants unrounded
   if (save_invstd) *save_invstd = Tensor::from_vector(s.invstd, {C});
   return nn::from_compute(y, x.dtype());
+}
+
+}  // namespace
+
+Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                          const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
+                          Tensor* save_invstd, std::shared_ptr<void>* saved) {
+  return bn_forward_entry(x, gamma, beta, running_mean, running_var, training, momentum, eps, save_mean, save_invstd,
+                          saved, BnEpilogue{});
+}
+
+Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               const Tensor& residual, Tensor* save_mean, Tensor* save_invstd,
+                               std::shared_ptr<void>* saved) {
+  KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
+             "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
+  const DType ct = nn::compute_dtype(x.dtype());
+  const bool fused_rows = ct == DType::f64 ? rows_direct<double>(x) : rows_direct<float>(x);
+  if (!fused_rows) {
+    // f16: computed through f32 copies and rounded on exit, so the add and the relu run as the
+    // separate kernels, each rounding to f16 as they do.
+    Tensor y = batch_norm_forward(x, gamma, beta, running_mean, running_var, training, momentum, eps, save_mean,
+                                  save_invstd, saved);
+    if (residual.defined()) y = binary(ElementwiseBinary::add, y, residual);
+    return unary(ElementwiseUnary::relu, y);
+  }
+  return bn_forward_entry(x, gamma, beta, running_mean, running_var, training, momentum, eps, save_mean, save_invstd,
+                          saved, BnEpilogue{true, residual.defined() ? residual.detach().contiguous() : Tensor()});
 }
 
 BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,

@@ -41,6 +41,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, cons
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
                           Tensor* save_invstd, std::shared_ptr<void>* saved);
+Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               const Tensor& residual, Tensor* save_mean, Tensor* save_invstd,
+                               std::shared_ptr<void>* saved);
 BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const std::shared_ptr<void>& saved, bool training, bool need_dx);
@@ -97,6 +101,7 @@ const Kernels& kernels() {
     k.matmul = matmul;
 
     k.batch_norm_forward = batch_norm_forward;
+    k.batch_norm_relu_forward = batch_norm_relu_forward;
     k.batch_norm_backward = batch_norm_backward;
     k.increment_i64 = increment_i64;
     k.cross_entropy_forward = cross_entropy_forward;

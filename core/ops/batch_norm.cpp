@@ -7,6 +7,7 @@
 #include "core/autograd.h"
 #include "core/kernels.h"
 #include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/nn_util.h"
 
 namespace kiln::ops {
@@ -22,11 +23,9 @@ void check_channel_vector(const Tensor& t, const char* what, const Tensor& x, in
 
 Tensor detached(const Tensor& t) { return t.defined() ? t.detach() : Tensor(); }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
-                  const Tensor& running_var, bool training, double momentum, double eps) {
-  const Device d = op_device("batch_norm", {x, gamma, beta, running_mean, running_var});
+// The checks both ops share.
+void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                const Tensor& running_var, bool training, double momentum, double eps) {
   nn::check_floating("batch_norm", "x", x);
   KILN_CHECK(x.dim() >= 2, "batch_norm: x must be (N, C) or (N, H, W, C) with channels last, got ", x.str());
   int64_t C = x.size(-1);
@@ -43,28 +42,70 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   KILN_CHECK(!training || M > 1, "batch_norm: training needs more than one value per channel, got x ", x.str());
   KILN_CHECK(eps > 0, "batch_norm: eps must be > 0, got ", eps);
   KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
+}
 
+// The backward both ops record: batch_norm_backward's kernel on the gradient of the normalised
+// output, its dgamma/dbeta (the kernels' compute dtype) brought to the parameters' dtypes (none for a
+// parameter that is not given).
+struct BnBackward {
+  decltype(Kernels::batch_norm_backward) kernel;
+  Tensor xd, gd, save_mean, save_invstd;
+  std::shared_ptr<void> saved;  // the kernel's own state (cuDNN's reserve space), if any
+  bool training = true, need_dx = false, has_gamma = false, has_beta = false;
+  DType x_t = DType::f32, gamma_t = DType::f32, beta_t = DType::f32;
+
+  BnBackward(decltype(Kernels::batch_norm_backward) k, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+             bool train)
+      : kernel(k), xd(x.detach()), gd(detached(gamma)), training(train), need_dx(x.requires_grad()),
+        has_gamma(gamma.defined()), has_beta(beta.defined()), x_t(x.dtype()),
+        gamma_t(gamma.defined() ? gamma.dtype() : x.dtype()), beta_t(beta.defined() ? beta.dtype() : x.dtype()) {}
+
+  grads operator()(const Tensor& gy) const {
+    BatchNormGradients g = kernel(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx);
+    auto as = [](bool want, const Tensor& t, DType dt) { return !want ? Tensor() : t.dtype() == dt ? t : t.to(dt); };
+    return grads{as(need_dx, g.dx, x_t), as(has_gamma, g.dgamma, gamma_t), as(has_beta, g.dbeta, beta_t)};
+  }
+};
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                  const Tensor& running_var, bool training, double momentum, double eps) {
+  const Device d = op_device("batch_norm", {x, gamma, beta, running_mean, running_var});
+  check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
   const auto forward = kernel(d, &Kernels::batch_norm_forward, "batch_norm");
-  const auto backward = kernel(d, &Kernels::batch_norm_backward, "batch_norm");
+  BnBackward bw(kernel(d, &Kernels::batch_norm_backward, "batch_norm"), x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta});
-  Tensor save_mean, save_invstd;  // the statistics the forward used: the backward's state
-  std::shared_ptr<void> saved;    // and the kernel's own (cuDNN's reserve space), if any
-  Tensor gd = detached(gamma);
-  Tensor y = forward(x.detach(), gd, detached(beta), detached(running_mean), detached(running_var), training,
-                     momentum, eps, rec ? &save_mean : nullptr, rec ? &save_invstd : nullptr, rec ? &saved : nullptr);
-  // The kernels' dgamma/dbeta are in their compute dtype: brought to the parameters' dtypes here
-  // (none for a parameter that is not given).
-  const DType x_t = x.dtype();
-  const DType gamma_t = gamma.defined() ? gamma.dtype() : x_t, beta_t = beta.defined() ? beta.dtype() : x_t;
-  const bool need_dx = x.requires_grad(), has_gamma = gamma.defined(), has_beta = beta.defined();
-  return record("batch_norm", {x, gamma, beta}, y,
-                [backward, xd = x.detach(), gd, save_mean, save_invstd, saved, training, need_dx, has_gamma, has_beta,
-                 x_t, gamma_t, beta_t](const Tensor& gy) {
-                  BatchNormGradients g = backward(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx);
-                  auto as = [](bool want, const Tensor& t, DType dt) {
-                    return !want ? Tensor() : t.dtype() == dt ? t : t.to(dt);
-                  };
-                  return grads{as(need_dx, g.dx, x_t), as(has_gamma, g.dgamma, gamma_t), as(has_beta, g.dbeta, beta_t)};
+  Tensor y = forward(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
+                     momentum, eps, rec ? &bw.save_mean : nullptr, rec ? &bw.save_invstd : nullptr,
+                     rec ? &bw.saved : nullptr);
+  return record("batch_norm", {x, gamma, beta}, y, std::move(bw));
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum, double eps, const Tensor& residual) {
+  const Device d = op_device("batch_norm_relu", {x, gamma, beta, running_mean, running_var, residual});
+  check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
+  KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
+             "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
+  const auto fused = kernels(d).batch_norm_relu_forward;
+  if (!fused) {  // this device has no fused kernel: the three ops
+    Tensor y = batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps);
+    return relu(residual.defined() ? add(y, residual) : y);
+  }
+  BnBackward bw(kernel(d, &Kernels::batch_norm_backward, "batch_norm_relu"), x, gamma, beta, training);
+  const bool rec = needs_record({x, gamma, beta, residual});
+  Tensor y = fused(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
+                   momentum, eps, detached(residual), rec ? &bw.save_mean : nullptr, rec ? &bw.save_invstd : nullptr,
+                   rec ? &bw.saved : nullptr);
+  const bool has_residual = residual.defined();
+  // relu's backward on y, then batch norm's; the residual's gradient is relu's (the add passes it on).
+  return record("batch_norm_relu", {x, gamma, beta, residual}, y,
+                [bw = std::move(bw), yd = y.detach(), has_residual](const Tensor& gy) {
+                  Tensor g = relu_backward(gy, yd);
+                  grads out = bw(g);
+                  out.push_back(has_residual ? g : Tensor());
+                  return out;
                 });
 }
 

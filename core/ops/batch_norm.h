@@ -17,4 +17,13 @@ namespace kiln::ops {
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5);
 
+// relu(batch_norm(x, ...) + residual), or relu(batch_norm(x, ...)) when residual is undefined: the
+// ResNet block's "BN, (add the shortcut,) ReLU" in one pass over the activations where the device
+// has the fused kernel (the CPU), else the three ops. Values, gradients (for x, gamma, beta and
+// residual) and running statistics are bit for bit those of the three ops. residual: x's shape and
+// dtype. The backward keeps only y (the next layer's input) besides what batch_norm keeps.
+Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                       const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                       const Tensor& residual = Tensor());
+
 }  // namespace kiln::ops

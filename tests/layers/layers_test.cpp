@@ -120,6 +120,34 @@ TEST(Layers, LinearMatchesReference) {
   EXPECT_EQ(lin2.bias.to_double_vector(), std::vector<double>(3, 0.0));
 }
 
+// forward_relu (the ResNet blocks' fused "BN, add, ReLU") keeps the layer's bookkeeping: one
+// running-statistics update and one count per training call, none when a checkpoint recomputes it,
+// and the values of relu(forward(x) + residual).
+TEST(Layers, BatchNormForwardReluKeepsTheBookkeeping) {
+  BatchNormOptions o;
+  o.num_features = 3;
+  BatchNorm2d fused(o), plain(o);
+  Tensor x = ops::add_scalar(randn({4, 5, 5, 3}, 71), 2.0), r = randn({4, 5, 5, 3}, 72);
+  Tensor y = fused.forward_relu(x, r);
+  Tensor want = ops::relu(ops::add(plain.forward(x), r));
+  EXPECT_EQ(y.to_double_vector(), want.to_double_vector());
+  EXPECT_EQ(fused.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+  EXPECT_EQ(fused.running_mean.to_double_vector(), plain.running_mean.to_double_vector());
+  EXPECT_EQ(fused.running_var.to_double_vector(), plain.running_var.to_double_vector());
+  {
+    RecomputeScope recompute(true);
+    EXPECT_EQ(fused.forward_relu(x, r).to_double_vector(), want.to_double_vector());
+    EXPECT_EQ(fused.forward_relu(x).to_double_vector(), ops::relu(plain.forward(x)).to_double_vector())
+        << "the recomputation normalises with the batch statistics, as the first run did";
+  }
+  EXPECT_EQ(fused.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+  EXPECT_EQ(fused.running_mean.to_double_vector(), plain.running_mean.to_double_vector());
+  fused.eval();
+  plain.eval();
+  EXPECT_EQ(fused.forward_relu(x).to_double_vector(), ops::relu(plain.forward(x)).to_double_vector());
+  EXPECT_EQ(fused.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+}
+
 TEST(Layers, BatchNormTrainUpdatesStatsEvalUsesThem) {
   BatchNormOptions o;
   o.num_features = 3;
