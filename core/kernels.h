@@ -80,6 +80,7 @@ struct Conv2dGrads {
 // The batch-norm backward's gradients (Kernels::batch_norm_backward).
 struct BatchNormGradients {
   Tensor dx, dgamma, dbeta;
+  Tensor dresidual;  // batch_norm_relu_backward with a residual only
 };
 
 class CachingAllocator;  // core/allocator.h
@@ -180,13 +181,21 @@ struct Kernels {
   // batch_norm_relu_forward: relu(batch_norm_forward(x, ...) + residual) in one pass over the rows
   //   (residual undefined: relu(batch_norm_forward(...))); residual has x's shape and dtype. The same
   //   bits as the three kernels one after the other (batch_norm_forward, binary add, unary relu:
-  //   the sum rounded to x's dtype before the add), the same running-statistics update, and the same
-  //   save_mean/save_invstd/saved for batch_norm_backward, which the op feeds with
-  //   relu_backward(grad, y). May be nullptr: the op then runs the three kernels.
+  //   the sum rounded to x's dtype before the add), the same running-statistics update, and
+  //   save_mean/save_invstd/saved for batch_norm_relu_backward. A device may instead compute the three in one library call (cuDNN's BN_ADD_ACTIVATION): its values
+  //   then match to rounding, not bit for bit. May be nullptr (with the backward): the op then runs
+  //   the three ops.
+  // batch_norm_relu_backward: the gradients of batch_norm_relu_forward from grad_out and its output y:
+  //   g = relu_backward(grad_out, y), then batch_norm_backward's dx, dgamma, dbeta of g, and
+  //   dresidual = g when has_residual. beta is the forward's (cuDNN's fused backward reads it).
   Tensor (*batch_norm_relu_forward)(const Tensor& x, const Tensor& gamma, const Tensor& beta,
                                     const Tensor& running_mean, const Tensor& running_var, bool training,
                                     double momentum, double eps, const Tensor& residual, Tensor* save_mean,
                                     Tensor* save_invstd, std::shared_ptr<void>* saved) = nullptr;
+  BatchNormGradients (*batch_norm_relu_backward)(const Tensor& grad_out, const Tensor& y, const Tensor& x,
+                                                 const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                                 const Tensor& save_invstd, const std::shared_ptr<void>& saved,
+                                                 bool training, bool need_dx, bool has_residual) = nullptr;
   BatchNormGradients (*batch_norm_backward)(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                             const Tensor& save_mean, const Tensor& save_invstd,
                                             const std::shared_ptr<void>& saved, bool training,

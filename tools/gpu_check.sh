@@ -14,8 +14,9 @@
 # bench: ResNet-50 224x224 training images/s, kiln against PyTorch (channels_last; AMP for fp16/bf16) on the
 #        same GPU: fp32 batch 128, fp16 and bf16 batch 256, with the share of each kiln step the host spent
 #        blocked (bench/bench_gpu.py), and each kiln figure again with KILN_CUDNN_BATCH_NORM=0 (kiln's own
-#        batch-norm kernels instead of cuDNN's: what the switch is worth); AutoBatch (batch=-1) on ResNet-50: what it measured and chose, and
-#        the training peak against its target.
+#        batch-norm kernels instead of cuDNN's) and with KILN_FUSED_BN_RELU=0 (batch norm, residual add and
+#        ReLU as three ops instead of cuDNN's fused call): what each switch is worth; AutoBatch (batch=-1)
+#        on ResNet-50: what it measured and chose, and the training peak against its target.
 # Each part writes its whole log to $OUT/<part>.log and a one-screen summary (every test's verdict, every
 # figure) to $OUT/<part>-summary.txt when OUT is set (else under /tmp/kiln-gpu-check), prints the
 # summary last, and exits non-zero if anything failed.
@@ -186,9 +187,9 @@ fi
 if [[ "$part" == bench ]]; then
   section "ResNet-50 training: kiln vs PyTorch on this GPU (bench/bench_gpu.py)"
   py=${PYTHON:-python3}
-  PYTHONUNBUFFERED=1 timeout -k 10 "${BENCH_TIMEOUT:-220}" "$py" "$here/bench/bench_gpu.py" "$kiln" \
+  PYTHONUNBUFFERED=1 timeout -k 10 "${BENCH_TIMEOUT:-280}" "$py" "$here/bench/bench_gpu.py" "$kiln" \
     --skip-matmul --summary "$runs/bench_summary.txt" \
-    --kiln-ab KILN_CUDNN_BATCH_NORM=0
+    --kiln-ab KILN_CUDNN_BATCH_NORM=0 --kiln-ab KILN_FUSED_BN_RELU=0
   rc=$?
   [[ -f "$runs/bench_summary.txt" ]] && cat "$runs/bench_summary.txt" >>"$summary"
   if ((rc == 0)); then pass "bench_gpu.py"; else fail "bench_gpu.py (exit $rc)"; fi

@@ -422,6 +422,18 @@ BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, 
   return {need_dx ? nn::from_compute(g[0], x.dtype()) : Tensor(), g[1], g[2]};
 }
 
+// relu's backward on the fused output, then batch norm's: what the three ops' backwards compute.
+BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x,
+                                            const Tensor& gamma, const Tensor& /*beta: not needed here*/,
+                                            const Tensor& save_mean, const Tensor& save_invstd,
+                                            const std::shared_ptr<void>& saved, bool training, bool need_dx,
+                                            bool has_residual) {
+  Tensor g = binary(ElementwiseBinary::relu_backward, grad_out, y);
+  BatchNormGradients out = batch_norm_backward(g, x, gamma, save_mean, save_invstd, saved, training, need_dx);
+  if (has_residual) out.dresidual = g;
+  return out;
+}
+
 void increment_i64(const Tensor& counter, int64_t by) {
   KILN_CHECK(counter.dtype() == DType::i64 && counter.numel() == 1, "increment: expected one i64 value, got ",
              counter.str());

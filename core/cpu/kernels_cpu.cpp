@@ -48,6 +48,10 @@ Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tenso
 BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const std::shared_ptr<void>& saved, bool training, bool need_dx);
+BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x,
+                                            const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                            const Tensor& save_invstd, const std::shared_ptr<void>& saved,
+                                            bool training, bool need_dx, bool has_residual);
 void increment_i64(const Tensor& counter, int64_t by);
 // core/cpu/loss.cpp
 Tensor cross_entropy_forward(const Tensor& logits, const Tensor& labels, double label_smoothing,
@@ -103,6 +107,7 @@ const Kernels& kernels() {
     k.batch_norm_forward = batch_norm_forward;
     k.batch_norm_relu_forward = batch_norm_relu_forward;
     k.batch_norm_backward = batch_norm_backward;
+    k.batch_norm_relu_backward = batch_norm_relu_backward;
     k.increment_i64 = increment_i64;
     k.cross_entropy_forward = cross_entropy_forward;
     k.cross_entropy_backward = cross_entropy_backward;

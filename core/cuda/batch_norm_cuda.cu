@@ -352,6 +352,20 @@ constexpr cudnnBatchNormMode_t kBnMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 struct CudnnBnSaved {
   Tensor reserve;  // u8, may be empty
   double eps = 0;
+  cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN;  // BN, or the fused BN_ACTIVATION / BN_ADD_ACTIVATION
+  Tensor beta;  // f32 (C): the fused ops' backward reads it
+};
+
+// ReLU for cuDNN's fused batch-norm ops; NaN propagates, as kiln's relu.
+struct ReluDescriptor {
+  cudnnActivationDescriptor_t d = nullptr;
+  ReluDescriptor() {
+    CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
+    CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+  }
+  ~ReluDescriptor() { cudnnDestroyActivationDescriptor(d); }
+  ReluDescriptor(const ReluDescriptor&) = delete;
+  ReluDescriptor& operator=(const ReluDescriptor&) = delete;
 };
 
 // The descriptors of one call: x/y/dy (N, C, H, W) in NHWC order, and the (1, C, 1, 1) f32 statistics.
@@ -389,10 +403,13 @@ Tensor bytes_on(size_t n, int device) {
 void* ptr_or_null(const Tensor& t) { return t.defined() && t.numel() > 0 ? t.raw_data() : nullptr; }
 
 // Returns an undefined tensor when cuDNN does not support the case (the caller runs our kernels).
+// ops: CUDNN_BATCHNORM_OPS_BN, or the fused BN_ACTIVATION (relu) / BN_ADD_ACTIVATION (relu after
+// adding `residual`, of x's shape and dtype).
 Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor& beta0, const Tensor& running_mean,
                            const Tensor& running_var, double momentum, double eps, Tensor* save_mean,
-                           Tensor* save_invstd, std::shared_ptr<void>* saved) {
-  const char* op = "batch_norm";
+                           Tensor* save_invstd, std::shared_ptr<void>* saved,
+                           cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN, const Tensor& residual = Tensor()) {
+  const char* op = ops == CUDNN_BATCHNORM_OPS_BN ? "batch_norm" : "batch_norm_relu";
   Args a = check_train(op, x0, gamma0, beta0, running_mean, running_var);
   const DType t = x0.dtype();
   Tensor x = packed(x0);
@@ -403,23 +420,29 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
   DeviceGuard g(a.device);
   cudnnHandle_t h = cudnn_handle(a.device);
   BnDescriptors d(x, t);
+  const bool act = ops != CUDNN_BATCHNORM_OPS_BN, add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  ReluDescriptor relu;
+  cudnnActivationDescriptor_t act_d = act ? relu.d : nullptr;
+  cudnnTensorDescriptor_t z_d = add ? d.x : nullptr;
+  Tensor z = add ? packed(residual) : Tensor();
   size_t ws_bytes = 0, reserve_bytes = 0;
-  cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-      h, kBnMode, CUDNN_BATCHNORM_OPS_BN, d.x, nullptr, d.x, d.stats, nullptr, &ws_bytes);
+  cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kBnMode, ops, d.x, z_d, d.x, d.stats,
+                                                                              act_d, &ws_bytes);
   if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kBnMode, CUDNN_BATCHNORM_OPS_BN, nullptr, d.x,
-                                                              &reserve_bytes);
+    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kBnMode, ops, act_d, d.x, &reserve_bytes);
   if (st == CUDNN_STATUS_NOT_SUPPORTED) return Tensor();
   CUDNN_CHECK(st);
   Tensor ws = bytes_on(ws_bytes, a.device);
   auto keep = std::make_shared<CudnnBnSaved>();
   keep->reserve = bytes_on(reserve_bytes, a.device);
   keep->eps = eps;
+  keep->ops = ops;
+  if (act) keep->beta = beta;
   const float one = 1.f, zero = 0.f;
   st = cudnnBatchNormalizationForwardTrainingEx(
-      h, kBnMode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, d.x, x.raw_data(), nullptr, nullptr, d.x, y.raw_data(), d.stats,
+      h, kBnMode, ops, &one, &zero, d.x, x.raw_data(), z_d, add ? z.raw_data() : nullptr, d.x, y.raw_data(), d.stats,
       gamma.raw_data(), beta.raw_data(), momentum, ptr_or_null(running_mean), ptr_or_null(running_var), eps,
-      mean.raw_data(), invstd.raw_data(), nullptr, ptr_or_null(ws), ws_bytes, ptr_or_null(keep->reserve),
+      mean.raw_data(), invstd.raw_data(), act_d, ptr_or_null(ws), ws_bytes, ptr_or_null(keep->reserve),
       reserve_bytes);
   if (st == CUDNN_STATUS_NOT_SUPPORTED) return Tensor();  // refused before running: nothing was written
   CUDNN_CHECK(st);
@@ -429,9 +452,12 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
   return y;
 }
 
+// keep.ops BN: y0 unused. The fused ops: y0 is the forward's output (relu's mask); with a residual
+// (BN_ADD_ACTIVATION) *dresidual receives its gradient.
 BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const Tensor& gamma0, const Tensor& mean,
-                                    const Tensor& invstd, const CudnnBnSaved& keep) {
-  const char* op = "batch_norm_backward";
+                                    const Tensor& invstd, const CudnnBnSaved& keep, const Tensor& y0 = Tensor(),
+                                    Tensor* dresidual = nullptr) {
+  const char* op = keep.ops == CUDNN_BATCHNORM_OPS_BN ? "batch_norm_backward" : "batch_norm_relu_backward";
   Args a = check(op, x0, {&gamma0, &mean, &invstd});
   check_grad(op, gy0, x0);
   const DType t = x0.dtype();
@@ -445,16 +471,26 @@ BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const T
   DeviceGuard g(a.device);
   cudnnHandle_t h = cudnn_handle(a.device);
   BnDescriptors d(x, t);
+  const bool act = keep.ops != CUDNN_BATCHNORM_OPS_BN, add = keep.ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+  KILN_CHECK(!act || (y0.defined() && y0.shape() == x0.shape() && y0.dtype() == t && keep.beta.defined()), op,
+             ": the fused backward needs the forward's output y ", y0.str(), " of x's shape and dtype ", x0.str());
+  ReluDescriptor relu;
+  cudnnActivationDescriptor_t act_d = act ? relu.d : nullptr;
+  cudnnTensorDescriptor_t y_d = act ? d.x : nullptr, dz_d = add ? d.x : nullptr;
+  Tensor y = act ? packed(y0) : Tensor();
+  Tensor dz = add ? empty_on(x.shape(), t, x) : Tensor();
   size_t ws_bytes = 0;
-  CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kBnMode, CUDNN_BATCHNORM_OPS_BN, d.x, nullptr, d.x,
-                                                                nullptr, d.x, d.stats, nullptr, &ws_bytes));
+  CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kBnMode, keep.ops, d.x, y_d, d.x, dz_d, d.x, d.stats,
+                                                                act_d, &ws_bytes));
   Tensor ws = bytes_on(ws_bytes, a.device);
   const float one = 1.f, zero = 0.f;
   CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
-      h, kBnMode, CUDNN_BATCHNORM_OPS_BN, &one, &zero, &one, &zero, d.x, x.raw_data(), nullptr, nullptr, d.x,
-      gy.raw_data(), nullptr, nullptr, d.x, out.dx.raw_data(), d.stats, gamma.raw_data(), nullptr,
-      out.dgamma.raw_data(), out.dbeta.raw_data(), keep.eps, m.raw_data(), is.raw_data(), nullptr, ptr_or_null(ws),
-      ws_bytes, ptr_or_null(keep.reserve), keep.reserve.defined() ? static_cast<size_t>(keep.reserve.numel()) : 0));
+      h, kBnMode, keep.ops, &one, &zero, &one, &zero, d.x, x.raw_data(), y_d, act ? y.raw_data() : nullptr, d.x,
+      gy.raw_data(), dz_d, add ? dz.raw_data() : nullptr, d.x, out.dx.raw_data(), d.stats, gamma.raw_data(),
+      act ? keep.beta.raw_data() : nullptr, out.dgamma.raw_data(), out.dbeta.raw_data(), keep.eps, m.raw_data(),
+      is.raw_data(), act_d, ptr_or_null(ws), ws_bytes, ptr_or_null(keep.reserve),
+      keep.reserve.defined() ? static_cast<size_t>(keep.reserve.numel()) : 0));
+  if (dresidual) *dresidual = dz;
   return out;
 }
 
@@ -462,6 +498,9 @@ BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const T
 
 void set_batch_norm_cudnn(bool on) { g_bn_cudnn.store(on); }
 bool batch_norm_cudnn() { return g_bn_cudnn.load(); }
+bool batch_norm_saved_is_fused(const std::shared_ptr<void>& saved) {
+  return saved && static_cast<const CudnnBnSaved*>(saved.get())->ops != CUDNN_BATCHNORM_OPS_BN;
+}
 
 // --- the kernel table's entries (core/kernels.h, listed in core/cuda/kernels_cuda.cu) ---------------
 
@@ -493,13 +532,63 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
   KILN_CHECK(save_mean.defined() && save_invstd.defined(), op, ": save_mean and save_invstd are required");
   Tensor gy = grad_out.dtype() == x.dtype() ? grad_out : grad_out.to(x.dtype());
   if (training && saved) {  // the forward ran on cuDNN: so does the backward, with its reserve space
-    BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd,
-                                            *static_cast<const CudnnBnSaved*>(saved.get()));
+    const auto& keep = *static_cast<const CudnnBnSaved*>(saved.get());
+    KILN_CHECK(keep.ops == CUDNN_BATCHNORM_OPS_BN, op, ": the forward was batch_norm_relu's fused one; its backward is "
+               "batch_norm_relu_backward");
+    BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, keep);
     return {g.dx, g.dgamma, g.dbeta};
   }
   BatchNormGrads g =
       backward_impl(op, gy, x, gamma, packed_f32(save_mean), packed_f32(save_invstd), a, training, true);
   return {g.dx, g.dgamma, g.dbeta};
+}
+
+// core/cuda/elementwise_cuda.cu (the kernel table's binary and unary entries)
+Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
+Tensor elementwise_unary(ElementwiseUnary op, const Tensor& a);
+
+// relu(batch norm + residual): in training on cuDNN's fused BN_ACTIVATION / BN_ADD_ACTIVATION where
+// cuDNN takes the case (its NHWC persistent kernels: f16, and what else its query accepts), else the
+// batch norm above followed by the add and relu kernels.
+Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               const Tensor& residual, Tensor* save_mean, Tensor* save_invstd,
+                               std::shared_ptr<void>* saved) {
+  KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
+             "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
+  if (saved) saved->reset();
+  if (training && cudnn_bn_applies(x, eps)) {
+    const cudnnBatchNormOps_t ops =
+        residual.defined() ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+    Tensor y = cudnn_forward_train(x, gamma, beta, running_mean, running_var, momentum, eps, save_mean, save_invstd,
+                                   saved, ops, residual);
+    if (y.defined()) return y;
+  }
+  Tensor y = batch_norm_forward(x, gamma, beta, running_mean, running_var, training, momentum, eps, save_mean,
+                                save_invstd, saved);
+  if (residual.defined()) y = elementwise_binary(ElementwiseBinary::add, y, residual);
+  return elementwise_unary(ElementwiseUnary::relu, y);
+}
+
+kiln::BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x,
+                                                  const Tensor& gamma, const Tensor& /*beta: kept by the forward*/,
+                                                  const Tensor& save_mean, const Tensor& save_invstd,
+                                                  const std::shared_ptr<void>& saved, bool training, bool need_dx,
+                                                  bool has_residual) {
+  const auto* keep = saved ? static_cast<const CudnnBnSaved*>(saved.get()) : nullptr;
+  if (training && keep && keep->ops != CUDNN_BATCHNORM_OPS_BN) {  // the fused forward: cuDNN's fused backward
+    KILN_CHECK(has_residual == (keep->ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION),
+               "batch_norm_relu_backward: has_residual does not match the forward's fused op");
+    Tensor gy = grad_out.dtype() == x.dtype() ? grad_out : grad_out.to(x.dtype());
+    Tensor dz;
+    BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, *keep, y, &dz);
+    return {g.dx, g.dgamma, g.dbeta, dz};
+  }
+  Tensor g = elementwise_binary(ElementwiseBinary::relu_backward, grad_out, y);
+  kiln::BatchNormGradients out =
+      batch_norm_backward(g, x, gamma, save_mean, save_invstd, saved, training, need_dx);
+  if (has_residual) out.dresidual = g;
+  return out;
 }
 
 }  // namespace kiln::cuda

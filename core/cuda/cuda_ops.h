@@ -168,6 +168,9 @@ BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x,
 // Process-wide. The functions above always run kiln's own kernels.
 void set_batch_norm_cudnn(bool on);
 bool batch_norm_cudnn();
+// Whether a batch_norm_relu_forward's `saved` handle comes from cuDNN's fused BN_ACTIVATION /
+// BN_ADD_ACTIVATION call (tests and the GPU check report which path ran).
+bool batch_norm_saved_is_fused(const std::shared_ptr<void>& saved);
 
 // --- pooling (core/cuda/pool_cuda.cu) ---------------------------------------------------------------
 // PyTorch's semantics: output size with ceil_mode (a window may not start in the right padding),

@@ -24,6 +24,14 @@ Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& be
 kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                              const Tensor& save_mean, const Tensor& save_invstd,
                                              const std::shared_ptr<void>& saved, bool training, bool need_dx);
+Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
+                               const Tensor& running_var, bool training, double momentum, double eps,
+                               const Tensor& residual, Tensor* save_mean, Tensor* save_invstd,
+                               std::shared_ptr<void>* saved);
+kiln::BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x,
+                                                  const Tensor& gamma, const Tensor& beta, const Tensor& save_mean,
+                                                  const Tensor& save_invstd, const std::shared_ptr<void>& saved,
+                                                  bool training, bool need_dx, bool has_residual);
 
 // core/cuda/elementwise_cuda.cu
 Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
@@ -66,6 +74,8 @@ const Kernels& kernels() {
 
     k.batch_norm_forward = batch_norm_forward;
     k.batch_norm_backward = batch_norm_backward;
+    k.batch_norm_relu_forward = batch_norm_relu_forward;
+    k.batch_norm_relu_backward = batch_norm_relu_backward;
     k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
     // cross_entropy's saved state is the weight sum of the weighted loss (undefined without weights)
     k.cross_entropy_forward = cross_entropy_forward;

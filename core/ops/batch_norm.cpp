@@ -1,8 +1,13 @@
 // Batch normalisation: the op (checks, one backward closure); the kernels are the device's table
 // entries (core/kernels.h: core/cpu/batch_norm.cpp, core/cuda/batch_norm_cuda.cu). The forward
-// hands the per-channel mean and invstd it used to the backward as saved tensors.
+// hands the per-channel mean and invstd it used to the backward as saved tensors. batch_norm_relu
+// (batch norm, residual add, ReLU) takes the fused entries where the device has them.
 // Tests: tests/core/batch_norm_test.cpp, tests/gpu/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include "core/ops/batch_norm.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/autograd.h"
 #include "core/kernels.h"
@@ -44,11 +49,11 @@ void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, const 
   KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
 }
 
-// The backward both ops record: batch_norm_backward's kernel on the gradient of the normalised
-// output, its dgamma/dbeta (the kernels' compute dtype) brought to the parameters' dtypes (none for a
+// The backward state both ops record, and batch_norm's backward: batch_norm_backward's kernel on
+// the gradient of the normalised output, its dgamma/dbeta (the kernels' compute dtype) brought to the parameters' dtypes (none for a
 // parameter that is not given).
 struct BnBackward {
-  decltype(Kernels::batch_norm_backward) kernel;
+  decltype(Kernels::batch_norm_backward) kernel;  // batch_norm's (batch_norm_relu has its own)
   Tensor xd, gd, save_mean, save_invstd;
   std::shared_ptr<void> saved;  // the kernel's own state (cuDNN's reserve space), if any
   bool training = true, need_dx = false, has_gamma = false, has_beta = false;
@@ -61,13 +66,26 @@ struct BnBackward {
         gamma_t(gamma.defined() ? gamma.dtype() : x.dtype()), beta_t(beta.defined() ? beta.dtype() : x.dtype()) {}
 
   grads operator()(const Tensor& gy) const {
-    BatchNormGradients g = kernel(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx);
+    return cast(kernel(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx));
+  }
+  grads cast(const BatchNormGradients& g) const {
     auto as = [](bool want, const Tensor& t, DType dt) { return !want ? Tensor() : t.dtype() == dt ? t : t.to(dt); };
     return grads{as(need_dx, g.dx, x_t), as(has_gamma, g.dgamma, gamma_t), as(has_beta, g.dbeta, beta_t)};
   }
 };
 
 }  // namespace
+
+namespace {
+bool fused_env_default() {
+  const char* v = std::getenv("KILN_FUSED_BN_RELU");
+  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
+}
+std::atomic<bool> g_fused{fused_env_default()};
+}  // namespace
+
+void set_batch_norm_relu_fused(bool on) { g_fused.store(on); }
+bool batch_norm_relu_fused() { return g_fused.load(std::memory_order_relaxed); }
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                   const Tensor& running_var, bool training, double momentum, double eps) {
@@ -88,23 +106,25 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
   KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
              "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
-  const auto fused = kernels(d).batch_norm_relu_forward;
-  if (!fused) {  // this device has no fused kernel: the three ops
+  const auto fused = batch_norm_relu_fused() ? kernels(d).batch_norm_relu_forward : nullptr;
+  if (!fused) {  // this device has no fused kernel (or it is switched off): the three ops
     Tensor y = batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps);
     return relu(residual.defined() ? add(y, residual) : y);
   }
-  BnBackward bw(kernel(d, &Kernels::batch_norm_backward, "batch_norm_relu"), x, gamma, beta, training);
+  const auto backward = kernel(d, &Kernels::batch_norm_relu_backward, "batch_norm_relu");
+  BnBackward bw(nullptr, x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta, residual});
   Tensor y = fused(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
                    momentum, eps, detached(residual), rec ? &bw.save_mean : nullptr, rec ? &bw.save_invstd : nullptr,
                    rec ? &bw.saved : nullptr);
-  const bool has_residual = residual.defined();
   // relu's backward on y, then batch norm's; the residual's gradient is relu's (the add passes it on).
   return record("batch_norm_relu", {x, gamma, beta, residual}, y,
-                [bw = std::move(bw), yd = y.detach(), has_residual](const Tensor& gy) {
-                  Tensor g = relu_backward(gy, yd);
-                  grads out = bw(g);
-                  out.push_back(has_residual ? g : Tensor());
+                [backward, bw = std::move(bw), yd = y.detach(), bd = detached(beta),
+                 has_residual = residual.defined()](const Tensor& gy) {
+                  BatchNormGradients g = backward(gy, yd, bw.xd, bw.gd, bd, bw.save_mean, bw.save_invstd, bw.saved,
+                                                  bw.training, bw.need_dx, has_residual);
+                  grads out = bw.cast(g);
+                  out.push_back(has_residual ? g.dresidual : Tensor());
                   return out;
                 });
 }

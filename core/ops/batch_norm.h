@@ -21,9 +21,14 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
 // ResNet block's "BN, (add the shortcut,) ReLU" in one pass over the activations where the device
 // has the fused kernel (the CPU), else the three ops. Values, gradients (for x, gamma, beta and
 // residual) and running statistics are bit for bit those of the three ops. residual: x's shape and
-// dtype. The backward keeps only y (the next layer's input) besides what batch_norm keeps.
+// dtype. The backward keeps only y (the next layer's input) besides what batch_norm keeps. On CUDA
+// the fused kernel is cuDNN's BN_ADD_ACTIVATION where cuDNN takes the case (equal to rounding).
 Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                        const Tensor& running_var, bool training, double momentum = 0.1, double eps = 1e-5,
                        const Tensor& residual = Tensor());
+// Process-wide: whether batch_norm_relu takes the device's fused kernel (default on;
+// KILN_FUSED_BN_RELU=0 in the environment starts it off, for A/B timings). Off, it runs the three ops.
+void set_batch_norm_relu_fused(bool on);
+bool batch_norm_relu_fused();
 
 }  // namespace kiln::ops

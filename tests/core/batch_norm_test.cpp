@@ -405,3 +405,20 @@ TEST(BatchNormRelu, ErrorsNameTheResidual) {
   EXPECT_THROW(ops::batch_norm_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, x.to(DType::f64)),
                Error);
 }
+
+// The A/B switch (KILN_FUSED_BN_RELU=0): off, the op records batch norm, add and relu as three
+// nodes; on, one fused node. The values are the same either way (the test above).
+TEST(BatchNormRelu, SwitchOffRunsTheThreeOps) {
+  Tensor x = randn({2, 3, 3, 4}, 53).set_requires_grad(true), r = randn({2, 3, 3, 4}, 54);
+  const bool was = ops::batch_norm_relu_fused();
+  ops::set_batch_norm_relu_fused(true);
+  Tensor on = ops::batch_norm_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, r);
+  ASSERT_TRUE(on.grad_fn());
+  EXPECT_EQ(on.grad_fn()->name(), "batch_norm_relu");
+  ops::set_batch_norm_relu_fused(false);
+  Tensor off = ops::batch_norm_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), true, 0.1, 1e-5, r);
+  ops::set_batch_norm_relu_fused(was);
+  ASSERT_TRUE(off.grad_fn());
+  EXPECT_EQ(off.grad_fn()->name(), "relu");
+  EXPECT_EQ(on.to_double_vector(), off.to_double_vector());
+}

@@ -9,6 +9,8 @@
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
 #include "core/kernels.h"
+#include "core/ops/batch_norm.h"
+#include "core/ops/elementwise.h"
 
 using namespace kiln;
 using kiln::gputest::gpu;
@@ -191,6 +193,78 @@ TEST(CudaBatchNorm, BadArguments) {
   EXPECT_THROW(cuda::batch_norm_forward_train(x, c4, c4, Tensor::zeros({4}, DType::bf16, gpu()), c4, 0.1, 1e-5, &sm,
                                               &si),
                Error);  // running stats must be f32
+}
+
+namespace {
+
+// ops::batch_norm_relu on the GPU (the ResNet blocks' BN, add, ReLU) against the CPU in f64: y and
+// the running statistics against relu(bn(x) + r); the gradients against the CPU's batch norm
+// backward of gy masked by the GPU's own y (relu's mask is the output's sign, so values within
+// rounding of 0 cannot flip the comparison). Returns whether cuDNN's fused call ran.
+bool check_bn_relu(const Shape& s, DType t, bool with_residual, uint64_t seed) {
+  const int64_t C = s.back();
+  Tensor x = rand_cpu(s, seed, t, 2.0, 0.3), r = rand_cpu(s, seed + 1, t), gy = rand_cpu(s, seed + 2, t);
+  Tensor gamma = rand_cpu({C}, seed + 3, DType::f32, 0.5, 1.0), beta = rand_cpu({C}, seed + 4);
+  Tensor rm = rand_cpu({C}, seed + 5, DType::f32, 0.1), rv = rand_cpu({C}, seed + 6, DType::f32, 0.1, 1.0);
+  const std::string what = shape_str(s) + " " + dtype_name(t) + (with_residual ? " residual" : "") +
+                           (cuda::batch_norm_cudnn() ? " (cuDNN on)" : " (cuDNN off)");
+  // The GPU: the op, as the blocks call it.
+  Tensor gx = x.to(gpu()).set_requires_grad(true), gr = r.to(gpu()).set_requires_grad(true);
+  Tensor gg = gamma.to(gpu()).set_requires_grad(true), gb = beta.to(gpu()).set_requires_grad(true);
+  Tensor grm = rm.to(gpu()), grv = rv.to(gpu());
+  Tensor y = ops::batch_norm_relu(gx, gg, gb, grm, grv, true, 0.1, 1e-5, with_residual ? gr : Tensor());
+  y.backward(gy.to(gpu()));
+  // The CPU in f64.
+  auto f64 = [](const Tensor& v) { return v.to(DType::f64).set_requires_grad(true); };
+  Tensor cx = f64(x), cr = f64(r), cg = f64(gamma), cb = f64(beta);
+  Tensor crm = rm.to(DType::f64), crv = rv.to(DType::f64);
+  Tensor bn = ops::batch_norm(cx, cg, cb, crm, crv, true, 0.1, 1e-5);
+  Tensor want_y = ops::relu(with_residual ? ops::add(bn.detach(), cr.detach()) : bn.detach());
+  Tensor g = ops::relu_backward(gy.to(DType::f64), y.detach().to(Device::cpu()).to(DType::f64));
+  bn.backward(g);
+  const double tol = 4 * gputest::rounding(t) + 2e-5, n = std::sqrt(static_cast<double>(x.numel() / C));
+  gputest::expect_near_all(y, want_y.to_double_vector(), tol, tol, "y " + what);
+  gputest::expect_near_all(gx.grad(), cx.grad().to_double_vector(), tol, 10 * tol, "dx " + what);
+  gputest::expect_near_all(gg.grad(), cg.grad().to_double_vector(), 1e-4 * n + tol, 1e-3, "dgamma " + what);
+  gputest::expect_near_all(gb.grad(), cb.grad().to_double_vector(), 1e-4 * n + tol, 1e-3, "dbeta " + what);
+  if (with_residual) {
+    gputest::expect_near_all(gr.grad(), g.to_double_vector(), tol, tol, "dresidual " + what);
+  } else {
+    EXPECT_FALSE(gr.grad().defined()) << what;
+  }
+  gputest::expect_near_all(grm, crm.to_double_vector(), 1e-5, 1e-5, "running_mean " + what);
+  gputest::expect_near_all(grv, crv.to_double_vector(), 1e-5, 1e-4, "running_var " + what);
+  // Which path the table took, for the log.
+  std::shared_ptr<void> saved;
+  Tensor sm, si;
+  kernels(gpu()).batch_norm_relu_forward(x.to(gpu()), gamma.to(gpu()), beta.to(gpu()), Tensor(), Tensor(), true, 0.1,
+                                         1e-5, with_residual ? r.to(gpu()) : Tensor(), &sm, &si, &saved);
+  const bool fused = cuda::batch_norm_saved_is_fused(saved);
+  std::printf("  batch_norm_relu %s: %s\n", what.c_str(),
+              fused ? "cuDNN's fused BN_(ADD_)ACTIVATION" : "batch norm, then kiln's add and relu kernels");
+  return fused;
+}
+
+}  // namespace
+
+// The fused op on every GPU path: cuDNN's fused call where it takes the case (f16 NHWC), the plain
+// batch norm plus add and relu elsewhere (f32, bf16, cuDNN off), all against the CPU.
+TEST(CudaBatchNormRelu, OpMatchesTheCpuOnEveryPath) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  const bool was = cuda::batch_norm_cudnn();
+  for (bool on : {true, false}) {
+    cuda::set_batch_norm_cudnn(on);
+    for (DType t : {DType::f16, DType::f32, DType::bf16}) {
+      for (bool residual : {true, false}) {
+        const bool fused = check_bn_relu({8, 14, 14, 64}, t, residual, 30);
+        if (!on || t == DType::bf16) {
+          EXPECT_FALSE(fused) << "cuDNN fused a case it was not given";
+        }
+        check_bn_relu({4, 7, 5, 3}, t, residual, 40);  // odd channels
+      }
+    }
+  }
+  cuda::set_batch_norm_cudnn(was);
 }
 
 #endif  // KILN_WITH_CUDA

@@ -18,9 +18,10 @@
 
 Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 128] [--steps 20]
                                         [--amp-batch 256] [--skip-amp] [--skip-matmul] [--summary FILE]
-                                        [--kiln-ab NAME=VALUE]
-       --kiln-ab runs each kiln ResNet-50 figure a second time with that environment variable set (an A/B
-       of one kiln switch, e.g. KILN_CUDNN_BATCH_NORM=0: kiln's own batch-norm kernels instead of cuDNN's)
+                                        [--kiln-ab NAME=VALUE ...]
+       --kiln-ab runs each kiln ResNet-50 figure again with that environment variable set (an A/B of one
+       kiln switch, e.g. KILN_CUDNN_BATCH_NORM=0: kiln's own batch-norm kernels instead of cuDNN's;
+       KILN_FUSED_BN_RELU=0: batch norm, add and ReLU as three ops); repeat it for several switches
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
 Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
 (the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
@@ -217,10 +218,12 @@ def main():
     p.add_argument("--skip-amp", action="store_true", help="skip part (c)")
     p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
     p.add_argument("--summary", help="also write one line per figure to this file")
-    p.add_argument("--kiln-ab", metavar="NAME=VALUE", help="also time each kiln ResNet-50 run with this variable set")
+    p.add_argument("--kiln-ab", metavar="NAME=VALUE", action="append", default=[],
+                   help="also time each kiln ResNet-50 run with this variable set (repeatable)")
     a = p.parse_args()
-    if a.kiln_ab and "=" not in a.kiln_ab:
-        p.error(f"--kiln-ab {a.kiln_ab}: give NAME=VALUE, e.g. KILN_CUDNN_BATCH_NORM=0")
+    for ab in a.kiln_ab:
+        if "=" not in ab:
+            p.error(f"--kiln-ab {ab}: give NAME=VALUE, e.g. KILN_CUDNN_BATCH_NORM=0")
     try:
         import torch
         have_torch = torch.cuda.is_available()
@@ -270,11 +273,11 @@ def part_resnet50(a, have_torch, fig):
     rows, ok = [], True
     for prec, batch in runs:
         k, blocked = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
-        if a.kiln_ab:
-            name, value = a.kiln_ab.split("=", 1)
+        for ab in a.kiln_ab:
+            name, value = ab.split("=", 1)
             kb, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
             gain = f"{k / kb:.2f}" if k and kb else "-"
-            fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, kiln with {a.kiln_ab} {fmt(kb)} img/s "
+            fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, kiln with {ab} {fmt(kb)} img/s "
                 f"(default/that {gain})")
         t = None
         if have_torch:
