@@ -13,18 +13,20 @@
 // The kernel table (core/kernels.h) lists batch_norm_forward and batch_norm_backward at the end of
 // this file: train and eval in one entry each, the statistics the forward used saved for the backward.
 //
-// cuDNN's batch norm for training f32 and f16 NHWC activations (what PyTorch uses for them; bf16 and
-// eval stay on the kernels above, as in PyTorch): cudnnBatchNormalization{ForwardTraining,Backward}Ex
+// cuDNN's batch norm for training f32, f16 and bf16 NHWC activations (PyTorch uses it for f32/f16 and
+// its own kernels for bf16; kiln asks cuDNN for bf16 too and runs the kernels above where cuDNN
+// refuses; eval stays on the kernels above): cudnnBatchNormalization{ForwardTraining,Backward}Ex
 // in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, whose NHWC kernels read the activations fewer times than
 // the two-pass kernels above. The first GPU run (H200, ResNet-50 batch 256) had kiln at 0.86x PyTorch in
 // fp16 and 0.91x in fp32 but 1.00x in bf16, where PyTorch runs its own kernels: the batch norm is where
 // the two differ. Same semantics (running variance unbiased, eps inside the square root, momentum as
 // the exponential average factor); the forward's reserve space and eps travel to the backward in the
-// table's opaque `saved` handle. Taken when x is (N, H, W, C) of f32/f16, eps >= CUDNN_BN_MIN_EPSILON,
+// table's opaque `saved` handle. Taken when x is (N, H, W, C) of f32/f16/bf16, eps >= CUDNN_BN_MIN_EPSILON,
 // N <= 880801 and every count fits an int (PyTorch's conditions), and set_batch_norm_cudnn(true)
 // (default; KILN_CUDNN_BATCH_NORM=0 in the environment turns it off, for A/B timings). A call cuDNN
-// answers "not supported" runs on the kernels above (its workspace query comes first, so nothing has
-// been written; the running statistics are updated once).
+// refuses (a failed query, or NOT_SUPPORTED/BAD_PARAM from the call) runs on the kernels above (the
+// queries come first and the call checks before it runs, so nothing has been written; the running
+// statistics are updated once).
 // Tests: tests/gpu/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include <atomic>
 #include <climits>
@@ -337,7 +339,7 @@ BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x,
   return backward_impl(op, grad_out, x, gamma, rm, invstd, a, false);
 }
 
-// --- cuDNN's batch norm (training, f32/f16 NHWC) ----------------------------------------------------
+// --- cuDNN's batch norm (training, f32/f16/bf16 NHWC) ----------------------------------------------------
 namespace {
 
 bool env_default_on() {
@@ -376,7 +378,9 @@ struct BnDescriptors {
     CUDNN_CHECK(cudnnCreateTensorDescriptor(&stats));
     const int n = static_cast<int>(x_.size(0)), h = static_cast<int>(x_.size(1)), w = static_cast<int>(x_.size(2)),
               c = static_cast<int>(x_.size(3));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, t == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT, n, c, h, w));
+    const cudnnDataType_t dt =
+        t == DType::f16 ? CUDNN_DATA_HALF : t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, dt, n, c, h, w));
     CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats, x, kBnMode));
   }
   ~BnDescriptors() {
@@ -389,7 +393,7 @@ struct BnDescriptors {
 
 bool cudnn_bn_applies(const Tensor& x, double eps) {
   if (!g_bn_cudnn.load(std::memory_order_relaxed)) return false;
-  if (x.dtype() != DType::f32 && x.dtype() != DType::f16) return false;
+  if (x.dtype() != DType::f32 && x.dtype() != DType::f16 && x.dtype() != DType::bf16) return false;
   if (x.dim() != 4 || eps < CUDNN_BN_MIN_EPSILON) return false;
   // 0 < numel < INT_MAX also keeps every dim within cuDNN's int descriptors.
   if (x.numel() == 0 || x.numel() >= INT_MAX || x.size(0) > 880801) return false;
@@ -430,8 +434,9 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
                                                                               act_d, &ws_bytes);
   if (st == CUDNN_STATUS_SUCCESS)
     st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kBnMode, ops, act_d, d.x, &reserve_bytes);
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) return Tensor();
-  CUDNN_CHECK(st);
+  // A query that fails has written nothing: the case is cuDNN's to refuse (bf16, or a fused op its
+  // kernels lack, may come back NOT_SUPPORTED or BAD_PARAM depending on the version), ours to run.
+  if (st != CUDNN_STATUS_SUCCESS) return Tensor();
   Tensor ws = bytes_on(ws_bytes, a.device);
   auto keep = std::make_shared<CudnnBnSaved>();
   keep->reserve = bytes_on(reserve_bytes, a.device);
@@ -444,7 +449,8 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
       gamma.raw_data(), beta.raw_data(), momentum, ptr_or_null(running_mean), ptr_or_null(running_var), eps,
       mean.raw_data(), invstd.raw_data(), act_d, ptr_or_null(ws), ws_bytes, ptr_or_null(keep->reserve),
       reserve_bytes);
-  if (st == CUDNN_STATUS_NOT_SUPPORTED) return Tensor();  // refused before running: nothing was written
+  // Refused before running (its parameter checks come first): nothing was written.
+  if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) return Tensor();
   CUDNN_CHECK(st);
   if (save_mean) *save_mean = mean;
   if (save_invstd) *save_invstd = invstd;

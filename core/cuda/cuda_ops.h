@@ -163,7 +163,7 @@ BatchNormGrads batch_norm_backward_train(const Tensor& grad_out, const Tensor& x
                                          const Tensor& save_mean, const Tensor& save_invstd);
 BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                         const Tensor& running_mean, const Tensor& running_var, double eps);
-// The kernel table's training batch norm runs on cuDNN for f32/f16 (N, H, W, C) x when this is on
+// The kernel table's training batch norm runs on cuDNN for f32/f16/bf16 (N, H, W, C) x (where cuDNN takes it) when this is on
 // (default; KILN_CUDNN_BATCH_NORM=0 in the environment starts it off); off, on the kernels above.
 // Process-wide. The functions above always run kiln's own kernels.
 void set_batch_norm_cudnn(bool on);
