@@ -13,6 +13,8 @@
 //   backward: dbeta = sum(dy), dgamma = sum(dy * xhat),
 //             dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M)   (training)
 //             dx = gamma*invstd * dy                                (eval: the stats are constants)
+//   batch_norm_relu_forward: the same passes, the second writing relu(y + residual) (bit for bit
+//     the three kernels); its backward is relu_backward on y, then the backward above.
 // Also increment_i64 (num_batches_tracked). Tests: tests/core/batch_norm_test.cpp.
 #include <omp.h>
 
