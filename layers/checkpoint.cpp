@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "layers/sequential.h"
 
 namespace kiln {
 
@@ -50,8 +51,7 @@ std::vector<Unit> split_units(const std::vector<std::shared_ptr<Module>>& layers
 Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const CheckpointPolicy& policy) {
   Tensor h = x;
   if (policy.segment == 0 || !grad_enabled()) {
-    for (auto& u : units)
-      for (auto& m : u) h = m->forward(h);
+    for (auto& u : units) h = run_layers(u, h);
     return h;
   }
   size_t k = static_cast<size_t>(policy.segment);
@@ -62,7 +62,7 @@ Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const Checkpoi
     // with it, so recomputing it would cost a forward and save no peak memory (its activations
     // would be rebuilt at once, while every earlier segment's input is still held).
     if (i + k >= units.size() && i > 0) {
-      for (auto& m : seg) h = m->forward(h);
+      h = run_layers(seg, h);
       break;
     }
     // The first call is the forward; any later call is the recomputation in backward.
@@ -70,9 +70,7 @@ Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const Checkpoi
     CheckpointFn fn = [seg, ran](const std::vector<Tensor>& xs) {
       RecomputeScope scope(*ran);
       *ran = true;
-      Tensor y = xs[0];
-      for (auto& m : seg) y = m->forward(y);
-      return y;
+      return run_layers(seg, xs[0]);
     };
     h = checkpoint(fn, {h});
   }

@@ -1,5 +1,7 @@
 #include "layers/sequential.h"
 
+#include "layers/norm.h"
+
 namespace kiln {
 
 std::shared_ptr<Module> Sequential::push_back(std::shared_ptr<Module> m) {
@@ -8,11 +10,21 @@ std::shared_ptr<Module> Sequential::push_back(std::shared_ptr<Module> m) {
   return layers_.back();
 }
 
-Tensor Sequential::forward(const Tensor& x) {
+Tensor run_layers(const std::vector<std::shared_ptr<Module>>& layers, const Tensor& x) {
   Tensor h = x;
-  for (auto& m : layers_) h = m->forward(h);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto* bn = dynamic_cast<BatchNorm2d*>(layers[i].get());
+    if (bn && i + 1 < layers.size() && layers[i + 1]->type() == "relu") {
+      h = bn->forward_relu(h);
+      ++i;  // the ReLU ran inside
+    } else {
+      h = layers[i]->forward(h);
+    }
+  }
   return h;
 }
+
+Tensor Sequential::forward(const Tensor& x) { return run_layers(layers_, x); }
 
 json Sequential::to_json() const {
   json layers = json::array();

@@ -1,6 +1,8 @@
 // Sequential: children named "0", "1", ... run in order, as torch.nn.Sequential (so parameter
 // names are "0.weight", "features.3.bias", ...). Children do not know their neighbours: each takes
-// what the one before gives (a Flatten gives PyTorch's (c, h, w) order, layers/linear.h).
+// what the one before gives (a Flatten gives PyTorch's (c, h, w) order, layers/linear.h). The one
+// exception is run_layers's: a batch norm directly followed by a ReLU runs as the fused op
+// (BatchNorm2d::forward_relu), with the same values.
 // Tests: tests/layers/module_test.cpp.
 #pragma once
 #include <memory>
@@ -9,6 +11,11 @@
 #include "layers/module.h"
 
 namespace kiln {
+
+// Runs `layers` in order on x; a BatchNorm2d followed by a ReLU layer runs as one fused call
+// (BatchNorm2d::forward_relu: the same values and gradients, one pass fewer over the activations).
+// Sequential::forward and the checkpointed layer lists (layers/checkpoint.h) run through it.
+Tensor run_layers(const std::vector<std::shared_ptr<Module>>& layers, const Tensor& x);
 
 class Sequential : public Module {
  public:

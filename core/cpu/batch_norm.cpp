@@ -421,7 +421,7 @@ BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, 
   }
   std::vector<Tensor> g =
       nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx); });
-  return {need_dx ? nn::from_compute(g[0], x.dtype()) : Tensor(), g[1], g[2]};
+  return {need_dx ? nn::from_compute(g[0], x.dtype()) : Tensor(), g[1], g[2], Tensor()};
 }
 
 // relu's backward on the fused output, then batch norm's: what the three ops' backwards compute.

@@ -542,11 +542,11 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
     KILN_CHECK(keep.ops == CUDNN_BATCHNORM_OPS_BN, op, ": the forward was batch_norm_relu's fused one; its backward is "
                "batch_norm_relu_backward");
     BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, keep);
-    return {g.dx, g.dgamma, g.dbeta};
+    return {g.dx, g.dgamma, g.dbeta, Tensor()};
   }
   BatchNormGrads g =
       backward_impl(op, gy, x, gamma, packed_f32(save_mean), packed_f32(save_invstd), a, training, true);
-  return {g.dx, g.dgamma, g.dbeta};
+  return {g.dx, g.dgamma, g.dbeta, Tensor()};
 }
 
 // core/cuda/elementwise_cuda.cu (the kernel table's binary and unary entries)

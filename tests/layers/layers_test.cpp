@@ -17,6 +17,7 @@
 #include "layers/linear.h"
 #include "layers/norm.h"
 #include "layers/pooling.h"
+#include "layers/sequential.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
@@ -146,6 +147,51 @@ TEST(Layers, BatchNormForwardReluKeepsTheBookkeeping) {
   plain.eval();
   EXPECT_EQ(fused.forward_relu(x).to_double_vector(), ops::relu(plain.forward(x)).to_double_vector());
   EXPECT_EQ(fused.num_batches_tracked.to_int_vector(), std::vector<int64_t>{1});
+}
+
+// A Sequential's batch norm directly followed by a ReLU runs as the fused op (run_layers): one
+// "batch_norm_relu" node, the same values and gradients as the layers one by one, and a batch norm
+// not followed by a ReLU (or a ReLU after something else) runs as before.
+TEST(Layers, SequentialFusesBatchNormThenRelu) {
+  auto build = [] {
+    manual_seed(5);
+    auto s = std::make_shared<Sequential>();
+    Conv2dOptions c;
+    c.in_channels = 3;
+    c.out_channels = 4;
+    c.kernel_size = 3;
+    c.padding = 1;
+    s->push_back(std::make_shared<Conv2d>(c));
+    BatchNormOptions b;
+    b.num_features = 4;
+    s->push_back(std::make_shared<BatchNorm2d>(b));
+    s->push_back(std::make_shared<ReLU>());
+    s->push_back(std::make_shared<BatchNorm2d>(b));  // not followed by a ReLU
+    return s;
+  };
+  auto fused = build(), plain = build();
+  Tensor x = randn({2, 5, 5, 3}, 81).set_requires_grad(true);
+  Tensor xp = x.detach().clone().set_requires_grad(true);
+  Tensor y = fused->forward(x);
+  Tensor h = xp;
+  for (const auto& m : plain->layers()) h = m->forward(h);
+  ASSERT_TRUE(y.grad_fn());
+  EXPECT_EQ(y.grad_fn()->name(), "batch_norm");
+  EXPECT_EQ(y.to_double_vector(), h.to_double_vector());
+  Tensor gy = randn({2, 5, 5, 4}, 82);
+  y.backward(gy);
+  h.backward(gy);
+  EXPECT_EQ(x.grad().to_double_vector(), xp.grad().to_double_vector());
+  for (size_t i = 0; i < 4; ++i) {
+    auto pf = (*fused)[i]->named_parameters(), pp = (*plain)[i]->named_parameters();
+    ASSERT_EQ(pf.size(), pp.size());
+    for (size_t k = 0; k < pf.size(); ++k)
+      EXPECT_EQ(pf[k].second.grad().to_double_vector(), pp[k].second.grad().to_double_vector()) << i << pf[k].first;
+  }
+  // The fused node is there: the output of layers 0-2 through run_layers.
+  Tensor fz = run_layers({(*fused)[0], (*fused)[1], (*fused)[2]}, x.detach().set_requires_grad(true));
+  ASSERT_TRUE(fz.grad_fn());
+  EXPECT_EQ(fz.grad_fn()->name(), "batch_norm_relu");
 }
 
 TEST(Layers, BatchNormTrainUpdatesStatsEvalUsesThem) {
