@@ -387,8 +387,7 @@ Tensor batch_norm_relu_forward(const Tensor& x, const Tensor& gamma, const Tenso
                                const Tensor& running_var, bool training, double momentum, double eps,
                                const Tensor& residual, Tensor* save_mean, Tensor* save_invstd,
                                std::shared_ptr<void>* saved) {
-  KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
-             "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
+  // residual: x's shape and dtype (checked by the op, ops::batch_norm_relu)
   const DType ct = nn::compute_dtype(x.dtype());
   const bool fused_rows = ct == DType::f64 ? rows_direct<double>(x) : rows_direct<float>(x);
   if (!fused_rows) {
