@@ -50,8 +50,8 @@ void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, const 
 }
 
 // The backward state both ops record, and batch_norm's backward: batch_norm_backward's kernel on
-// the gradient of the normalised output, its dgamma/dbeta (the kernels' compute dtype) brought to the parameters' dtypes (none for a
-// parameter that is not given).
+// the gradient of the normalised output, its dgamma/dbeta (the kernels' compute dtype) brought to
+// the parameters' dtypes (none for a parameter that is not given).
 struct BnBackward {
   decltype(Kernels::batch_norm_backward) kernel;  // batch_norm's (batch_norm_relu has its own)
   Tensor xd, gd, save_mean, save_invstd;
@@ -74,9 +74,6 @@ struct BnBackward {
   }
 };
 
-}  // namespace
-
-namespace {
 bool fused_env_default() {
   const char* v = std::getenv("KILN_FUSED_BN_RELU");
   return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
