@@ -119,6 +119,8 @@ if [[ "$part" == tests ]]; then
       verdict="ok"; n_pass=$((n_pass + 1))
     fi
     printf '%-8s %6d ms  %s\n' "$verdict" "$ms" "$name"
+    # Lines a test prints as "path: ..." (which kernel path a case took, e.g. cuDNN or kiln's) go to the summary.
+    grep '^path: ' "$runs/test.log" | sed 's/^path: /path  /' >>"$summary"
     if [[ "$verdict" != ok ]]; then
       sed -n '/^\[ RUN/,$p' "$runs/test.log" | grep -v -E '^\[ *(RUN|OK) ' | head -15
       if [[ "$verdict" == SKIPPED ]]; then

@@ -136,7 +136,7 @@ void check_table(const Shape& s, DType t, bool affine, bool running, double eps,
   if (want_cudnn >= 0) {
     EXPECT_EQ(saved != nullptr, want_cudnn == 1) << what;
   } else {
-    std::printf("  batch_norm %s: %s\n", what.c_str(), saved ? "cuDNN" : "kiln's kernels (cuDNN refused)");
+    std::printf("path: batch_norm %s: %s\n", what.c_str(), saved ? "cuDNN" : "kiln's kernels (cuDNN refused)");
   }
   gputest::expect_near_all(y, r.y, tol, tol, "table train y " + what);
   gputest::expect_near_all(sm, r.mean, 1e-5, 1e-5, "table save_mean " + what);
@@ -206,7 +206,7 @@ namespace {
 // ops::batch_norm_relu on the GPU (the ResNet blocks' BN, add, ReLU) against the CPU in f64: y and
 // the running statistics against relu(bn(x) + r); the gradients against the CPU's batch norm
 // backward of gy masked by the GPU's own y (relu's mask is the output's sign, so values within
-// rounding of 0 cannot flip the comparison). Returns whether cuDNN's fused call ran.
+// rounding of 0 cannot flip the comparison). Returns whether the table's entry took cuDNN's fused call.
 bool check_bn_relu(const Shape& s, DType t, bool with_residual, uint64_t seed) {
   const int64_t C = s.back();
   Tensor x = rand_cpu(s, seed, t, 2.0, 0.3), r = rand_cpu(s, seed + 1, t), gy = rand_cpu(s, seed + 2, t);
@@ -245,10 +245,7 @@ bool check_bn_relu(const Shape& s, DType t, bool with_residual, uint64_t seed) {
   Tensor sm, si;
   kernels(gpu()).batch_norm_relu_forward(x.to(gpu()), gamma.to(gpu()), beta.to(gpu()), Tensor(), Tensor(), true, 0.1,
                                          1e-5, with_residual ? r.to(gpu()) : Tensor(), &sm, &si, &saved);
-  const bool fused = cuda::batch_norm_saved_is_fused(saved);
-  std::printf("  batch_norm_relu %s: %s\n", what.c_str(),
-              fused ? "cuDNN's fused BN_(ADD_)ACTIVATION" : "batch norm, then kiln's add and relu kernels");
-  return fused;
+  return cuda::batch_norm_saved_is_fused(saved);
 }
 
 }  // namespace
@@ -265,6 +262,9 @@ TEST(CudaBatchNormRelu, OpMatchesTheCpuOnEveryPath) {
         const bool fused = check_bn_relu({8, 14, 14, 64}, t, residual, 30);
         if (!on) {
           EXPECT_FALSE(fused) << "cuDNN fused a case it was not given";
+        } else {  // "path: " lines go to gpu_check.sh's summary
+          std::printf("path: batch_norm_relu %s%s (8, 14, 14, 64): %s\n", dtype_name(t), residual ? " + residual" : "",
+                      fused ? "cuDNN's fused BN_(ADD_)ACTIVATION" : "batch norm, then kiln's add and relu kernels");
         }
         check_bn_relu({4, 7, 5, 3}, t, residual, 40);  // odd channels
       }
