@@ -39,4 +39,9 @@ std::string shape_str(const std::vector<int64_t>& v) {
   for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
   return s + "]";
 }
+bool env_switch_on(const char* name) {
+  const char* v = std::getenv(name);
+  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
+}
+
 }  // namespace kiln

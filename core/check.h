@@ -55,6 +55,10 @@ bool error_locations_enabled();
 // "[2, 3, 4]" for shapes and other int lists in messages.
 std::string shape_str(const std::vector<int64_t>& v);
 
+// An on/off switch read from the environment (kiln's A/B switches, e.g. KILN_FUSED_BN_RELU): off
+// when the variable is "0", "off" or "false"; on otherwise, unset included.
+bool env_switch_on(const char* name);
+
 }  // namespace kiln
 
 #define KILN_CHECK(cond, ...)                                                       \

@@ -342,11 +342,7 @@ BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x,
 // --- cuDNN's batch norm (training, f32/f16/bf16 NHWC) ----------------------------------------------------
 namespace {
 
-bool env_default_on() {
-  const char* v = std::getenv("KILN_CUDNN_BATCH_NORM");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
-}
-std::atomic<bool> g_bn_cudnn{env_default_on()};
+std::atomic<bool> g_bn_cudnn{env_switch_on("KILN_CUDNN_BATCH_NORM")};
 
 constexpr cudnnBatchNormMode_t kBnMode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
 

@@ -6,8 +6,6 @@
 #include "core/ops/batch_norm.h"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/autograd.h"
 #include "core/kernels.h"
@@ -49,36 +47,27 @@ void check_args(const Tensor& x, const Tensor& gamma, const Tensor& beta, const 
   KILN_CHECK(momentum >= 0 && momentum <= 1, "batch_norm: momentum must be in [0, 1], got ", momentum);
 }
 
-// The backward state both ops record, and batch_norm's backward: batch_norm_backward's kernel on
-// the gradient of the normalised output, its dgamma/dbeta (the kernels' compute dtype) brought to
-// the parameters' dtypes (none for a parameter that is not given).
-struct BnBackward {
-  decltype(Kernels::batch_norm_backward) kernel;  // batch_norm's (batch_norm_relu has its own)
+// What both ops' backwards keep: the forward's input and gamma, the statistics it used, the
+// kernel's own state; cast() brings the kernels' gradients to the inputs' dtypes (dgamma/dbeta come
+// in the compute dtype; none for a parameter that is not given).
+struct BnBackwardState {
   Tensor xd, gd, save_mean, save_invstd;
   std::shared_ptr<void> saved;  // the kernel's own state (cuDNN's reserve space), if any
   bool training = true, need_dx = false, has_gamma = false, has_beta = false;
   DType x_t = DType::f32, gamma_t = DType::f32, beta_t = DType::f32;
 
-  BnBackward(decltype(Kernels::batch_norm_backward) k, const Tensor& x, const Tensor& gamma, const Tensor& beta,
-             bool train)
-      : kernel(k), xd(x.detach()), gd(detached(gamma)), training(train), need_dx(x.requires_grad()),
+  BnBackwardState(const Tensor& x, const Tensor& gamma, const Tensor& beta, bool train)
+      : xd(x.detach()), gd(detached(gamma)), training(train), need_dx(x.requires_grad()),
         has_gamma(gamma.defined()), has_beta(beta.defined()), x_t(x.dtype()),
         gamma_t(gamma.defined() ? gamma.dtype() : x.dtype()), beta_t(beta.defined() ? beta.dtype() : x.dtype()) {}
 
-  grads operator()(const Tensor& gy) const {
-    return cast(kernel(gy, xd, gd, save_mean, save_invstd, saved, training, need_dx));
-  }
   grads cast(const BatchNormGradients& g) const {
     auto as = [](bool want, const Tensor& t, DType dt) { return !want ? Tensor() : t.dtype() == dt ? t : t.to(dt); };
     return grads{as(need_dx, g.dx, x_t), as(has_gamma, g.dgamma, gamma_t), as(has_beta, g.dbeta, beta_t)};
   }
 };
 
-bool fused_env_default() {
-  const char* v = std::getenv("KILN_FUSED_BN_RELU");
-  return !(v && (std::strcmp(v, "0") == 0 || std::strcmp(v, "off") == 0 || std::strcmp(v, "false") == 0));
-}
-std::atomic<bool> g_fused{fused_env_default()};
+std::atomic<bool> g_fused{env_switch_on("KILN_FUSED_BN_RELU")};
 }  // namespace
 
 void set_batch_norm_relu_fused(bool on) { g_fused.store(on); }
@@ -89,12 +78,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
   const Device d = op_device("batch_norm", {x, gamma, beta, running_mean, running_var});
   check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
   const auto forward = kernel(d, &Kernels::batch_norm_forward, "batch_norm");
-  BnBackward bw(kernel(d, &Kernels::batch_norm_backward, "batch_norm"), x, gamma, beta, training);
+  const auto backward = kernel(d, &Kernels::batch_norm_backward, "batch_norm");
+  BnBackwardState bw(x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta});
   Tensor y = forward(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
                      momentum, eps, rec ? &bw.save_mean : nullptr, rec ? &bw.save_invstd : nullptr,
                      rec ? &bw.saved : nullptr);
-  return record("batch_norm", {x, gamma, beta}, y, std::move(bw));
+  return record("batch_norm", {x, gamma, beta}, y, [backward, bw = std::move(bw)](const Tensor& gy) {
+    return bw.cast(backward(gy, bw.xd, bw.gd, bw.save_mean, bw.save_invstd, bw.saved, bw.training, bw.need_dx));
+  });
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
@@ -109,7 +101,7 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
     return relu(residual.defined() ? add(y, residual) : y);
   }
   const auto backward = kernel(d, &Kernels::batch_norm_relu_backward, "batch_norm_relu");
-  BnBackward bw(nullptr, x, gamma, beta, training);
+  BnBackwardState bw(x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta, residual});
   Tensor y = fused(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
                    momentum, eps, detached(residual), rec ? &bw.save_mean : nullptr, rec ? &bw.save_invstd : nullptr,
