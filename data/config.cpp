@@ -235,6 +235,8 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   KILN_CHECK(c.holdout >= 0, r.path_of("holdout"), ": the number of training images held out as the validation split ",
              "(0 = none: validate on the source's validation files), got ", c.holdout);
   r.read("holdout_seed", c.holdout_seed);
+  if (const Json* p = r.find("progressive_resize"))
+    c.progressive_resize = ProgressiveResizeOptions::from_json(*p, r.path_of("progressive_resize"));
   KILN_CHECK(c.val_batch_size >= 0, r.path_of("val_batch_size"), ": must be >= 0 (0 = batch_size), got ",
              c.val_batch_size);
   r.finish();
@@ -244,6 +246,8 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
     KILN_CHECK(out.known() || !batches, r.path_of(key), ": ", c.source, " images vary in size, so the transforms must end in a ",
                "fixed size (random_resized_crop, center_crop or random_crop) for the images to stack into a batch");
   }
+  const ImageShape train_out = c.train_transforms.output_shape(c.source_image_shape());
+  if (train_out.known()) c.progressive_resize.check_fits(train_out.h, train_out.w, r.path_of("progressive_resize"));
   return c;
 }
 
@@ -255,6 +259,7 @@ Json DataConfig::to_json() const {
   j["val_transforms"] = val_transforms.to_json();
   j["val_batch_size"] = val_batch_size;
   if (holdout > 0) j["holdout"] = holdout, j["holdout_seed"] = holdout_seed;
+  if (progressive_resize.enabled()) j["progressive_resize"] = progressive_resize.to_json();
   return j;
 }
 
@@ -301,7 +306,9 @@ std::shared_ptr<const Dataset> make_dataset(const DataConfig& c, Split split) {
 std::unique_ptr<DataLoader> make_loader(const DataConfig& c, Split split, Shard shard,
                                         std::shared_ptr<const Dataset> dataset) {
   if (!dataset) dataset = make_dataset(c, split);
-  return std::make_unique<DataLoader>(std::move(dataset), c.transforms(split), c.loader_options(split), shard);
+  auto loader = std::make_unique<DataLoader>(std::move(dataset), c.transforms(split), c.loader_options(split), shard);
+  if (split == Split::train) loader->set_progressive_resize(c.progressive_resize);
+  return loader;
 }
 
 }  // namespace kiln

@@ -22,6 +22,8 @@
 //   holdout           N > 0: validate on N training images held out of training (a fixed seeded
 //                     choice, data/holdout.h), not on the validation files      (default 0)
 //   holdout_seed      the seed of that choice                                     (default 0)
+//   progressive_resize  the training images' size by epoch (ProgressiveResizeOptions,
+//                     data/progressive.h; default none: the transforms' size throughout)
 // The validation loader never shuffles nor drops samples; it shares workers, prefetch, seed, dtype,
 // skip_bad_samples and max_bad_fraction.
 //
@@ -55,6 +57,7 @@
 #include "core/json_util.h"
 #include "data/loader.h"
 #include "data/pipeline.h"
+#include "data/progressive.h"
 #include "data/synthetic.h"
 
 namespace kiln {
@@ -122,6 +125,8 @@ struct DataConfig {
   int64_t holdout = 0;
   /// the seed of the held-out choice (default 0)
   uint64_t holdout_seed = 0;
+  /// smaller training images in the early epochs (data/progressive.h) (default off)
+  ProgressiveResizeOptions progressive_resize;
 
   // `batches` = false skips the check that the transforms of an image source end in a fixed size
   // (for `kiln data export`, which reads the images without transforming them).

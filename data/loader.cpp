@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/cuda/pinned.h"
+#include "data/resize.h"
 
 namespace kiln {
 
@@ -86,6 +87,7 @@ struct DataLoader::State {
   bool active = false;   // workers may claim batches
   bool failed = false;   // a batch of this epoch failed: claim no more
   int64_t epoch = 0;
+  ImageShape shape;  // of one sample in this epoch's batches (progressive resizing)
   int64_t num_batches = 0, next_claim = 0, next_deliver = 0;
   int busy = 0;
   std::vector<int64_t> indices;
@@ -180,6 +182,17 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline
 
 DataLoader::~DataLoader() { stop(); }
 
+void DataLoader::set_progressive_resize(const ProgressiveResizeOptions& progressive) {
+  progressive.check_fits(out_shape_.h, out_shape_.w, "data.progressive_resize");
+  progressive_ = progressive;
+}
+
+ImageShape DataLoader::epoch_image_shape(int64_t epoch) const {
+  if (!progressive_.enabled()) return out_shape_;
+  const int64_t s = progressive_.size_at(epoch, out_shape_.w);
+  return {s, s, out_shape_.c};
+}
+
 int64_t DataLoader::batches_per_epoch() const { return (per_rank_ + o_.batch_size - 1) / o_.batch_size; }
 
 std::vector<int64_t> DataLoader::epoch_indices(int64_t epoch) const {
@@ -212,6 +225,7 @@ void DataLoader::start_epoch(int64_t epoch) {
     cancel_locked(lk);
     st.indices = std::move(indices);
     st.epoch = epoch;
+    st.shape = epoch_image_shape(epoch);
     st.num_batches = batches_per_epoch();
     st.next_claim = st.next_deliver = 0;
     st.failed = false;
@@ -242,7 +256,8 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
   wait_host_copies(buffer);  // a GPU copy of the batch this slot held before may still read it
   wait_host_copies(label_buffer);
   const int64_t start = b * o_.batch_size, n = std::min(o_.batch_size, per_rank_ - start);
-  const size_t sample_bytes = static_cast<size_t>(out_shape_.numel()) * dtype_size(dtype_);
+  const ImageShape shape = st.shape;  // the epoch's (progressive resizing), <= out_shape_
+  const size_t sample_bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype_);
   const uint64_t epoch = static_cast<uint64_t>(st.epoch);
   for (int64_t i = 0; i < n; ++i) {
     if (st.generation.load(std::memory_order_relaxed) != generation) return false;
@@ -254,6 +269,11 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
       else pipeline_.augment(sample.image, key, ws);
       KILN_CHECK(sample.image.shape() == out_shape_, "the transforms gave a ", sample.image.shape().str(),
                  " image where the batch holds ", out_shape_.str(), "; end the transforms with a fixed-size crop");
+      if (shape.h != out_shape_.h) {  // progressive resizing: the whole image, scaled
+        resize_image(sample.image, CropBox{0, 0, out_shape_.h, out_shape_.w}, shape.h, shape.w,
+                     progressive_.interpolation, ws.scratch);
+        std::swap(sample.image, ws.scratch);
+      }
       pipeline_.write(sample.image, images + static_cast<size_t>(i) * sample_bytes, dtype_);
       labels[i] = sample.label;
     } catch (const std::exception& e) {
@@ -424,7 +444,8 @@ void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
   auto lease = std::make_shared<SlotLease>(st_, slot);
   // NOTE: assigning over `out` may release the previous batch's lease, which takes the lock:
   // this runs without it.
-  out.images = wrap(images, {n, out_shape_.h, out_shape_.w, out_shape_.c}, dtype_, lease);
+  const ImageShape shape = st.shape;  // set by start_epoch(), on this (the consumer's) thread
+  out.images = wrap(images, {n, shape.h, shape.w, shape.c}, dtype_, lease);
   out.labels = wrap(labels, {n}, DType::i64, lease);
   out.indices.assign(st.indices.begin() + start, st.indices.begin() + start + n);
   out.padding = 0;

@@ -43,6 +43,7 @@
 #include "data/dataset.h"
 #include "core/json_util.h"
 #include "data/pipeline.h"
+#include "data/progressive.h"
 
 namespace kiln {
 
@@ -111,7 +112,15 @@ class DataLoader {
 
   int64_t samples_per_epoch() const { return per_rank_; }  // this rank's, padding included
   int64_t batches_per_epoch() const;
-  ImageShape image_shape() const { return out_shape_; }  // of one sample in a batch
+  ImageShape image_shape() const { return out_shape_; }  // of one sample in a batch (before progressive resizing)
+  // The shape of one sample in the batches of `epoch` (counted from 0): image_shape(), or the
+  // progressive-resize schedule's size for that epoch.
+  ImageShape epoch_image_shape(int64_t epoch) const;
+  // After the transforms, resizes each image of epoch e to progressive.size_at(e) (data/progressive.h).
+  // Throws, naming data.progressive_resize, when the schedule does not suit the transforms' output
+  // (not square, or max_size above it). Takes effect at the next start_epoch().
+  void set_progressive_resize(const ProgressiveResizeOptions& progressive);
+  const ProgressiveResizeOptions& progressive_resize() const { return progressive_; }
   DType dtype() const { return dtype_; }
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return o_; }
@@ -159,6 +168,7 @@ class DataLoader {
   Shard shard_;
   DType dtype_ = DType::f32;
   ImageShape out_shape_;
+  ProgressiveResizeOptions progressive_;
   int64_t per_rank_ = 0;
   std::shared_ptr<State> st_;
   std::vector<std::thread> threads_;

@@ -3,6 +3,7 @@
 // override a `key=value` argument. The config is loaded from a file, the overrides applied, and each
 // section is read as `kiln train` reads it before building anything (train, data, optim,
 // schedule); the model section is not built (its widths would allocate weights).
+#include <algorithm>
 #include <cstdint>
 
 #include "core/check.h"
@@ -31,7 +32,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const kiln::Error&) {
   }
   try {
-    if (config.contains("data")) (void)kiln::DataConfig::from_json(config["data"], "data").to_json().dump();
+    if (config.contains("data")) {
+      kiln::DataConfig d = kiln::DataConfig::from_json(config["data"], "data");
+      (void)d.to_json().dump();
+      const auto& p = d.progressive_resize;  // the schedule's arithmetic at its edges (data/progressive.h)
+      const int64_t full = p.max_size > 0 ? p.max_size : std::max<int64_t>(p.min_size, 28);  // check_fits holds
+      for (int64_t e : {int64_t{0}, p.start_epoch, p.end_epoch - 1, p.end_epoch, int64_t{99999}})
+        if (p.enabled() && p.size_at(e, full) < 1) __builtin_trap();
+    }
   } catch (const kiln::Error&) {
   }
   double lr = 0.1;

@@ -117,6 +117,15 @@ void check_before_run(Module& model, const DataConfig& data, ImageShape source_s
   const ImageShape shape = data.transforms(Split::train).output_shape(source_shape);
   check_loader_memory(data, shape, batch);
   check_model_fits_data(model, "model", shape, num_classes, data.source);
+  // Progressive resizing starts with its smallest images (data/progressive.h): they must fit too.
+  const int64_t first = shape.known() ? data.progressive_resize.size_at(0, shape.w) : shape.w;
+  if (first == shape.w) return;
+  try {
+    check_model_fits_data(model, "model", {first, first, shape.c}, num_classes, data.source);
+  } catch (const Error& e) {
+    KILN_FAIL("data.progressive_resize: the first epoch's ", first, "x", first, " images do not fit the model: ",
+              e.what(), "; raise data.progressive_resize.min_size or use a model that takes any size (a ResNet)");
+  }
 }
 
 }  // namespace kiln

@@ -400,6 +400,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   dcfg.loader.batch_size = breq.global / world;
   Shard shard{rank, world};
   DataLoader train_loader(train_set, dcfg.train_transforms, dcfg.loader_options(Split::train), shard);
+  train_loader.set_progressive_resize(dcfg.progressive_resize);
   LoaderOptions vopt = dcfg.loader_options(Split::val);
   if (dcfg.val_batch_size == 0) vopt.batch_size = dcfg.loader.batch_size;
   DataLoader val_loader(val_set, dcfg.val_transforms, vopt, shard);
@@ -501,10 +502,16 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
     publish(ec, "val", what, result.val_loss, result.val_top1, result.val_top5);
   };
+  const int64_t first_epoch = state.epoch;
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
     train_loader.reset_stats();
+    if (show && dcfg.progressive_resize.enabled() &&
+        (epoch == first_epoch || train_loader.epoch_image_shape(epoch) != train_loader.epoch_image_shape(epoch - 1))) {
+      const ImageShape sh = train_loader.epoch_image_shape(epoch);
+      std::cout << "progressive_resize: epoch " << epoch + 1 << " trains at " << sh.h << "x" << sh.w << "\n";
+    }
     Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
     double loss_sum = 0, correct = 0, seen = 0;
     // A step does not wait for the device: each micro-batch's loss and correct count are

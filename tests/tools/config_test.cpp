@@ -210,6 +210,14 @@ TEST(ModelCheck, WrongModelIsRefusedBeforeTheRunFolderNamingTheKey) {
     kiln::testing::expect_error([&] { train(synthetic_config(runs, c.model), true); }, c.parts);
     EXPECT_FALSE(std::filesystem::exists(runs)) << c.name << ": the run folder was created before the check";
   }
+  // Progressive resizing: the first epoch's smaller images must fit as well.
+  std::string small = fresh_runs("progressive");
+  json pc = synthetic_config(small, tiny_layers(3, 256, 4));  // flatten + linear: 8x8 only
+  pc["data"]["progressive_resize"] = {{"min_size", 4}, {"start_epoch", 1}, {"end_epoch", 2}};
+  kiln::testing::expect_error([&] { train(pc, true); },
+                              {"data.progressive_resize: the first epoch's 4x4 images do not fit the model",
+                               "model.layers[3] (linear) does not fit its input [2, 64]", "raise data.progressive_resize.min_size"});
+  EXPECT_FALSE(std::filesystem::exists(small));
   // A model that fits trains (and the check left its BN statistics and mode alone).
   std::string runs = fresh_runs("fits");
   TrainResult r = train(synthetic_config(runs, tiny_layers(3, 256, 4)), true);
