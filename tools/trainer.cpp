@@ -19,6 +19,7 @@
 #include "core/io/safetensors.h"
 #include "core/kernels.h"
 #include "core/cpu/conv_algo.h"
+#include "core/dnnl_context.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
@@ -451,6 +452,10 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                 << steps_per_epoch << " steps/epoch"
                 << (accumulate > 1 ? " of " + std::to_string(accumulate) + " micro-batches" : std::string())
                 << (ema ? ", EMA " + ema->ema->options().to_json().dump() : std::string()) << " -> " << run_dir << "\n";
+      if (device.is_cpu() && compute != DType::f32 && !onednn::native_compute(compute))
+        std::cout << "kiln: note: this CPU has no native " << dtype_name(compute)
+                  << " convolutions (no AVX-512 BF16 or AMX): they run in f32 with conversions, usually slower than "
+                  << "train.precision=fp32 (docs/precision.md)\n";
     }
   }
 
