@@ -28,12 +28,16 @@
 // queries come first and the call checks before it runs, so nothing has been written; the running
 // statistics are updated once).
 // Tests: tests/gpu/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
+#include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <tuple>
 
 #include "core/cuda/cuda_ops.h"
 #include "core/cuda/kernel_util.cuh"
@@ -354,38 +358,84 @@ struct CudnnBnSaved {
   Tensor beta;  // f32 (C): the fused ops' backward reads it
 };
 
-// ReLU for cuDNN's fused batch-norm ops; NaN propagates, as kiln's relu.
+// cuDNN refusing a case rather than failing: NOT_SUPPORTED or BAD_PARAM, including cuDNN 9's finer
+// codes within those categories (NOT_SUPPORTED_DATA_TYPE, BAD_PARAM_MISALIGNED_POINTER, ...). A refused
+// query or call has written nothing; the caller runs kiln's kernels.
+bool refused(cudnnStatus_t st) {
+  const int cat = CUDNN_STATUS_CATEGORY(st);
+  return cat == CUDNN_STATUS_NOT_SUPPORTED || cat == CUDNN_STATUS_BAD_PARAM;
+}
+
+// Cases cuDNN refused once (dtype, ops, N, H, W, C), forward or backward: later calls go straight to
+// kiln's kernels instead of repeating the descriptor set-up and the failing query every step.
+using BnCase = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t>;
+std::mutex g_refused_mu;
+std::set<BnCase> g_refused;
+
+BnCase case_of(const Tensor& x, cudnnBatchNormOps_t ops) {
+  return {static_cast<int>(x.dtype()), static_cast<int>(ops), x.size(0), x.size(1), x.size(2), x.size(3)};
+}
+bool known_refused(const BnCase& c) {
+  std::lock_guard<std::mutex> lk(g_refused_mu);
+  return g_refused.count(c) > 0;
+}
+void remember_refused(const BnCase& c) {
+  std::lock_guard<std::mutex> lk(g_refused_mu);
+  g_refused.insert(c);
+}
+
+// ReLU for cuDNN's fused batch-norm ops; NaN propagates, as kiln's relu. `status` is the set-up's.
 struct ReluDescriptor {
   cudnnActivationDescriptor_t d = nullptr;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
   ReluDescriptor() {
-    CUDNN_CHECK(cudnnCreateActivationDescriptor(&d));
-    CUDNN_CHECK(cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0));
+    status = cudnnCreateActivationDescriptor(&d);
+    if (status == CUDNN_STATUS_SUCCESS)
+      status = cudnnSetActivationDescriptor(d, CUDNN_ACTIVATION_RELU, CUDNN_PROPAGATE_NAN, 0.0);
   }
-  ~ReluDescriptor() { cudnnDestroyActivationDescriptor(d); }
+  ~ReluDescriptor() {
+    if (d) cudnnDestroyActivationDescriptor(d);
+  }
   ReluDescriptor(const ReluDescriptor&) = delete;
   ReluDescriptor& operator=(const ReluDescriptor&) = delete;
 };
 
 // The descriptors of one call: x/y/dy (N, C, H, W) in NHWC order, and the (1, C, 1, 1) f32 statistics.
+// The set-up does not throw: `status` says whether it worked (a version that has no bf16 batch norm
+// may refuse the bf16 descriptor here), and the destructor releases what was created.
 struct BnDescriptors {
   cudnnTensorDescriptor_t x = nullptr, stats = nullptr;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
   BnDescriptors(const Tensor& x_, DType t) {
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&x));
-    CUDNN_CHECK(cudnnCreateTensorDescriptor(&stats));
     const int n = static_cast<int>(x_.size(0)), h = static_cast<int>(x_.size(1)), w = static_cast<int>(x_.size(2)),
               c = static_cast<int>(x_.size(3));
     const cudnnDataType_t dt =
         t == DType::f16 ? CUDNN_DATA_HALF : t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, dt, n, c, h, w));
-    CUDNN_CHECK(cudnnDeriveBNTensorDescriptor(stats, x, kBnMode));
+    status = cudnnCreateTensorDescriptor(&x);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnCreateTensorDescriptor(&stats);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NHWC, dt, n, c, h, w);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnDeriveBNTensorDescriptor(stats, x, kBnMode);
   }
   ~BnDescriptors() {
-    cudnnDestroyTensorDescriptor(x);
-    cudnnDestroyTensorDescriptor(stats);
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (stats) cudnnDestroyTensorDescriptor(stats);
   }
   BnDescriptors(const BnDescriptors&) = delete;
   BnDescriptors& operator=(const BnDescriptors&) = delete;
 };
+
+// Whether a status lets the call go on: success -> true; false when the caller should fall back (the
+// case is remembered); otherwise throws. Set-up and queries (`query`) write nothing, so any failure of
+// theirs falls back; a batch-norm call falls back only on a refusal, which cuDNN returns before it
+// writes anything; any other failure of a call throws.
+bool proceed(cudnnStatus_t st, const BnCase& c, const char* what, bool query = true) {
+  if (st == CUDNN_STATUS_SUCCESS) return true;
+  if (query || refused(st)) {
+    remember_refused(c);
+    return false;
+  }
+  KILN_FAIL("cuDNN batch norm: ", what, " failed: ", cudnnGetErrorString(st), " (status ", static_cast<int>(st), ")");
+}
 
 bool cudnn_bn_applies(const Tensor& x, double eps) {
   if (!g_bn_cudnn.load(std::memory_order_relaxed)) return false;
@@ -396,10 +446,13 @@ bool cudnn_bn_applies(const Tensor& x, double eps) {
   return x.numel() / x.size(3) > 1;  // training needs more than one value per channel: our error message
 }
 
+// A workspace or reserve of at least `n` bytes, never empty: cuDNN runs its fused NHWC kernels only
+// with a non-null workspace and reserve, and documents a null workspace of size 0 as "exactly like the
+// non-extended function" (which has no activation). 256 bytes keep the buffer aligned and cost nothing.
 Tensor bytes_on(size_t n, int device) {
-  return Tensor::empty({static_cast<int64_t>(n)}, DType::u8, Device::cuda(device));
+  return Tensor::empty({static_cast<int64_t>(std::max<size_t>(n, 256))}, DType::u8, Device::cuda(device));
 }
-
+size_t bytes_of(const Tensor& t) { return t.defined() ? static_cast<size_t>(t.numel()) : 0; }
 void* ptr_or_null(const Tensor& t) { return t.defined() && t.numel() > 0 ? t.raw_data() : nullptr; }
 
 // Returns an undefined tensor when cuDNN does not support the case (the caller runs our kernels).
@@ -411,6 +464,8 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
                            cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN, const Tensor& residual = Tensor()) {
   const char* op = ops == CUDNN_BATCHNORM_OPS_BN ? "batch_norm" : "batch_norm_relu";
   Args a = check_train(op, x0, gamma0, beta0, running_mean, running_var);
+  const BnCase bn_case = case_of(x0, ops);
+  if (known_refused(bn_case)) return Tensor();
   const DType t = x0.dtype();
   Tensor x = packed(x0);
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor::full({a.C}, 1.0, DType::f32, x.device());
@@ -422,17 +477,24 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
   BnDescriptors d(x, t);
   const bool act = ops != CUDNN_BATCHNORM_OPS_BN, add = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
   ReluDescriptor relu;
+  if (!proceed(d.status, bn_case, "tensor descriptors") || !proceed(relu.status, bn_case, "relu descriptor"))
+    return Tensor();
   cudnnActivationDescriptor_t act_d = act ? relu.d : nullptr;
-  cudnnTensorDescriptor_t z_d = add ? d.x : nullptr;
+  cudnnTensorDescriptor_t z_d = add ? d.x : nullptr, y_d = act ? d.x : nullptr, dz_d = add ? d.x : nullptr;
   Tensor z = add ? packed(residual) : Tensor();
-  size_t ws_bytes = 0, reserve_bytes = 0;
-  cudnnStatus_t st = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kBnMode, ops, d.x, z_d, d.x, d.stats,
-                                                                              act_d, &ws_bytes);
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kBnMode, ops, act_d, d.x, &reserve_bytes);
-  // A query that fails has written nothing: the case is cuDNN's to refuse (bf16, or a fused op its
-  // kernels lack, may come back NOT_SUPPORTED or BAD_PARAM depending on the version), ours to run.
-  if (st != CUDNN_STATUS_SUCCESS) return Tensor();
+  size_t ws_bytes = 0, reserve_bytes = 0, bwd_bytes = 0;
+  // The queries write nothing. Any of them refused (bf16, or a fused op its kernels lack, come back
+  // NOT_SUPPORTED or BAD_PARAM depending on the version): the case is ours to run. The backward's is
+  // asked here too, so that a case cuDNN would take forward but not backward runs on our kernels both ways.
+  if (!proceed(cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(h, kBnMode, ops, d.x, z_d, d.x, d.stats, act_d,
+                                                                         &ws_bytes),
+               bn_case, "forward workspace query") ||
+      !proceed(cudnnGetBatchNormalizationTrainingExReserveSpaceSize(h, kBnMode, ops, act_d, d.x, &reserve_bytes),
+               bn_case, "reserve space query") ||
+      !proceed(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kBnMode, ops, d.x, y_d, d.x, dz_d, d.x, d.stats,
+                                                                 act_d, &bwd_bytes),
+               bn_case, "backward workspace query"))
+    return Tensor();
   Tensor ws = bytes_on(ws_bytes, a.device);
   auto keep = std::make_shared<CudnnBnSaved>();
   keep->reserve = bytes_on(reserve_bytes, a.device);
@@ -440,14 +502,13 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
   keep->ops = ops;
   if (act) keep->beta = beta;
   const float one = 1.f, zero = 0.f;
-  st = cudnnBatchNormalizationForwardTrainingEx(
+  cudnnStatus_t st = cudnnBatchNormalizationForwardTrainingEx(
       h, kBnMode, ops, &one, &zero, d.x, x.raw_data(), z_d, add ? z.raw_data() : nullptr, d.x, y.raw_data(), d.stats,
       gamma.raw_data(), beta.raw_data(), momentum, ptr_or_null(running_mean), ptr_or_null(running_var), eps,
-      mean.raw_data(), invstd.raw_data(), act_d, ptr_or_null(ws), ws_bytes, ptr_or_null(keep->reserve),
-      reserve_bytes);
+      mean.raw_data(), invstd.raw_data(), act_d, ws.raw_data(), bytes_of(ws), keep->reserve.raw_data(),
+      bytes_of(keep->reserve));
   // Refused before running (its parameter checks come first): nothing was written.
-  if (st == CUDNN_STATUS_NOT_SUPPORTED || st == CUDNN_STATUS_BAD_PARAM) return Tensor();
-  CUDNN_CHECK(st);
+  if (!proceed(st, bn_case, "cudnnBatchNormalizationForwardTrainingEx", false)) return Tensor();
   if (save_mean) *save_mean = mean;
   if (save_invstd) *save_invstd = invstd;
   if (saved) *saved = keep;
@@ -455,10 +516,12 @@ Tensor cudnn_forward_train(const Tensor& x0, const Tensor& gamma0, const Tensor&
 }
 
 // keep.ops BN: y0 unused. The fused ops: y0 is the forward's output (relu's mask); with a residual
-// (BN_ADD_ACTIVATION) *dresidual receives its gradient.
-BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const Tensor& gamma0, const Tensor& mean,
-                                    const Tensor& invstd, const CudnnBnSaved& keep, const Tensor& y0 = Tensor(),
-                                    Tensor* dresidual = nullptr) {
+// (BN_ADD_ACTIVATION) *dresidual receives its gradient. Returns false, having written nothing, when
+// cuDNN refuses the case (the forward asked the backward's query already, so this is not expected):
+// the caller runs kiln's kernels on the same saved statistics.
+bool cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const Tensor& gamma0, const Tensor& mean,
+                          const Tensor& invstd, const CudnnBnSaved& keep, BatchNormGrads& out,
+                          const Tensor& y0 = Tensor(), Tensor* dresidual = nullptr) {
   const char* op = keep.ops == CUDNN_BATCHNORM_OPS_BN ? "batch_norm_backward" : "batch_norm_relu_backward";
   Args a = check(op, x0, {&gamma0, &mean, &invstd});
   check_grad(op, gy0, x0);
@@ -466,7 +529,7 @@ BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const T
   Tensor x = packed(x0), gy = packed(gy0);
   Tensor gamma = gamma0.defined() ? packed_f32(gamma0) : Tensor::full({a.C}, 1.0, DType::f32, x.device());
   Tensor m = packed_f32(mean), is = packed_f32(invstd);
-  BatchNormGrads out;
+  const BnCase bn_case = case_of(x0, keep.ops);
   out.dx = empty_on(x.shape(), t, x);
   out.dgamma = Tensor::empty({a.C}, DType::f32, x.device());
   out.dbeta = Tensor::empty({a.C}, DType::f32, x.device());
@@ -477,23 +540,27 @@ BatchNormGrads cudnn_backward_train(const Tensor& gy0, const Tensor& x0, const T
   KILN_CHECK(!act || (y0.defined() && y0.shape() == x0.shape() && y0.dtype() == t && keep.beta.defined()), op,
              ": the fused backward needs the forward's output y ", y0.str(), " of x's shape and dtype ", x0.str());
   ReluDescriptor relu;
+  if (!proceed(d.status, bn_case, "tensor descriptors") || !proceed(relu.status, bn_case, "relu descriptor"))
+    return false;
   cudnnActivationDescriptor_t act_d = act ? relu.d : nullptr;
   cudnnTensorDescriptor_t y_d = act ? d.x : nullptr, dz_d = add ? d.x : nullptr;
   Tensor y = act ? packed(y0) : Tensor();
   Tensor dz = add ? empty_on(x.shape(), t, x) : Tensor();
   size_t ws_bytes = 0;
-  CUDNN_CHECK(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kBnMode, keep.ops, d.x, y_d, d.x, dz_d, d.x, d.stats,
-                                                                act_d, &ws_bytes));
+  if (!proceed(cudnnGetBatchNormalizationBackwardExWorkspaceSize(h, kBnMode, keep.ops, d.x, y_d, d.x, dz_d, d.x,
+                                                                 d.stats, act_d, &ws_bytes),
+               bn_case, "backward workspace query"))
+    return false;
   Tensor ws = bytes_on(ws_bytes, a.device);
   const float one = 1.f, zero = 0.f;
-  CUDNN_CHECK(cudnnBatchNormalizationBackwardEx(
+  const cudnnStatus_t st = cudnnBatchNormalizationBackwardEx(
       h, kBnMode, keep.ops, &one, &zero, &one, &zero, d.x, x.raw_data(), y_d, act ? y.raw_data() : nullptr, d.x,
       gy.raw_data(), dz_d, add ? dz.raw_data() : nullptr, d.x, out.dx.raw_data(), d.stats, gamma.raw_data(),
       act ? keep.beta.raw_data() : nullptr, out.dgamma.raw_data(), out.dbeta.raw_data(), keep.eps, m.raw_data(),
-      is.raw_data(), act_d, ptr_or_null(ws), ws_bytes, ptr_or_null(keep.reserve),
-      keep.reserve.defined() ? static_cast<size_t>(keep.reserve.numel()) : 0));
+      is.raw_data(), act_d, ws.raw_data(), bytes_of(ws), ptr_or_null(keep.reserve), bytes_of(keep.reserve));
+  if (!proceed(st, bn_case, "cudnnBatchNormalizationBackwardEx", false)) return false;
   if (dresidual) *dresidual = dz;
-  return out;
+  return true;
 }
 
 }  // namespace
@@ -537,8 +604,9 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
     const auto& keep = *static_cast<const CudnnBnSaved*>(saved.get());
     KILN_CHECK(keep.ops == CUDNN_BATCHNORM_OPS_BN, op, ": the forward was batch_norm_relu's fused one; its backward is "
                "batch_norm_relu_backward");
-    BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, keep);
-    return {g.dx, g.dgamma, g.dbeta, Tensor()};
+    BatchNormGrads g;
+    if (cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, keep, g)) return {g.dx, g.dgamma, g.dbeta, Tensor()};
+    // Refused: kiln's kernels read the same saved mean and 1/sqrt(var + eps) (cuDNN's convention).
   }
   BatchNormGrads g =
       backward_impl(op, gy, x, gamma, packed_f32(save_mean), packed_f32(save_invstd), a, training, true);
@@ -582,12 +650,15 @@ kiln::BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const 
                "batch_norm_relu_backward: has_residual does not match the forward's fused op");
     Tensor gy = grad_out.dtype() == x.dtype() ? grad_out : grad_out.to(x.dtype());
     Tensor dz;
-    BatchNormGrads g = cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, *keep, y, &dz);
-    return {g.dx, g.dgamma, g.dbeta, dz};
+    BatchNormGrads g;
+    if (cudnn_backward_train(gy, x, gamma, save_mean, save_invstd, *keep, g, y, &dz)) return {g.dx, g.dgamma, g.dbeta, dz};
   }
+  // kiln's kernels: relu's backward on the fused output, then batch norm's (a refused fused backward
+  // too: its saved statistics are batch norm's, the reserve is not needed).
   Tensor g = elementwise_binary(ElementwiseBinary::relu_backward, grad_out, y);
+  const bool fused_saved = keep && keep->ops != CUDNN_BATCHNORM_OPS_BN;
   kiln::BatchNormGradients out =
-      batch_norm_backward(g, x, gamma, save_mean, save_invstd, saved, training, need_dx);
+      batch_norm_backward(g, x, gamma, save_mean, save_invstd, fused_saved ? nullptr : saved, training, need_dx);
   if (has_residual) out.dresidual = g;
   return out;
 }
