@@ -218,14 +218,17 @@ int bench_train(const Args& args) {
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1] [profile=0]\n"
-      "  images/s of training steps of a registry model on synthetic data; profile=1 records only the timed\n"
+      "                        [depth=] [width=]\n"
+      "  images/s of training steps of a registry model on synthetic data; depth= and width= set the model's\n"
+      "  keys of those names (model=resnet_cifar depth=14 width=24: a CIFAR ResNet's depth 6n+2 and first\n"
+      "  stage's channels); profile=1 records only the timed\n"
       "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi)\n";
   if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
-                                          {"rounds", "1"}, {"profile", "0"}};
+                                          {"rounds", "1"}, {"profile", "0"}, {"depth", ""}, {"width", ""}};
   const KeyValueArgs kv("bench train", args, a);
   for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;
@@ -246,6 +249,8 @@ int bench_train(const Args& args) {
   manual_seed(0);
   nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};
   if (!a["stem"].empty()) mj["stem"] = a["stem"];
+  for (const char* k : {"depth", "width"})  // the model's own check names model.depth / model.width
+    if (!a[k].empty()) mj[k] = kv.integer(k, 1);
   std::shared_ptr<Module> model = models::build_model(mj, "model");
   model->to(d);
   model->train();

@@ -90,6 +90,32 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
   }
 }
 
+// depth= and width= reach the model's keys (choosing a network by images/s, docs/recipes.md); a model
+// without them, or a depth it does not take, is the model's own error.
+TEST(BenchTrain, DepthAndWidthSetTheModel) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=resnet_cifar", "depth=8", "width=4", "size=8", "channels=1",
+                                       "classes=10", "batch=2", "steps=1", "warmup=0", "device=cpu"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\nresnet_cifar"), std::string::npos) << out;
+  auto error_of = [](std::vector<std::string> args) {
+    try {
+      cli::cmd_bench(args);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string m = error_of({"train", "model=resnet_cifar", "depth=15", "size=8", "batch=2", "steps=1"});
+  EXPECT_NE(m.find("model.depth = 15 is not accepted; accepted: 6n+2"), std::string::npos) << m;
+  m = error_of({"train", "model=lenet", "depth=8", "size=28", "batch=2", "steps=1"});
+  EXPECT_NE(m.find("unknown key model.depth"), std::string::npos) << m;
+  m = error_of({"train", "model=resnet_cifar", "width=0", "size=8", "batch=2", "steps=1"});
+  EXPECT_NE(m.find("width"), std::string::npos) << m;
+}
+
 // conv_algo=direct,winograd: one row per algorithm, the rounds alternating between them.
 TEST(BenchTrain, ConvAlgoListGivesOneRowEach) {
   ::testing::internal::CaptureStdout();
