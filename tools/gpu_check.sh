@@ -97,8 +97,10 @@ train_run() {
 if [[ "$part" == tests ]]; then
   section "GPU tests, one process each, ${TEST_TIMEOUT:-60} s limit each"
   tests_bin="$here/bin/kiln_test_gpu"
-  mapfile -t names < <("$tests_bin" --gtest_list_tests 2>/dev/null |
+  mapfile -t names < <("$tests_bin" --gtest_list_tests 2>"$runs/list.err" |
                        awk '/^[^ ]/ {suite=$1} /^  / {print suite $1}')
+  # A binary that does not load (a missing library) lists nothing: say why.
+  ((${#names[@]})) || fail "kiln_test_gpu --gtest_list_tests listed no test: $(tail -3 "$runs/list.err" | tr '\n' ' ' | head -c 300)"
   budget=${TESTS_BUDGET:-200}
   n_pass=0 n_fail=0 n_skip=0 n_left=0
   left=() skips=()
@@ -143,10 +145,10 @@ if [[ "$part" == tests ]]; then
   ((n_skip == ${#names[@]} && n_skip > 0)) && fail "every GPU test skipped: no CUDA device visible to the test process"
 
   section "kiln info"
-  if "$kiln" info; then pass "kiln info"; else fail "kiln info"; fi
+  if timeout -k 5 60 "$kiln" info; then pass "kiln info"; else fail "kiln info (exit $?)"; fi
 
   section "kiln bench matmul"
-  if "$kiln" bench matmul | tee "$runs/matmul.log"; then
+  if timeout -k 5 90 "$kiln" bench matmul | tee "$runs/matmul.log"; then
     pass "kiln bench matmul: $(grep -E '^matmul' "$runs/matmul.log" | awk '{printf "%s %s %s TFLOPS; ", $2, $3, $5}')"
   else
     fail "kiln bench matmul"
@@ -173,7 +175,8 @@ JSON
   fi
 
   section "device=0,1 on a machine with fewer GPUs: refused, naming the GPUs"
-  "$kiln" train "$here/configs/fashion_mnist_cnn.json" device=0,1 epochs=1 train.runs_dir="$runs" >"$runs/dp.log" 2>&1
+  timeout -k 5 60 "$kiln" train "$here/configs/fashion_mnist_cnn.json" device=0,1 epochs=1 train.runs_dir="$runs" \
+    >"$runs/dp.log" 2>&1
   rc=$?
   cat "$runs/dp.log"
   ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
@@ -204,7 +207,7 @@ if [[ "$part" == bench ]]; then
  "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4},
  "train": {"epochs": 1, "max_steps_per_epoch": 5, "eval_every": 100, "log_every": 1}}
 JSON
-  timeout -k 10 "${AUTOBATCH_TIMEOUT:-150}" "$kiln" train "$runs/autobatch.json" device=0 train.runs_dir="$runs" \
+  timeout -k 10 "${AUTOBATCH_TIMEOUT:-120}" "$kiln" train "$runs/autobatch.json" device=0 train.runs_dir="$runs" \
     train.plots=false 2>&1 | tee "$runs/autobatch.log"
   rc=$?
   ab=$(grep -i -E 'autobatch|fit |target|peak' "$runs/autobatch.log" | head -4 | tr '\n' ' ' | head -c 400)
@@ -246,9 +249,14 @@ if [[ "$part" == profile ]]; then
     else
       fail "torch.profiler $prec batch $batch"
     fi
+    # After each precision, so that a kill of the whole check keeps what was profiled so far.
+    if ((${#tables[@]})); then
+      "$py" "$here/bench/profile_gpu.py" compare "${tables[@]}" --top 12 >"$out/profile-compare.txt" 2>&1 ||
+        fail "profile_gpu.py compare: $(tail -1 "$out/profile-compare.txt" | head -c 200)"
+    fi
   done
-  if ((${#tables[@]})); then
-    "$py" "$here/bench/profile_gpu.py" compare "${tables[@]}" --top 12 | tee "$out/profile-compare.txt"
+  if [[ -s "$out/profile-compare.txt" ]]; then
+    cat "$out/profile-compare.txt"
     sed -n '1,/^$/p' "$out/profile-compare.txt" >>"$summary"
   fi
 fi

@@ -49,7 +49,11 @@ def run_kiln(cmd, timeout, env=None):
         if line.startswith("#") or "error" in line:
             print("  " + line)
     if out.returncode != 0:
-        print(out.stdout)  # the error line was shown above
+        # The reason: an error line was shown above, but a crash (signal, abort) prints none.
+        print(f"kiln: exit status {out.returncode}" +
+              (f" (signal {-out.returncode})" if out.returncode < 0 else ""))
+        for line in (out.stdout.splitlines() + out.stderr.splitlines())[-20:]:
+            print("  | " + line)
         return None
     return out.stdout
 
@@ -232,12 +236,13 @@ def main():
                   f"cuDNN {torch.backends.cudnn.version()}")
         else:
             print("torch is installed but sees no GPU: torch columns skipped")
-    except ImportError:
+    except Exception as e:  # noqa: BLE001 -- ImportError, or a library clash (OSError, RuntimeError)
         have_torch = False
-        print("no torch in this python: torch columns skipped")
+        print(f"torch unusable in this python ({type(e).__name__}: {e}): torch columns skipped")
     summary = []
 
     def fig(line):
+        print(line, flush=True)  # in the log at once: a kill of the whole check still leaves the figures
         summary.append(line)
         if a.summary:
             with open(a.summary, "w") as f:
@@ -276,6 +281,7 @@ def part_resnet50(a, have_torch, fig):
         for ab in a.kiln_ab:
             name, value = ab.split("=", 1)
             kb, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
+            ok &= kb is not None  # the A/B runs take the other code paths: their failure is a failure
             gain = f"{k / kb:.2f}" if k and kb else "-"
             fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, kiln with {ab} {fmt(kb)} img/s "
                 f"(default/that {gain})")
