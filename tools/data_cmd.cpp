@@ -160,7 +160,7 @@ int bench_data_cmd(const Args& args) {
   const int64_t warmup = a.own.count("warmup") ? parse_count("warmup", a.own["warmup"], 0) : 3;
   const Split split = parse_splits(a.own.count("split") ? a.own["split"] : "train", false)[0];
   auto loader = make_loader(dc, split);
-  const ImageShape s = loader->image_shape();
+  const ImageShape s = loader->epoch_image_shape(0);  // what bench_loader's epoch 0 delivers (progressive_resize)
   std::printf("# kiln bench data: %s, %lld samples, batch %lld, %lld threads, output %s %s, transforms %s\n",
               loader->dataset().name().c_str(), static_cast<long long>(loader->dataset().size()),
               static_cast<long long>(loader->options().batch_size), static_cast<long long>(dc.loader.workers),

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "../expect_error.h"
+#include "../resume_util.h"
 
 #include <filesystem>
 #include <fstream>
@@ -98,18 +99,9 @@ TEST(Trainer, ProgressiveResizeTrainsAndResumesExactly) {
     c["train"]["epochs"] = 3;
     return c;
   };
-  TrainResult a = train(config("straight"), true);
-  json first = config("split");
-  apply_overrides(first, {"train.stop_after=1"});
-  TrainResult b1 = train(first, true);
-  json second = config("split");
-  apply_overrides(second, {"resume=" + b1.run_dir});
-  TrainResult b2 = train(second, true);
+  const auto [a, b2] = kiln::testing::train_straight_and_resumed(config);
   EXPECT_EQ(b2.steps, a.steps);
-  auto wa = load_safetensors(a.run_dir + "/last.safetensors").tensors;
-  auto wb = load_safetensors(b2.run_dir + "/last.safetensors").tensors;
-  ASSERT_EQ(wa.size(), wb.size());
-  for (auto& [name, t] : wa) EXPECT_EQ(t.to_double_vector(), wb.at(name).to_double_vector()) << name;
+  kiln::testing::expect_same_tensors(a.run_dir, b2.run_dir, "last.safetensors");
   // The schedule travels with the run's config, so the resumed run trained epochs 2 and 3 at 6 and 8.
   std::ifstream f(b2.run_dir + "/config.json");
   EXPECT_EQ(json::parse(f)["data"]["progressive_resize"]["min_size"], 4);
@@ -117,6 +109,7 @@ TEST(Trainer, ProgressiveResizeTrainsAndResumesExactly) {
   json plain = config("plain");
   plain["data"].erase("progressive_resize");
   TrainResult p = train(plain, true);
+  auto wa = load_safetensors(a.run_dir + "/last.safetensors").tensors;
   auto wp = load_safetensors(p.run_dir + "/last.safetensors").tensors;
   EXPECT_NE(wp.begin()->second.to_double_vector(), wa.at(wp.begin()->first).to_double_vector());
 }
