@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/tensor.h"
@@ -73,7 +74,18 @@ std::string communicator_id(Device device);
 std::unique_ptr<Communicator> make_device_communicator(const std::string& id, int nranks, int rank, Device device,
                                                        double timeout_s, std::unique_ptr<Communicator> also = nullptr);
 // One process driving several devices of one kind: one communicator per device (rank i drives
-// devices[i]), each to be used from its own thread.
+// devices[i]), each to be used from its own thread. Release them with destroy_concurrently().
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<Device>& devices);
+
+// Releases one process's communicators all at once, each on a thread of its own. NCCL's
+// ncclCommDestroy finalizes, a collective of the communicators of one node: destroyed one after the
+// other from one thread, the first waits forever for the others. (An aborted communicator is only
+// freed.) For any communicator type (cuda::NcclComm in the GPU tests).
+template <typename C>
+void destroy_concurrently(std::vector<std::unique_ptr<C>>& comms) {
+  std::vector<std::thread> threads;
+  for (auto& c : comms) threads.emplace_back([&c] { c.reset(); });
+  for (auto& t : threads) t.join();
+}
 
 }  // namespace kiln

@@ -1,7 +1,8 @@
 // The config the data-parallel equivalence tests train (tests/tools/replicas_test.cpp on thread
 // replicas, tests/mpi/mpi_test.cpp on mpirun ranks): no batch-norm and no dropout, so N replicas
-// on a global batch of 32 take exactly the step of one replica on the 32 (batch-norm statistics
-// are per replica, as in PyTorch's DDP).
+// on a global batch of 32 take exactly the step of one replica on the 32. (With batch norm the
+// running statistics are per replica within an epoch; every replica takes rank 0's before it
+// evaluates: Replicas.EvaluationIsThatOfTheSavedBatchNormStatistics.)
 #pragma once
 #include <string>
 

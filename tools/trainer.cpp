@@ -599,6 +599,16 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     if (show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
     // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
 
+    // Batch-norm running statistics are per replica (each updates them from its own shard). Every
+    // replica takes rank 0's before evaluating, so that the evaluation, summed over the replicas'
+    // shards, is that of the model the checkpoint saves (rank 0's); the EMA's copies likewise.
+    // (PyTorch's DDP broadcasts them before every forward.) All ranks call it at the same point.
+    if (world > 1) {
+      for (auto& [n, t] : model->named_buffers()) comm->broadcast(t, 0);
+      if (ema)
+        for (auto& [n, t] : ema->model->named_buffers()) comm->broadcast(t, 0);
+    }
+
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
     if (do_eval) {
       // The last evaluation of this invocation also counts the confusion matrix, for the report.
@@ -720,6 +730,7 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
     });
   }
   for (auto& t : threads) t.join();
+  destroy_concurrently(comms);  // not one by one: NCCL's destroy waits for its peers (core/comm.h)
   if (first_error) std::rethrow_exception(first_error);
   return results[0];
 }

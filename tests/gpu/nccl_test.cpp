@@ -9,6 +9,7 @@
 #include <chrono>
 #include <thread>
 
+#include "core/comm.h"
 #include "core/cuda/cuda_ops.h"
 #include "core/cuda/nccl_comm.h"
 
@@ -50,6 +51,7 @@ TEST(CudaNccl, LocalAllReduceAndBroadcast) {
     EXPECT_EQ(avgs[r].to_double_vector(), std::vector<double>(len, total * 2.0 / n)) << "rank " << r;
     EXPECT_EQ(bc[r].to_int_vector(), std::vector<int64_t>(7, 42)) << "rank " << r;
   }
+  destroy_concurrently(comms);  // one by one from this thread, a second rank's destroy would never return
 }
 
 TEST(CudaNccl, OneRankFromUniqueIdAndAbort) {

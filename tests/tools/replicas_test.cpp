@@ -94,6 +94,20 @@ TEST(Replicas, TwoReplicasTakeTheCombinedBatchStep) {
   EXPECT_LT(l1[2], l1[0]);  // and it learns
 }
 
+// With batch norm, each replica's running statistics come from its own shard. The evaluation the
+// run reports (summed over the replicas' shards) must be that of the checkpoint it saves: every
+// replica evaluates with rank 0's statistics, which the checkpoint holds.
+TEST(Replicas, EvaluationIsThatOfTheSavedBatchNormStatistics) {
+  json c = plain_config(fresh_dir("bn"), "bn");
+  c["model"]["layers"].insert(c["model"]["layers"].begin() + 1, json{{"type", "batch_norm2d"}, {"num_features", 8}});
+  apply_overrides(c, {"epochs=2"});
+  TrainResult two = run_replicas(c, 2);
+  EvalResult saved = evaluate(c, two.run_dir + "/last.safetensors");
+  EXPECT_EQ(saved.samples, 128);
+  EXPECT_NEAR(two.val_top1, saved.top1, 1e-9);
+  EXPECT_NEAR(two.val_loss, saved.loss, 1e-6 * (1 + saved.loss));
+}
+
 TEST(Replicas, GlobalBatchMustDivideByTheReplicas) {
   json c = plain_config(fresh_dir("divide"), "divide");
   apply_overrides(c, {"batch=33"});
