@@ -724,7 +724,11 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
         std::lock_guard<std::mutex> lk(mu);
         if (!first_error) {
           first_error = std::current_exception();
-          for (auto& c : comms) c->abort(1);  // wake every replica waiting in a collective
+          // Wake every replica waiting in a collective, all at once: NCCL's abort of one rank waits
+          // for its peers' (one by one, each would stall up to its 10 s limit).
+          std::vector<std::thread> aborts;
+          for (auto& c : comms) aborts.emplace_back([&c] { c->abort(1); });
+          for (auto& t : aborts) t.join();
         }
       }
     });
