@@ -77,15 +77,20 @@ std::unique_ptr<Communicator> make_device_communicator(const std::string& id, in
 // devices[i]), each to be used from its own thread. Release them with destroy_concurrently().
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<Device>& devices);
 
-// Releases one process's communicators all at once, each on a thread of its own. NCCL's
-// ncclCommDestroy finalizes, a collective of the communicators of one node: destroyed one after the
-// other from one thread, the first waits forever for the others. (An aborted communicator is only
-// freed.) For any communicator type (cuda::NcclComm in the GPU tests).
+// f(comm) for each of one process's communicators at once, each on a thread of its own: NCCL's
+// destroy and abort of one rank wait for the other ranks of the node, so one after the other from
+// one thread the first would wait for ever (destroy) or for its time limit (abort).
+template <typename C, typename F>
+void for_each_concurrently(std::vector<std::unique_ptr<C>>& comms, F f) {
+  std::vector<std::thread> threads;
+  for (auto& c : comms) threads.emplace_back([&c, &f] { f(c); });
+  for (auto& t : threads) t.join();
+}
+// Releases them that way (an aborted communicator is only freed). For any communicator type
+// (cuda::NcclComm in the GPU tests).
 template <typename C>
 void destroy_concurrently(std::vector<std::unique_ptr<C>>& comms) {
-  std::vector<std::thread> threads;
-  for (auto& c : comms) threads.emplace_back([&c] { c.reset(); });
-  for (auto& t : threads) t.join();
+  for_each_concurrently(comms, [](std::unique_ptr<C>& c) { c.reset(); });
 }
 
 }  // namespace kiln

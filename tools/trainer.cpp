@@ -310,10 +310,14 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   mark_no_decay_1d(params);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(s.optim, params, "optim");
 
-  // Rank 0's initial weights everywhere (also the buffers: BN running stats).
+  // Rank 0's buffers (BN running statistics) on every rank.
+  auto broadcast_buffers = [&](Module& m) {
+    for (auto& [n, t] : m.named_buffers()) comm->broadcast(t, 0);
+  };
+  // Rank 0's initial weights everywhere (also the buffers).
   if (world > 1) {
     for (auto& [n, t] : model->named_parameters()) comm->broadcast(t, 0);
-    for (auto& [n, t] : model->named_buffers()) comm->broadcast(t, 0);
+    broadcast_buffers(*model);
   }
 
   // EMA of the weights (optim/ema.h, tools/train_ema.h): starts as a copy of the initial weights.
@@ -604,9 +608,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     // shards, is that of the model the checkpoint saves (rank 0's); the EMA's copies likewise.
     // (PyTorch's DDP broadcasts them before every forward.) All ranks call it at the same point.
     if (world > 1) {
-      for (auto& [n, t] : model->named_buffers()) comm->broadcast(t, 0);
-      if (ema)
-        for (auto& [n, t] : ema->model->named_buffers()) comm->broadcast(t, 0);
+      broadcast_buffers(*model);
+      if (ema) broadcast_buffers(*ema->model);
     }
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
@@ -726,9 +729,7 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
           first_error = std::current_exception();
           // Wake every replica waiting in a collective, all at once: NCCL's abort of one rank waits
           // for its peers' (one by one, each would stall up to its 10 s limit).
-          std::vector<std::thread> aborts;
-          for (auto& c : comms) aborts.emplace_back([&c] { c->abort(1); });
-          for (auto& t : aborts) t.join();
+          for_each_concurrently(comms, [](std::unique_ptr<Communicator>& c) { c->abort(1); });
         }
       }
     });

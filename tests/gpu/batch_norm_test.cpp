@@ -270,7 +270,9 @@ TEST(CudaBatchNormRelu, OpMatchesTheCpuOnEveryPath) {
         } else {
           // f16, NHWC, packed, C % 4 == 0: the case cuDNN documents its fused persistent kernels for.
           // Failing here means a wrong argument made cuDNN refuse, and the fallback hid it.
-          if (t == DType::f16) EXPECT_TRUE(fused) << "cuDNN refused the fused f16 case" << (residual ? " + residual" : "");
+          if (t == DType::f16) {
+            EXPECT_TRUE(fused) << "cuDNN refused the fused f16 case" << (residual ? " + residual" : "");
+          }
           // "path: " lines go to gpu_check.sh's summary
           std::printf("path: batch_norm_relu %s%s (8, 14, 14, 64): %s\n", dtype_name(t), residual ? " + residual" : "",
                       fused ? "cuDNN's fused BN_(ADD_)ACTIVATION" : "batch norm, then kiln's add and relu kernels");
