@@ -15,9 +15,10 @@
 // oneDNN's blocked activation layout (see ConvGeom::blocked_backward).
 //
 // NOTE: bf16/f16 need avx512 extensions in oneDNN 2.6, so on CPUs without them (onednn::native_compute
-// is false) the kernels convert their inputs to f32, run the f32 primitives and round the results
-// back to the input dtype. The values equal a native low-precision conv with f32 accumulation
-// (bf16 -> f32 is exact); only the speed differs.
+// is false) the kernels convert their inputs to f32, run the f32 algorithms (direct, Winograd or
+// im2col, chosen as for f32) and round the results back to the input dtype. With direct the values
+// equal a native low-precision conv with f32 accumulation (bf16 -> f32 is exact); Winograd in f32
+// does not round its transformed tiles, so it is closer to exact than native bf16 Winograd.
 //
 // Each pass (forward, backward-data, backward-weights) runs the algorithm core/cpu/conv_algo.h
 // chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or the im2col weight
@@ -294,28 +295,25 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   Tensor x = x0.contiguous(), w = w0.contiguous();
   Tensor b = b0.defined() ? b0.contiguous() : Tensor();
 
-  // The forward's algorithm (core/cpu/conv_algo.h): measured on these operands the first time the
-  // shape is seen, or the static rule / a forced one. Without native compute only direct runs.
+  // The forward's algorithm (core/cpu/conv_algo.h): measured on these operands (in the compute
+  // dtype: bf16/f16 without native kernels convert to f32 first) the first time the shape is seen,
+  // or the static rule / a forced one.
   const ca::ConvKey key = algo_key(g);
-  bool wino = false;
-  if (native) {
-    auto v = ca::applicable(key, ca::Pass::forward);
-    wino = std::find(v.begin(), v.end(), ca::Algo::winograd) != v.end();
-  }
-  const ca::Algo fwd_algo = ca::choose(
-      key, ca::Pass::forward,
-      wino ? std::vector<ca::Candidate>{{ca::Algo::direct, [&] { (void)forward_native(g, x, w, b, nullptr); }},
-                                        {ca::Algo::winograd, [&] { (void)winograd::forward(x, w, b); }}}
-           : std::vector<ca::Candidate>{{ca::Algo::direct, {}}},
-      winograd_rule(g, native) ? ca::Algo::winograd : ca::Algo::direct);
-  if (fwd_algo == ca::Algo::winograd) return winograd::forward(x, w, b);
+  const Tensor xc = to_dtype(x, ct), wc = to_dtype(w, ct), bc = to_dtype(b, ct);
+  std::vector<ca::Candidate> candidates{{ca::Algo::direct, {}}};
+  for (ca::Algo alg : ca::applicable(key, ca::Pass::forward))
+    if (alg == ca::Algo::winograd) candidates.push_back({alg, [&] { (void)winograd::forward(xc, wc, bc); }});
+  if (candidates.size() > 1) candidates[0].run = [&] { (void)forward_native(g, xc, wc, bc, nullptr); };
+  const ca::Algo fwd_algo =
+      ca::choose(key, ca::Pass::forward, candidates, winograd_rule(g, native) ? ca::Algo::winograd : ca::Algo::direct);
+  if (fwd_algo == ca::Algo::winograd) return to_dtype(winograd::forward(xc, wc, bc), dt);
 
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   std::shared_ptr<onednn::Reordered> wr;
   if (saved && native && bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc())
     wr = std::make_shared<onednn::Reordered>();
-  Tensor y = forward_native(g, to_dtype(x, ct), to_dtype(w, ct), to_dtype(b, ct), wr.get());
+  Tensor y = forward_native(g, xc, wc, bc, wr.get());
   if (wr) *saved = std::move(wr);
   return to_dtype(y, dt);
 }
@@ -348,7 +346,6 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
   Tensor wc = w0.defined() ? to_dtype(w0, g.dtype).contiguous() : Tensor();
   auto candidates = [&](ca::Pass pass, auto direct, auto wino, auto gemm) {
     std::vector<ca::Candidate> c{{ca::Algo::direct, direct}};
-    if (!native) return c;
     for (ca::Algo alg : ca::applicable(key, pass)) {
       if (alg == ca::Algo::winograd) c.push_back({alg, wino});
       if (alg == ca::Algo::im2col) c.push_back({alg, gemm});

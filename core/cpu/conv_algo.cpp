@@ -35,6 +35,9 @@ namespace {
 
 constexpr int kWarmup = 1, kReps = 3;
 constexpr int kFormat = 1;
+// The revision of the candidates' kernels, part of machine_id(): a cache measured against other
+// kernels (or another candidate set) is measured again. 2: the AVX2 Winograd transforms.
+constexpr int kKernelsRevision = 2;
 
 std::atomic<int> g_mode{-1};
 
@@ -134,8 +137,8 @@ bool read_file(const std::string& path, std::vector<Entry>* out, std::string* wh
   }
   const std::string mine = machine_id();
   if (j["machine"].get<std::string>() != mine) {
-    *why = "it was written for another machine (\"" + j["machine"].get<std::string>() + "\", this one is \"" + mine +
-           "\")";
+    *why = "it was written for another machine or kiln version (\"" + j["machine"].get<std::string>() +
+           "\", this one is \"" + mine + "\")";
     return false;
   }
   std::vector<Entry> es;
@@ -444,7 +447,8 @@ std::string machine_id() {
   }();
   const dnnl_version_t* v = dnnl_version();
   std::ostringstream o;
-  o << cpu << "; " << omp_get_max_threads() << " threads; oneDNN " << v->major << "." << v->minor << "." << v->patch;
+  o << cpu << "; " << omp_get_max_threads() << " threads; oneDNN " << v->major << "." << v->minor << "." << v->patch
+    << "; kiln kernels " << kKernelsRevision;
   return o.str();
 }
 

@@ -35,20 +35,17 @@ std::atomic<int64_t> g_chunk_bytes{int64_t{8} << 20};
 // Scratch per thread for thread-private chunks (about the size of a core's L2).
 std::atomic<int64_t> g_private_bytes{int64_t{1536} << 10};
 
-// AVX-512 transforms where the CPU has AVX-512 BF16 (KILN_WINOGRAD_AVX512=0 turns them off, for
-// tests of the portable kernels and comparisons).
-bool use_avx512() {
-  static const bool on = [] {
-    const char* e = std::getenv("KILN_WINOGRAD_AVX512");
-    if (e && std::string(e) == "0") return false;
+// The best transform kernels this CPU runs: AVX-512 with AVX-512 BF16, else AVX2, else the portable
+// loops.
+Simd best_simd() {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return __builtin_cpu_supports("avx512bf16") != 0;
-#else
-    return false;
+  if (__builtin_cpu_supports("avx512bf16")) return Simd::avx512;
+  if (__builtin_cpu_supports("avx2")) return Simd::avx2;
 #endif
-  }();
-  return on;
+  return Simd::portable;
 }
+
+bool use_avx512() { return best_simd() == Simd::avx512; }
 
 struct Tiles {
   int64_t n, h, w, th, tw;
@@ -72,14 +69,29 @@ int64_t chunk_tiles(const Tiles& t, int64_t bytes_per_tile) {
   return (t.count() + chunks - 1) / chunks;
 }
 
-std::atomic<int> g_simd{-1};  // -1: not decided yet (use_avx512())
+// The level the transforms run at: KILN_WINOGRAD_SIMD (portable, avx2, avx512; a level the CPU
+// lacks falls back to the best it has), else best_simd(); set_simd() changes it.
+Simd initial_simd() {
+  const Simd best = best_simd();
+  const char* e = std::getenv("KILN_WINOGRAD_SIMD");
+  if (!e) return best;
+  const std::string v(e);
+  const Simd asked = v == "portable" ? Simd::portable : v == "avx2" ? Simd::avx2 : best;
+  return static_cast<int>(asked) <= static_cast<int>(best) ? asked : best;
+}
+
+std::atomic<int> g_simd{-1};  // -1: not decided yet (initial_simd())
+
+int simd_level() {
+  int on = g_simd.load();
+  if (on < 0) g_simd.store(on = static_cast<int>(initial_simd()));
+  return on;
+}
 
 template <typename S>
 const Kernels<S>& kernels() {
-  static const Kernels<S> portable(false), simd(true);
-  int on = g_simd.load();
-  if (on < 0) g_simd.store(on = use_avx512() ? 1 : 0);
-  return on ? simd : portable;
+  static const Kernels<S> levels[3] = {Kernels<S>(Simd::portable), Kernels<S>(Simd::avx2), Kernels<S>(Simd::avx512)};
+  return levels[simd_level()];
 }
 
 bool parallel_worth(int64_t items, int64_t channels) { return items * channels * 16 > 32768; }
@@ -395,11 +407,13 @@ void set_chunk_bytes(int64_t bytes) { g_chunk_bytes.store(std::max<int64_t>(1, b
 
 void set_private_bytes(int64_t bytes) { g_private_bytes.store(std::max<int64_t>(0, bytes)); }
 
-bool set_simd_kernels(bool on) {
-  if (on && !use_avx512()) return false;
-  g_simd.store(on ? 1 : 0);
+bool set_simd(Simd level) {
+  if (static_cast<int>(level) > static_cast<int>(best_simd())) return false;
+  g_simd.store(static_cast<int>(level));
   return true;
 }
+
+Simd simd() { return static_cast<Simd>(simd_level()); }
 
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,
                 int64_t dil_h, int64_t dil_w, int64_t groups, bool bias, DType dtype) {
@@ -420,8 +434,9 @@ bool chosen(int64_t ic, int64_t oc, DType dtype) {
   }
   // Measured with `kiln bench winograd` (docs/precision.md): bf16 wins 1.2-1.5x from 64 channels
   // (batch 32 and 128, 32x32 down to 4x4); f32, whose transformed tiles take twice the memory,
-  // loses at 64 channels and wins 1.3-1.7x from 128. Without AVX-512 BF16 the transforms run as
-  // portable loops, not measured to win: oneDNN's direct kernels stay.
+  // loses at 64 channels and wins 1.3-1.7x from 128. The rule was tuned there alone: elsewhere
+  // (AVX2, where the AVX2 transforms win from 64 channels at 32x32 but not at 7x7) it keeps
+  // oneDNN's direct kernels, and the automatic mode measures instead.
   if (!use_avx512()) return false;
   if (dtype == DType::bf16) return ic >= 64 && oc >= 64;
   return ic >= 128 && oc >= 128;

@@ -39,9 +39,13 @@ using conv_algo::set_mode;
 // thread-private chunks (default 1.5 MiB). Tuning and test knobs.
 void set_chunk_bytes(int64_t bytes);
 void set_private_bytes(int64_t bytes);
-// The AVX-512 transform kernels (default where the CPU has AVX-512 BF16) or the portable loops;
-// false when `on` is asked for on a CPU without them. For tests and comparisons.
-bool set_simd_kernels(bool on);
+// The transform kernels' instruction set: AVX-512 where the CPU has AVX-512 BF16, else AVX2, else
+// portable loops (the default: the best the CPU has; KILN_WINOGRAD_SIMD=portable|avx2 asks for
+// less). The levels give the same bits. set_simd() is false, changing nothing, for a level the
+// CPU lacks. For tests and comparisons.
+enum class Simd { portable = 0, avx2 = 1, avx512 = 2 };
+bool set_simd(Simd level);
+Simd simd();
 
 // The geometry Winograd F(2x2,3x3) covers.
 bool applicable(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w,

@@ -1,27 +1,24 @@
 // The per-tile and per-row transform kernels of Winograd F(2x2,3x3) (core/cpu/winograd.cpp, the
-// only includer): input, output and output-gradient tiles, weights and weight gradients, each as a
-// portable loop and as AVX-512 intrinsics, and Kernels<S>, the set for one storage type.
+// only includer): input, output and output-gradient tiles, weights and weight gradients, and
+// Kernels<S>, the set for one storage type at one Simd level.
 #pragma once
 #include <cstdint>
+#include <cstring>
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
+#include "core/cpu/winograd.h"
 #include "core/dtype.h"
 
 namespace kiln::ops::winograd::kernels {
 
-// Element access: f32 as is, bf16 as its bits (round to nearest even on store).
-inline float ld(const float* p) { return *p; }
-inline float ld(const uint16_t* p) { return bf16_to_float(*p); }
-inline void st(float* p, float v) { *p = v; }
-inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }
-
 // ---------------------------------------------------------------------------------------------
-// Per-tile and per-row kernels. Each comes twice: a portable loop (any x86-64) and an AVX-512 one
-// (16 channels per vector, bf16 rounding exactly as float_to_bf16), taken when the CPU has AVX-512
-// BF16. Both compute the same f32 expressions in the same order, so they give the same bits
-// (Winograd.AvxAndPortableKernelsAgree).
+// Per-tile and per-row kernels, at three levels: a portable loop (any CPU) and AVX2 (8 channels per
+// vector), both from one template on GCC vector extensions, and AVX-512 (16 channels per vector,
+// intrinsics); bf16 rounding exactly as float_to_bf16 everywhere. The best the CPU has runs
+// (winograd.cpp, best_simd()). All compute the same f32 expressions in the same order, so they give
+// the same bits (Winograd.SimdAndPortableKernelsAgree).
 //
 //   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
 //              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
@@ -32,12 +29,66 @@ inline void st(uint16_t* p, float v) { *p = float_to_bf16(v); }
 //   wgrad_row: o[3r+s][l] = (G^T u G)[r][s] of u[p][l]
 // Rows of the transformed tile are `plane` elements apart.
 
-template <typename S>
-void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
-  for (int64_t c = 0; c < C; ++c) {
-    float d[16];
-    for (int k = 0; k < 16; ++k) d[k] = src[k] ? ld(src[k] + c) : 0.0f;
-    float t[4][4];
+// The kernels are written once, on W-lane vectors (GCC's vector extensions), from channel `c` on
+// while W lanes remain; they return where they stopped. W = 1 is the portable loop (and every
+// SIMD kernel's tail); W = 8 is inlined into functions compiled for AVX2 (below).
+// NOTE: GCC warns (-Wpsabi, at the end of the includer) that these helpers take and return vectors
+// wider than the generic x86-64 ABI passes in registers. They are always inlined into the target
+// functions, so no call uses that ABI: the warning is off for the rest of winograd.cpp, the only
+// includer, which passes no vector across a function boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+namespace vec {
+
+template <int W>
+struct V {
+  typedef float f __attribute__((vector_size(4 * W)));
+  typedef uint32_t u __attribute__((vector_size(4 * W)));
+  typedef uint16_t h __attribute__((vector_size(2 * W)));
+};
+
+#define KILN_VEC_INLINE __attribute__((always_inline)) inline
+
+template <int W>
+KILN_VEC_INLINE typename V<W>::f load(const float* p) {
+  typename V<W>::f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <int W>
+KILN_VEC_INLINE typename V<W>::f load(const uint16_t* p) {
+  typename V<W>::h h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<typename V<W>::f>(__builtin_convertvector(h, typename V<W>::u) << 16);
+}
+template <int W>
+KILN_VEC_INLINE typename V<W>::f load_or_zero(const float* p) {
+  return p ? load<W>(p) : typename V<W>::f{};
+}
+template <int W>
+KILN_VEC_INLINE typename V<W>::f load_or_zero(const uint16_t* p) {
+  return p ? load<W>(p) : typename V<W>::f{};
+}
+template <int W>
+KILN_VEC_INLINE void store(float* p, typename V<W>::f v) {
+  std::memcpy(p, &v, sizeof v);
+}
+// float_to_bf16 on W lanes, bit for bit.
+template <int W>
+KILN_VEC_INLINE void store(uint16_t* p, typename V<W>::f v) {
+  using U = typename V<W>::u;
+  const U u = reinterpret_cast<U>(v), hi = u >> 16;
+  const U r = ((u & 0x7fffffffu) > 0x7f800000u) ? (hi | 0x40u) : ((u + 0x7fffu + (hi & 1u)) >> 16);
+  const typename V<W>::h h = __builtin_convertvector(r, typename V<W>::h);
+  std::memcpy(p, &h, sizeof h);
+}
+
+template <int W, typename S>
+KILN_VEC_INLINE int64_t in_tile(int64_t c, const S* const* src, int64_t C, S* out, int64_t plane) {
+  using F = typename V<W>::f;
+  for (; c + W <= C; c += W) {
+    F d[16];
+    for (int k = 0; k < 16; ++k) d[k] = load_or_zero<W>(src[k] ? src[k] + c : nullptr);
+    F t[4][4];
     for (int j = 0; j < 4; ++j) {
       t[0][j] = d[j] - d[8 + j];
       t[1][j] = d[4 + j] + d[8 + j];
@@ -45,57 +96,64 @@ void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
       t[3][j] = d[4 + j] - d[12 + j];
     }
     for (int i = 0; i < 4; ++i) {
-      st(out + (4 * i + 0) * plane + c, t[i][0] - t[i][2]);
-      st(out + (4 * i + 1) * plane + c, t[i][1] + t[i][2]);
-      st(out + (4 * i + 2) * plane + c, t[i][2] - t[i][1]);
-      st(out + (4 * i + 3) * plane + c, t[i][1] - t[i][3]);
+      store<W>(out + (4 * i + 0) * plane + c, t[i][0] - t[i][2]);
+      store<W>(out + (4 * i + 1) * plane + c, t[i][1] + t[i][2]);
+      store<W>(out + (4 * i + 2) * plane + c, t[i][2] - t[i][1]);
+      store<W>(out + (4 * i + 3) * plane + c, t[i][1] - t[i][3]);
     }
   }
+  return c;
 }
 
-template <typename S>
-void out_tile(const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
-  for (int64_t k = 0; k < K; ++k) {
-    float s[2][4];
+template <int W, typename S>
+KILN_VEC_INLINE int64_t out_tile(int64_t k, const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
+  using F = typename V<W>::f;
+  for (; k + W <= K; k += W) {
+    F s[2][4];
     for (int j = 0; j < 4; ++j) {
-      float a0 = m[j * plane + k], a1 = m[(4 + j) * plane + k], a2 = m[(8 + j) * plane + k],
-            a3 = m[(12 + j) * plane + k];
+      const F a0 = load<W>(m + j * plane + k), a1 = load<W>(m + (4 + j) * plane + k),
+              a2 = load<W>(m + (8 + j) * plane + k), a3 = load<W>(m + (12 + j) * plane + k);
       s[0][j] = a0 + a1 + a2;
       s[1][j] = a1 - a2 - a3;
     }
     for (int a = 0; a < 2; ++a) {
-      float v0 = s[a][0] + s[a][1] + s[a][2], v1 = s[a][1] - s[a][2] - s[a][3];
+      F v0 = s[a][0] + s[a][1] + s[a][2], v1 = s[a][1] - s[a][2] - s[a][3];
       if (bias) {
-        v0 += bias[k];
-        v1 += bias[k];
+        const F b = load<W>(bias + k);
+        v0 += b;
+        v1 += b;
       }
-      if (y[2 * a]) st(y[2 * a] + k, v0);
-      if (y[2 * a + 1]) st(y[2 * a + 1] + k, v1);
+      if (y[2 * a]) store<W>(y[2 * a] + k, v0);
+      if (y[2 * a + 1]) store<W>(y[2 * a + 1] + k, v1);
     }
   }
+  return k;
 }
 
-template <typename S>
-void grad_tile(const S* const* g, int64_t K, S* out, int64_t plane) {
-  for (int64_t k = 0; k < K; ++k) {
-    float d[4];
-    for (int q = 0; q < 4; ++q) d[q] = g[q] ? ld(g[q] + k) : 0.0f;
-    float t[4][2] = {{d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {-d[2], -d[3]}};
+template <int W, typename S>
+KILN_VEC_INLINE int64_t grad_tile(int64_t k, const S* const* g, int64_t K, S* out, int64_t plane) {
+  using F = typename V<W>::f;
+  for (; k + W <= K; k += W) {
+    F d[4];
+    for (int q = 0; q < 4; ++q) d[q] = load_or_zero<W>(g[q] ? g[q] + k : nullptr);
+    const F t[4][2] = {{d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {-d[2], -d[3]}};
     for (int i = 0; i < 4; ++i) {
-      st(out + (4 * i + 0) * plane + k, t[i][0]);
-      st(out + (4 * i + 1) * plane + k, t[i][0] + t[i][1]);
-      st(out + (4 * i + 2) * plane + k, t[i][0] - t[i][1]);
-      st(out + (4 * i + 3) * plane + k, -t[i][1]);
+      store<W>(out + (4 * i + 0) * plane + k, t[i][0]);
+      store<W>(out + (4 * i + 1) * plane + k, t[i][0] + t[i][1]);
+      store<W>(out + (4 * i + 2) * plane + k, t[i][0] - t[i][1]);
+      store<W>(out + (4 * i + 3) * plane + k, -t[i][1]);
     }
   }
+  return k;
 }
 
-template <typename S>
-void wt_row(const S* const* g, int64_t L, S* out, int64_t plane) {
-  for (int64_t l = 0; l < L; ++l) {
-    float v[9];
-    for (int q = 0; q < 9; ++q) v[q] = ld(g[q] + l);
-    float gg[4][3];
+template <int W, typename S>
+KILN_VEC_INLINE int64_t wt_row(int64_t l, const S* const* g, int64_t L, S* out, int64_t plane) {
+  using F = typename V<W>::f;
+  for (; l + W <= L; l += W) {
+    F v[9];
+    for (int q = 0; q < 9; ++q) v[q] = load<W>(g[q] + l);
+    F gg[4][3];
     for (int s = 0; s < 3; ++s) {
       gg[0][s] = v[s];
       gg[1][s] = 0.5f * (v[s] + v[3 + s] + v[6 + s]);
@@ -103,34 +161,87 @@ void wt_row(const S* const* g, int64_t L, S* out, int64_t plane) {
       gg[3][s] = v[6 + s];
     }
     for (int a = 0; a < 4; ++a) {
-      st(out + (4 * a + 0) * plane + l, gg[a][0]);
-      st(out + (4 * a + 1) * plane + l, 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
-      st(out + (4 * a + 2) * plane + l, 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
-      st(out + (4 * a + 3) * plane + l, gg[a][2]);
+      store<W>(out + (4 * a + 0) * plane + l, gg[a][0]);
+      store<W>(out + (4 * a + 1) * plane + l, 0.5f * (gg[a][0] + gg[a][1] + gg[a][2]));
+      store<W>(out + (4 * a + 2) * plane + l, 0.5f * (gg[a][0] - gg[a][1] + gg[a][2]));
+      store<W>(out + (4 * a + 3) * plane + l, gg[a][2]);
     }
   }
+  return l;
 }
 
-template <typename S>
-void wgrad_row(const float* u, int64_t plane, int64_t L, S* const* out) {
-  for (int64_t l = 0; l < L; ++l) {
-    float h[3][4];
+template <int W, typename S>
+KILN_VEC_INLINE int64_t wgrad_row(int64_t l, const float* u, int64_t plane, int64_t L, S* const* out) {
+  using F = typename V<W>::f;
+  for (; l + W <= L; l += W) {
+    F h[3][4];
     for (int b = 0; b < 4; ++b) {
-      float u0 = u[b * plane + l], u1 = u[(4 + b) * plane + l], u2 = u[(8 + b) * plane + l],
-            u3 = u[(12 + b) * plane + l];
+      const F u0 = load<W>(u + b * plane + l), u1 = load<W>(u + (4 + b) * plane + l),
+              u2 = load<W>(u + (8 + b) * plane + l), u3 = load<W>(u + (12 + b) * plane + l);
       h[0][b] = u0 + 0.5f * (u1 + u2);
       h[1][b] = 0.5f * (u1 - u2);
       h[2][b] = 0.5f * (u1 + u2) + u3;
     }
     for (int r = 0; r < 3; ++r) {
-      st(out[3 * r + 0] + l, h[r][0] + 0.5f * (h[r][1] + h[r][2]));
-      st(out[3 * r + 1] + l, 0.5f * (h[r][1] - h[r][2]));
-      st(out[3 * r + 2] + l, 0.5f * (h[r][1] + h[r][2]) + h[r][3]);
+      store<W>(out[3 * r + 0] + l, h[r][0] + 0.5f * (h[r][1] + h[r][2]));
+      store<W>(out[3 * r + 1] + l, 0.5f * (h[r][1] - h[r][2]));
+      store<W>(out[3 * r + 2] + l, 0.5f * (h[r][1] + h[r][2]) + h[r][3]);
     }
   }
+  return l;
+}
+#undef KILN_VEC_INLINE
+
+}  // namespace vec
+
+// The portable kernels: one lane at a time.
+template <typename S>
+void in_tile(const S* const* src, int64_t C, S* out, int64_t plane) {
+  vec::in_tile<1>(0, src, C, out, plane);
+}
+template <typename S>
+void out_tile(const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
+  vec::out_tile<1>(0, m, plane, K, bias, y);
+}
+template <typename S>
+void grad_tile(const S* const* g, int64_t K, S* out, int64_t plane) {
+  vec::grad_tile<1>(0, g, K, out, plane);
+}
+template <typename S>
+void wt_row(const S* const* g, int64_t L, S* out, int64_t plane) {
+  vec::wt_row<1>(0, g, L, out, plane);
+}
+template <typename S>
+void wgrad_row(const float* u, int64_t plane, int64_t L, S* const* out) {
+  vec::wgrad_row<1>(0, u, plane, L, out);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
+// AVX2 (8 lanes, the tail one at a time), for x86-64 CPUs without AVX-512 BF16. "avx2" alone: no
+// FMA contraction.
+#define KILN_WINOGRAD_AVX2 1
+#define KILN_AVX2 __attribute__((target("avx2")))
+template <typename S>
+KILN_AVX2 void in_tile_avx2(const S* const* src, int64_t C, S* out, int64_t plane) {
+  vec::in_tile<1>(vec::in_tile<8>(0, src, C, out, plane), src, C, out, plane);
+}
+template <typename S>
+KILN_AVX2 void out_tile_avx2(const float* m, int64_t plane, int64_t K, const float* bias, S* const* y) {
+  vec::out_tile<1>(vec::out_tile<8>(0, m, plane, K, bias, y), m, plane, K, bias, y);
+}
+template <typename S>
+KILN_AVX2 void grad_tile_avx2(const S* const* g, int64_t K, S* out, int64_t plane) {
+  vec::grad_tile<1>(vec::grad_tile<8>(0, g, K, out, plane), g, K, out, plane);
+}
+template <typename S>
+KILN_AVX2 void wt_row_avx2(const S* const* g, int64_t L, S* out, int64_t plane) {
+  vec::wt_row<1>(vec::wt_row<8>(0, g, L, out, plane), g, L, out, plane);
+}
+template <typename S>
+KILN_AVX2 void wgrad_row_avx2(const float* u, int64_t plane, int64_t L, S* const* out) {
+  vec::wgrad_row<1>(vec::wgrad_row<8>(0, u, plane, L, out), u, plane, L, out);
+}
+
 #define KILN_WINOGRAD_AVX512 1
 #define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 // NOTE: GCC 12 warns that the _mm512_undefined_* inside its own intrinsics may be used uninitialized.
@@ -273,7 +384,7 @@ KILN_AVX512 void wgrad_row_avx512(const float* u, int64_t plane, int64_t L, S* c
 #pragma GCC diagnostic pop
 #endif
 
-// The kernels for S on this CPU.
+// The kernels for S at one level (a level this build lacks gives the portable loops).
 template <typename S>
 struct Kernels {
   void (*in)(const S* const*, int64_t, S*, int64_t) = in_tile<S>;
@@ -281,18 +392,24 @@ struct Kernels {
   void (*grad)(const S* const*, int64_t, S*, int64_t) = grad_tile<S>;
   void (*wt)(const S* const*, int64_t, S*, int64_t) = wt_row<S>;
   void (*wgrad)(const float*, int64_t, int64_t, S* const*) = wgrad_row<S>;
-  explicit Kernels(bool simd) {
-#ifdef KILN_WINOGRAD_AVX512
-    if (simd) {
-      in = in_tile_avx512<S>;
-      out = out_tile_avx512<S>;
-      grad = grad_tile_avx512<S>;
-      wt = wt_row_avx512<S>;
-      wgrad = wgrad_row_avx512<S>;
-    }
-#else
-    (void)simd;
+  explicit Kernels(Simd level) {
+#ifdef KILN_WINOGRAD_AVX2
+    if (level == Simd::avx2) use(in_tile_avx2<S>, out_tile_avx2<S>, grad_tile_avx2<S>, wt_row_avx2<S>, wgrad_row_avx2<S>);
 #endif
+#ifdef KILN_WINOGRAD_AVX512
+    if (level == Simd::avx512)
+      use(in_tile_avx512<S>, out_tile_avx512<S>, grad_tile_avx512<S>, wt_row_avx512<S>, wgrad_row_avx512<S>);
+#endif
+    (void)level;
+  }
+
+ private:
+  void use(decltype(in) i, decltype(out) o, decltype(grad) g, decltype(wt) w, decltype(wgrad) wg) {
+    in = i;
+    out = o;
+    grad = g;
+    wt = w;
+    wgrad = wg;
   }
 };
 
