@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -76,6 +77,8 @@ Simd initial_simd() {
   const char* e = std::getenv("KILN_WINOGRAD_SIMD");
   if (!e) return best;
   const std::string v(e);
+  if (v != "portable" && v != "avx2" && v != "avx512")
+    std::fprintf(stderr, "kiln: warning: KILN_WINOGRAD_SIMD=%s is none of portable, avx2, avx512; ignored\n", e);
   const Simd asked = v == "portable" ? Simd::portable : v == "avx2" ? Simd::avx2 : best;
   return static_cast<int>(asked) <= static_cast<int>(best) ? asked : best;
 }
@@ -84,8 +87,10 @@ std::atomic<int> g_simd{-1};  // -1: not decided yet (initial_simd())
 
 int simd_level() {
   int on = g_simd.load();
-  if (on < 0) g_simd.store(on = static_cast<int>(initial_simd()));
-  return on;
+  if (on >= 0) return on;
+  const int initial = static_cast<int>(initial_simd());
+  // A set_simd() that came first wins.
+  return g_simd.compare_exchange_strong(on, initial) ? initial : on;
 }
 
 template <typename S>

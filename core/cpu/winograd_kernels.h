@@ -17,8 +17,11 @@ namespace kiln::ops::winograd::kernels {
 // Per-tile and per-row kernels, at three levels: a portable loop (any CPU) and AVX2 (8 channels per
 // vector), both from one template on GCC vector extensions, and AVX-512 (16 channels per vector,
 // intrinsics); bf16 rounding exactly as float_to_bf16 everywhere. The best the CPU has runs
-// (winograd.cpp, best_simd()). All compute the same f32 expressions in the same order, so they give
-// the same bits (Winograd.SimdAndPortableKernelsAgree).
+// (winograd.cpp, best_simd()). All compute the same f32 expressions in the same order, with no
+// multiply-add contraction (AVX2: "avx2" enables no FMA; AVX-512: optimize("fp-contract=off")), so
+// they give the same bits, zeros' signs included; a NaN stays a NaN, though its payload may differ
+// (x86 keeps the first NaN operand, and scalar and vector code order operands apart). Tests:
+// Winograd.SimdTransformKernelsAreBitwiseThePortableOnes, Winograd.SimdAndPortableKernelsAgree.
 //
 //   in_tile:   v[p][c] = (B^T d B)[p] of 16 input pixels d[4i+j][c] (nullptr: zero padding),
 //              B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1]
@@ -32,11 +35,9 @@ namespace kiln::ops::winograd::kernels {
 // The kernels are written once, on W-lane vectors (GCC's vector extensions), from channel `c` on
 // while W lanes remain; they return where they stopped. W = 1 is the portable loop (and every
 // SIMD kernel's tail); W = 8 is inlined into functions compiled for AVX2 (below).
-// NOTE: GCC warns (-Wpsabi, at the end of the includer) that these helpers take and return vectors
-// wider than the generic x86-64 ABI passes in registers. They are always inlined into the target
-// functions, so no call uses that ABI: the warning is off for the rest of winograd.cpp, the only
-// includer, which passes no vector across a function boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
+// NOTE: the helpers take and give vectors by reference, never by value: a vector wider than 16
+// bytes passed by value in a function compiled without AVX has another ABI (GCC's -Wpsabi), and
+// these templates are compiled without a target until they are inlined into one.
 namespace vec {
 
 template <int W>
@@ -49,32 +50,30 @@ struct V {
 #define KILN_VEC_INLINE __attribute__((always_inline)) inline
 
 template <int W>
-KILN_VEC_INLINE typename V<W>::f load(const float* p) {
-  typename V<W>::f v;
+KILN_VEC_INLINE void load(const float* p, typename V<W>::f& v) {
   std::memcpy(&v, p, sizeof v);
-  return v;
 }
 template <int W>
-KILN_VEC_INLINE typename V<W>::f load(const uint16_t* p) {
+KILN_VEC_INLINE void load(const uint16_t* p, typename V<W>::f& v) {
   typename V<W>::h h;
   std::memcpy(&h, p, sizeof h);
-  return reinterpret_cast<typename V<W>::f>(__builtin_convertvector(h, typename V<W>::u) << 16);
+  v = reinterpret_cast<typename V<W>::f>(__builtin_convertvector(h, typename V<W>::u) << 16);
+}
+// Zeros for a null pointer (padding).
+template <int W, typename S>
+KILN_VEC_INLINE void load_or_zero(const S* p, typename V<W>::f& v) {
+  if (p)
+    load<W>(p, v);
+  else
+    v = typename V<W>::f{};
 }
 template <int W>
-KILN_VEC_INLINE typename V<W>::f load_or_zero(const float* p) {
-  return p ? load<W>(p) : typename V<W>::f{};
-}
-template <int W>
-KILN_VEC_INLINE typename V<W>::f load_or_zero(const uint16_t* p) {
-  return p ? load<W>(p) : typename V<W>::f{};
-}
-template <int W>
-KILN_VEC_INLINE void store(float* p, typename V<W>::f v) {
+KILN_VEC_INLINE void store(float* p, const typename V<W>::f& v) {
   std::memcpy(p, &v, sizeof v);
 }
 // float_to_bf16 on W lanes, bit for bit.
 template <int W>
-KILN_VEC_INLINE void store(uint16_t* p, typename V<W>::f v) {
+KILN_VEC_INLINE void store(uint16_t* p, const typename V<W>::f& v) {
   using U = typename V<W>::u;
   const U u = reinterpret_cast<U>(v), hi = u >> 16;
   const U r = ((u & 0x7fffffffu) > 0x7f800000u) ? (hi | 0x40u) : ((u + 0x7fffu + (hi & 1u)) >> 16);
@@ -87,7 +86,7 @@ KILN_VEC_INLINE int64_t in_tile(int64_t c, const S* const* src, int64_t C, S* ou
   using F = typename V<W>::f;
   for (; c + W <= C; c += W) {
     F d[16];
-    for (int k = 0; k < 16; ++k) d[k] = load_or_zero<W>(src[k] ? src[k] + c : nullptr);
+    for (int k = 0; k < 16; ++k) load_or_zero<W>(src[k] ? src[k] + c : nullptr, d[k]);
     F t[4][4];
     for (int j = 0; j < 4; ++j) {
       t[0][j] = d[j] - d[8 + j];
@@ -111,15 +110,19 @@ KILN_VEC_INLINE int64_t out_tile(int64_t k, const float* m, int64_t plane, int64
   for (; k + W <= K; k += W) {
     F s[2][4];
     for (int j = 0; j < 4; ++j) {
-      const F a0 = load<W>(m + j * plane + k), a1 = load<W>(m + (4 + j) * plane + k),
-              a2 = load<W>(m + (8 + j) * plane + k), a3 = load<W>(m + (12 + j) * plane + k);
+      F a0, a1, a2, a3;
+      load<W>(m + j * plane + k, a0);
+      load<W>(m + (4 + j) * plane + k, a1);
+      load<W>(m + (8 + j) * plane + k, a2);
+      load<W>(m + (12 + j) * plane + k, a3);
       s[0][j] = a0 + a1 + a2;
       s[1][j] = a1 - a2 - a3;
     }
     for (int a = 0; a < 2; ++a) {
       F v0 = s[a][0] + s[a][1] + s[a][2], v1 = s[a][1] - s[a][2] - s[a][3];
       if (bias) {
-        const F b = load<W>(bias + k);
+        F b;
+        load<W>(bias + k, b);
         v0 += b;
         v1 += b;
       }
@@ -135,13 +138,15 @@ KILN_VEC_INLINE int64_t grad_tile(int64_t k, const S* const* g, int64_t K, S* ou
   using F = typename V<W>::f;
   for (; k + W <= K; k += W) {
     F d[4];
-    for (int q = 0; q < 4; ++q) d[q] = load_or_zero<W>(g[q] ? g[q] + k : nullptr);
-    const F t[4][2] = {{d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {-d[2], -d[3]}};
+    for (int q = 0; q < 4; ++q) load_or_zero<W>(g[q] ? g[q] + k : nullptr, d[q]);
+    const F zero{};  // 0 - x, not -x: +0 for a zero, as the AVX-512 kernel computes it
+    const F t[4][2] = {
+        {d[0], d[1]}, {d[0] + d[2], d[1] + d[3]}, {d[0] - d[2], d[1] - d[3]}, {zero - d[2], zero - d[3]}};
     for (int i = 0; i < 4; ++i) {
       store<W>(out + (4 * i + 0) * plane + k, t[i][0]);
       store<W>(out + (4 * i + 1) * plane + k, t[i][0] + t[i][1]);
       store<W>(out + (4 * i + 2) * plane + k, t[i][0] - t[i][1]);
-      store<W>(out + (4 * i + 3) * plane + k, -t[i][1]);
+      store<W>(out + (4 * i + 3) * plane + k, zero - t[i][1]);
     }
   }
   return k;
@@ -152,7 +157,7 @@ KILN_VEC_INLINE int64_t wt_row(int64_t l, const S* const* g, int64_t L, S* out, 
   using F = typename V<W>::f;
   for (; l + W <= L; l += W) {
     F v[9];
-    for (int q = 0; q < 9; ++q) v[q] = load<W>(g[q] + l);
+    for (int q = 0; q < 9; ++q) load<W>(g[q] + l, v[q]);
     F gg[4][3];
     for (int s = 0; s < 3; ++s) {
       gg[0][s] = v[s];
@@ -176,8 +181,11 @@ KILN_VEC_INLINE int64_t wgrad_row(int64_t l, const float* u, int64_t plane, int6
   for (; l + W <= L; l += W) {
     F h[3][4];
     for (int b = 0; b < 4; ++b) {
-      const F u0 = load<W>(u + b * plane + l), u1 = load<W>(u + (4 + b) * plane + l),
-              u2 = load<W>(u + (8 + b) * plane + l), u3 = load<W>(u + (12 + b) * plane + l);
+      F u0, u1, u2, u3;
+      load<W>(u + b * plane + l, u0);
+      load<W>(u + (4 + b) * plane + l, u1);
+      load<W>(u + (8 + b) * plane + l, u2);
+      load<W>(u + (12 + b) * plane + l, u3);
       h[0][b] = u0 + 0.5f * (u1 + u2);
       h[1][b] = 0.5f * (u1 - u2);
       h[2][b] = 0.5f * (u1 + u2) + u3;
@@ -243,7 +251,7 @@ KILN_AVX2 void wgrad_row_avx2(const float* u, int64_t plane, int64_t L, S* const
 }
 
 #define KILN_WINOGRAD_AVX512 1
-#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#define KILN_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), optimize("fp-contract=off")))
 // NOTE: GCC 12 warns that the _mm512_undefined_* inside its own intrinsics may be used uninitialized.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -8,6 +8,11 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <random>
+
+#include "core/cpu/winograd_kernels.h"
+#include "core/dtype.h"
 
 #include "core/autograd.h"
 #include "core/dnnl_context.h"
@@ -165,6 +170,157 @@ TEST(Winograd, SimdAndPortableKernelsAgree) {
 #endif
   wg::set_simd(before);
   EXPECT_EQ(wg::simd(), before);
+  if (compared == 0) GTEST_SKIP() << "neither AVX2 nor AVX-512 BF16 on this CPU";
+}
+
+template <typename S>
+S to_storage(float v) {
+  if constexpr (std::is_same_v<S, float>)
+    return v;
+  else
+    return float_to_bf16(v);
+}
+template <typename S>
+float from_storage(S v) {
+  if constexpr (std::is_same_v<S, float>)
+    return v;
+  else
+    return bf16_to_float(v);
+}
+
+// The transform kernels alone (no oneDNN: bf16 runs on any CPU), every level the CPU has against
+// the portable loop, bit for bit: every tail length (1..40 lanes), zero padding (null rows), both
+// zeros, infinities, subnormals, values that round to a bf16 tie. NaN must stay NaN (its payload
+// may differ: x86 keeps the first NaN operand, and scalar and vector code order operands apart).
+template <typename S>
+void expect_kernels_bitwise_equal(wg::Simd level) {
+  namespace kn = kiln::ops::winograd::kernels;
+  const kn::Kernels<S> ref(wg::Simd::portable), got(level);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-40f, -3e-39f, NAN, 1.00390625f, 3.4e38f};
+  auto value = [&] {
+    const unsigned pick = rng() % 16;
+    return pick < std::size(specials) ? specials[pick] : normal(rng);
+  };
+  auto fill = [&](int64_t n) {
+    std::vector<S> v(static_cast<size_t>(n));
+    for (auto& e : v) {
+      e = to_storage<S>(value());
+    }
+    return v;
+  };
+  auto same = [](const auto& a, const auto& b, const char* what, int64_t n) {
+    ASSERT_EQ(a.size(), b.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      double x, y;
+      if constexpr (std::is_same_v<std::decay_t<decltype(a[0])>, float>) {
+        x = a[i];
+        y = b[i];
+      } else {
+        x = bf16_to_float(a[i]);
+        y = bf16_to_float(b[i]);
+      }
+      if (std::isnan(x) && std::isnan(y)) continue;
+      ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(a[i])), 0)
+          << what << ", " << n << " lanes, element " << i << ": " << x << " against " << y;
+    }
+  };
+  for (int64_t n = 1; n <= 40; ++n) {
+    const int64_t plane = n + 3;  // rows apart, with a gap that must stay untouched
+    const S fillv = to_storage<S>(12345.0f);  // a row gap's sentinel
+    std::vector<std::vector<S>> in(16);
+    const S* src[16];
+    for (int k = 0; k < 16; ++k) {
+      in[k] = fill(n);
+      src[k] = (k + n) % 5 == 0 ? nullptr : in[k].data();  // some padding rows
+    }
+    std::vector<S> a(static_cast<size_t>(16 * plane), fillv), b = a;
+    ref.in(src, n, a.data(), plane);
+    got.in(src, n, b.data(), plane);
+    same(a, b, "in_tile", n);
+    // The portable loop itself against B^T d B in scalar f32, stored as float_to_bf16 stores.
+    std::vector<S> want(a.size(), fillv);
+    for (int64_t c = 0; c < n; ++c) {
+      float d[16], t[4][4];
+      for (int k = 0; k < 16; ++k) d[k] = src[k] ? from_storage(src[k][c]) : 0.0f;
+      for (int j = 0; j < 4; ++j) {
+        t[0][j] = d[j] - d[8 + j];
+        t[1][j] = d[4 + j] + d[8 + j];
+        t[2][j] = d[8 + j] - d[4 + j];
+        t[3][j] = d[4 + j] - d[12 + j];
+      }
+      for (int i = 0; i < 4; ++i) {
+        want[(4 * i + 0) * plane + c] = to_storage<S>(t[i][0] - t[i][2]);
+        want[(4 * i + 1) * plane + c] = to_storage<S>(t[i][1] + t[i][2]);
+        want[(4 * i + 2) * plane + c] = to_storage<S>(t[i][2] - t[i][1]);
+        want[(4 * i + 3) * plane + c] = to_storage<S>(t[i][1] - t[i][3]);
+      }
+    }
+    same(want, a, "in_tile against scalar f32", n);
+
+    std::vector<float> m(static_cast<size_t>(16 * plane)), bias(static_cast<size_t>(n));
+    for (auto& e : m) e = value();
+    for (auto& e : bias) e = value();
+    for (const float* bp : {static_cast<const float*>(nullptr), static_cast<const float*>(bias.data())}) {
+      std::vector<std::vector<S>> ya(4, std::vector<S>(static_cast<size_t>(n), fillv)), yb = ya;
+      S* pa[4];
+      S* pb[4];
+      for (int q = 0; q < 4; ++q) {
+        const bool past = q == 3 && n % 2 == 0;  // past the image: no output
+        pa[q] = past ? nullptr : ya[q].data();
+        pb[q] = past ? nullptr : yb[q].data();
+      }
+      ref.out(m.data(), plane, n, bp, pa);
+      got.out(m.data(), plane, n, bp, pb);
+      for (int q = 0; q < 4; ++q) same(ya[q], yb[q], bp ? "out_tile (bias)" : "out_tile", n);
+    }
+
+    const S* g4[4] = {in[0].data(), n % 3 == 0 ? nullptr : in[1].data(), in[2].data(), in[3].data()};
+    std::fill(a.begin(), a.end(), fillv);
+    std::fill(b.begin(), b.end(), fillv);
+    ref.grad(g4, n, a.data(), plane);
+    got.grad(g4, n, b.data(), plane);
+    same(a, b, "grad_tile", n);
+
+    const S* g9[9];
+    for (int q = 0; q < 9; ++q) g9[q] = in[q].data();
+    std::fill(a.begin(), a.end(), fillv);
+    std::fill(b.begin(), b.end(), fillv);
+    ref.wt(g9, n, a.data(), plane);
+    got.wt(g9, n, b.data(), plane);
+    same(a, b, "wt_row", n);
+
+    std::vector<std::vector<S>> oa(9, std::vector<S>(static_cast<size_t>(n), fillv)), ob = oa;
+    S* qa[9];
+    S* qb[9];
+    for (int q = 0; q < 9; ++q) {
+      qa[q] = oa[q].data();
+      qb[q] = ob[q].data();
+    }
+    ref.wgrad(m.data(), plane, n, qa);
+    got.wgrad(m.data(), plane, n, qb);
+    for (int q = 0; q < 9; ++q) same(oa[q], ob[q], "wgrad_row", n);
+  }
+}
+
+TEST(Winograd, SimdTransformKernelsAreBitwiseThePortableOnes) {
+  const wg::Simd before = wg::simd();
+  int compared = 0;
+  for (wg::Simd level : {wg::Simd::avx2, wg::Simd::avx512}) {
+    if (!wg::set_simd(level)) continue;  // only to ask whether the CPU has it
+    SCOPED_TRACE(level == wg::Simd::avx2 ? "avx2" : "avx512");
+    {
+      SCOPED_TRACE("f32");
+      expect_kernels_bitwise_equal<float>(level);
+    }
+    {
+      SCOPED_TRACE("bf16");
+      expect_kernels_bitwise_equal<uint16_t>(level);
+    }
+    ++compared;
+  }
+  wg::set_simd(before);
   if (compared == 0) GTEST_SKIP() << "neither AVX2 nor AVX-512 BF16 on this CPU";
 }
 
