@@ -41,8 +41,8 @@ void set_chunk_bytes(int64_t bytes);
 void set_private_bytes(int64_t bytes);
 // The transform kernels' instruction set: AVX-512 where the CPU has AVX-512 BF16, else AVX2, else
 // portable loops (the default: the best the CPU has; KILN_WINOGRAD_SIMD=portable|avx2 asks for
-// less). The levels give the same bits (NaN payloads aside). set_simd() is false, changing nothing, for a level the
-// CPU lacks. For tests and comparisons.
+// less). The levels give the same bits (NaN payloads aside). set_simd() is false, changing
+// nothing, for a level the CPU lacks. For tests and comparisons.
 enum class Simd { portable = 0, avx2 = 1, avx512 = 2 };
 bool set_simd(Simd level);
 Simd simd();

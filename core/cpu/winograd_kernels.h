@@ -9,7 +9,6 @@
 #endif
 
 #include "core/cpu/winograd.h"
-#include "core/dtype.h"
 
 namespace kiln::ops::winograd::kernels {
 
