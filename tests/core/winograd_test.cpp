@@ -213,14 +213,7 @@ void expect_kernels_bitwise_equal(wg::Simd level) {
   auto same = [](const auto& a, const auto& b, const char* what, int64_t n) {
     ASSERT_EQ(a.size(), b.size());
     for (size_t i = 0; i < a.size(); ++i) {
-      double x, y;
-      if constexpr (std::is_same_v<std::decay_t<decltype(a[0])>, float>) {
-        x = a[i];
-        y = b[i];
-      } else {
-        x = bf16_to_float(a[i]);
-        y = bf16_to_float(b[i]);
-      }
+      const float x = from_storage(a[i]), y = from_storage(b[i]);
       if (std::isnan(x) && std::isnan(y)) continue;
       ASSERT_EQ(std::memcmp(&a[i], &b[i], sizeof(a[i])), 0)
           << what << ", " << n << " lanes, element " << i << ": " << x << " against " << y;
