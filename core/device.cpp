@@ -29,6 +29,8 @@ std::string available_devices() {
   return s;
 }
 
+bool native_bf16(Device d) { return kernel(d, &Kernels::native_bf16, "native_bf16")(d.index); }
+
 void synchronize(Device d) {
   const Kernels& k = kernels(d);
   if (k.synchronize) k.synchronize(d.index);  // none: the device queues nothing (the CPU)

@@ -52,6 +52,9 @@ std::string available_devices();
 // --- device functions: what layers and tools call instead of a backend's own API (issue #18). Each
 // goes through the device's kernel table (core/kernels.h), so no code above core/ names a backend or
 // reads the build's CUDA switch; a GPU in a build without CUDA fails in kernels() as every op does.
+// Whether `d` has bf16 arithmetic units (core/kernels.h native_bf16): a CPU with AVX-512 BF16 or
+// AMX, a GPU of compute capability 8.0 or newer.
+bool native_bf16(Device d);
 // Waits until the work queued on `d` is done and reports its asynchronous errors (the CPU queues
 // nothing: returns at once).
 void synchronize(Device d);

@@ -57,6 +57,12 @@ bool native_compute(DType t) {
   return t == DType::bf16 ? bf16 : f16;
 }
 
+bool bf16_units() {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);  // a bit mask: AMX contains it
+  return (isa & bf16) == bf16;
+}
+
 dnnl::primitive_attr make_attr() {
   dnnl::primitive_attr r;
   r.set_scratchpad_mode(dnnl::scratchpad_mode::user);

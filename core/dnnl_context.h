@@ -35,6 +35,10 @@ dnnl::memory::data_type data_type(DType t);
 // True when oneDNN can run `t` natively for compute primitives on this CPU (bf16 and f16 need
 // avx512 extensions in oneDNN 2.6; ops compute in f32 and round when this is false).
 bool native_compute(DType t);
+// True when the CPU has bf16 arithmetic units as oneDNN sees them (its effective ISA includes
+// AVX-512 BF16: Cooper Lake, Sapphire Rapids' AMX, Zen 4). oneDNN 2.6 also runs bf16 on plain
+// AVX-512 by emulation (native_compute(bf16) is true there), which is not faster than f32.
+bool bf16_units();
 
 // Attributes for every kiln primitive: the scratchpad is passed by execute() (user mode).
 // NOTE: copying a dnnl::primitive_attr copies a handle to the same attributes, so adding post-ops

@@ -266,6 +266,9 @@ struct Kernels {
   // The device's caching allocator (core/allocator.h); throws when the device does not exist.
   CachingAllocator& (*allocator)(int index) = nullptr;
   std::string (*device_name)(int index) = nullptr;  // "NVIDIA H200"
+  // Whether the device has bf16 arithmetic units (a CPU with AVX-512 BF16 or AMX; a GPU of compute
+  // capability 8.0 or newer): train.precision = "auto" picks bf16 there.
+  bool (*native_bf16)(int index) = nullptr;
   // Waits until the work queued on the device is done; reports its asynchronous errors.
   void (*synchronize)(int index) = nullptr;
   // (free, total) bytes of the device's memory.

@@ -216,7 +216,7 @@ int bench_conv(const Args& in) {
 int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
-      "                        [warmup=5] [device=] [precision=fp32] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
+      "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1] [profile=0]\n"
       "                        [depth=] [width=]\n"
       "  images/s of training steps of a registry model on synthetic data; depth= and width= set the model's\n"
@@ -242,9 +242,10 @@ int bench_train(const Args& args) {
                a["conv_algo"], ": accepted values are auto, heuristic, direct and winograd (comma-separated)");
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
-  const DType compute = compute_dtype_of(a["precision"]);
-  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
   Device d = parse_device_list(a["device"])[0];
+  a["precision"] = resolve_precision(a["precision"], d);  // the table shows auto's choice
+  const DType compute = compute_dtype_of(a["precision"], d);
+  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
   set_conv_benchmark(d, ints["cudnn_benchmark"] != 0);  // cuDNN's on a GPU; the CPU has none
   manual_seed(0);
   nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};

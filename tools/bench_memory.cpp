@@ -53,7 +53,7 @@ MemoryBenchArgs parse(const Args& args) {
   a.classes = kv.integer("classes", 2);
   a.device = kv.str("device");
   a.precision = kv.str("precision");
-  compute_dtype_of(a.precision);  // throws for a name it does not accept
+  compute_dtype_of(a.precision, Device::cpu());  // throws for a name it does not accept
   a.policies = split_commas(kv.str("policies"));
   KILN_CHECK(!a.policies.empty(), "bench checkpoint: policies is empty; give e.g. none,blocks,every:2");
   return a;
@@ -80,7 +80,7 @@ Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device devic
   }
   std::unique_ptr<Optimizer> opt =
       make_optimizer(json{{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}, {"weight_decay", 1e-4}}, params, "optim");
-  DType compute = compute_dtype_of(a.precision);
+  DType compute = compute_dtype_of(a.precision, device);
   Tensor x = rand_normal({a.batch, a.size, a.size, 3}, 0, 1, DType::f32, device).to(compute);
   std::vector<int64_t> labels(static_cast<size_t>(a.batch));
   for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = i % a.classes;
@@ -131,11 +131,12 @@ std::vector<std::string> split_commas(const std::string& s) {
 int bench_checkpoint(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [classes=1000]\n"
-      "                             [device=cpu] [precision=fp32|bf16|fp16] [policies=none,blocks] [rounds=1]\n"
+      "                             [device=cpu] [precision=fp32|bf16|fp16|auto] [policies=none,blocks] [rounds=1]\n"
       "  time and peak memory per training step for each gradient checkpointing policy";
   if (wants_help(args, kUsage)) return 0;
   MemoryBenchArgs a = parse(args);
   Device device = parse_device(a.device);
+  a.precision = resolve_precision(a.precision, device);  // the header shows auto's choice
   std::cout << "# bench checkpoint: " << a.model << " " << a.size << "x" << a.size << "x3, batch " << a.batch << ", "
             << a.precision << ", " << device.str() << ", " << a.steps << " timed steps after " << a.warmup
             << " warm-up\n";

@@ -74,7 +74,7 @@ Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
   data_ = DataConfig::from_json(config_["data"], "data");
   const TrainOptions train = TrainOptions::from_json(config_.value("train", json::object()), "train");
   device_ = parse_device_list(train.device)[0];
-  compute_ = compute_dtype_of(train.precision);
+  compute_ = compute_dtype_of(train.precision, device_);
 
   input_shape_ = data_.val_transforms.output_shape(data_.source_image_shape());
   KILN_CHECK(input_shape_.known(), "data.val_transforms: the images must end in a fixed size to be batched");

@@ -42,6 +42,7 @@
 #include "tools/progress.h"
 #include "tools/report.h"
 #include "tools/train_ema.h"
+#include "tools/time_budget.h"
 #include "tools/train_step.h"
 #include "tools/tta.h"
 
@@ -53,9 +54,10 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   TrainOptions o;
   JsonReader r(j, path);
   o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
+  o.time_budget_minutes = r.get("time_budget_minutes", o.time_budget_minutes, 0.0, 1e7);
   o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
   o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
-  o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16"});
+  o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16", "auto"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
   o.class_weights = r.raw("class_weights");  // null when absent
@@ -90,6 +92,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
 
 json TrainOptions::to_json() const {
   return json{{"epochs", epochs},
+              {"time_budget_minutes", time_budget_minutes},
               {"device", device},
               {"cudnn_benchmark", cudnn_benchmark},
               {"precision", precision},
@@ -254,10 +257,16 @@ void write_run_report(const std::string& run_dir, const std::vector<std::vector<
 
 }  // namespace
 
-DType compute_dtype_of(const std::string& precision) {
-  if (precision == "bf16") return DType::bf16;
-  if (precision == "fp16") return DType::f16;
-  KILN_CHECK(precision == "fp32", "precision \"", precision, "\" is not accepted; accepted: fp32, bf16, fp16");
+std::string resolve_precision(const std::string& precision, Device device) {
+  if (precision != "auto") return precision;
+  return native_bf16(device) ? "bf16" : "fp32";
+}
+
+DType compute_dtype_of(const std::string& precision, Device device) {
+  const std::string p = resolve_precision(precision, device);
+  if (p == "bf16") return DType::bf16;
+  if (p == "fp16") return DType::f16;
+  KILN_CHECK(p == "fp32", "precision \"", precision, "\" is not accepted; accepted: fp32, bf16, fp16, auto");
   return DType::f32;
 }
 
@@ -265,16 +274,23 @@ namespace {
 // One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
 // the size is 1). Every replica runs this same loop; train() and train_replicas() start them.
 TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_ref, Device device) {
+  const auto run_start = Clock::now();  // train.time_budget_minutes counts from here
   json config = config_in;
   Sections s = read_sections(config);
   BatchRequest breq = read_batch(config["data"], s.train.autobatch_fraction);
-  const TrainOptions& opt = s.train;
-  const DType compute = compute_dtype_of(opt.precision);
+  // Mutable for train.time_budget_minutes, which lowers opt.epochs once it has measured the machine.
+  TrainOptions& opt = s.train;
 
   // --- ranks and device -------------------------------------------------------------------------
   Communicator* comm = &comm_ref;
   comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000)));
   const int rank = comm->rank(), world = comm->size();
+  if (opt.precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
+    std::vector<double> units{resolve_precision("auto", device) == "bf16" ? 1.0 : 0.0};
+    comm->all_reduce_doubles(units);
+    opt.precision = units[0] == world ? "bf16" : "fp32";
+  }
+  const DType compute = compute_dtype_of(opt.precision, device);
   const bool lead = rank == 0;
   const bool show = lead && !quiet;
   set_conv_benchmark(device, opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
@@ -289,6 +305,14 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   else config["data"]["batch_size"] = breq.global;
   DataConfig dcfg = DataConfig::from_json(config["data"], "data");
   dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ dcfg.loader.seed;
+  if (opt.time_budget_minutes > 0) {  // tools/time_budget.h: what a budget can shorten
+    const json sname = s.schedule.is_object() ? s.schedule.value("name", json("constant")) : json();
+    KILN_CHECK(sname == "cosine" || sname == "constant", "train.time_budget_minutes = ", opt.time_budget_minutes,
+               " needs a schedule whose length follows train.epochs (cosine, constant); schedule.name = ", sname.dump(),
+               " has its steps at fixed epochs: set them for the epochs you want and drop the budget");
+    KILN_CHECK(!dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
+               " cannot be used with data.progressive_resize, whose sizes change at fixed epochs");
+  }
   // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
   if (compute == DType::bf16) dcfg.loader.dtype = "bf16";
   auto train_set = make_dataset(dcfg, Split::train);
@@ -415,10 +439,21 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
              dcfg.loader.batch_size, " per rank");
   ScheduleContext sctx{optimizer->lr(), steps_per_epoch, opt.epochs};
   std::unique_ptr<LrSchedule> schedule = make_schedule(s.schedule, sctx, "schedule");
+  // Changes the run's epochs (train.time_budget_minutes' decision, or on resume the checkpoint's):
+  // the schedule follows, and so does the config as run.
+  json as_run;
+  auto set_epochs = [&](int64_t n) {
+    opt.epochs = n;
+    opt.time_budget_minutes = 0;  // decided: the config as run is the run with these epochs
+    sctx.epochs = n;
+    schedule = make_schedule(s.schedule, sctx, "schedule");
+    as_run["train"]["epochs"] = n;
+    as_run["train"]["time_budget_minutes"] = 0;
+  };
 
   // --- run folder, resume -----------------------------------------------------------------------
   TrainingState state;
-  json as_run = config;
+  as_run = config;
   as_run["train"] = opt.to_json();
   as_run["data"] = dcfg.to_json();
   as_run["data"]["batch_size"] = breq.global;
@@ -428,6 +463,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   as_run["schedule"] = schedule->to_json();
   state.config = as_run;
   std::string run_dir;
+  bool budget_decided_on_resume = false;
   if (!opt.resume.empty()) {
     std::string base = resolve_checkpoint(opt.resume);
     state = load_checkpoint(base, *model, ema ? ema->model.get() : nullptr);
@@ -438,10 +474,25 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     optimizer->load_state_dict(state.optimizer);
     default_generator().set_state(state.rng);
     run_dir = fs::path(base).parent_path().string();
+    budget_decided_on_resume = opt.time_budget_minutes > 0;
+    if (budget_decided_on_resume) {
+      // The budget was decided in the run's first epoch; a resumed run keeps the epochs its
+      // checkpoint was trained for (its schedule), whatever time is left.
+      const json t = state.config.value("train", json::object());
+      const json e = t.is_object() ? t.value("epochs", json()) : json();
+      KILN_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, "resume: ", base,
+                 " does not record its train.epochs, which train.time_budget_minutes needs to continue its schedule");
+      set_epochs(e.get<int64_t>());
+      if (show)
+        std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
+    }
     state.config = as_run;
     if (show) std::cout << "resumed " << base << " at epoch " << state.epoch << ", step " << state.step << "\n";
     KILN_CHECK(state.epoch < opt.epochs, "resume: the checkpoint has finished ", state.epoch, " epochs and train.epochs is ",
-               opt.epochs, "; ask for more epochs (epochs=N) to continue");
+               opt.epochs,
+               budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
+                                          "ask for more epochs, epochs=N, to continue)"
+                                        : "; ask for more epochs (epochs=N) to continue");
   } else if (lead) {
     run_dir = make_run_dir(opt.runs_dir, s.name);
   }
@@ -511,6 +562,52 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
     publish(ec, "val", what, result.val_loss, result.val_top1, result.val_top5);
   };
+  // train.time_budget_minutes (tools/time_budget.h): steps mark_at + 1 .. decide_at are timed (from
+  // the loop's start when mark_at is 0), and after step decide_at (in the first epoch) the epochs
+  // are lowered to what fits.
+  const double budget_minutes = opt.time_budget_minutes;
+  const bool budget_pending = budget_minutes > 0 && state.step == 0;  // a resumed run has decided
+  const int64_t decide_at = budget_pending ? budget_decision_step(steps_per_epoch) : 0;
+  const int64_t mark_at = std::min(kUntimedSteps, std::max<int64_t>(0, decide_at - 1));
+  Clock::time_point mark_time = Clock::now();
+  auto decide_budget = [&](const Batch& batch) {
+    synchronize(device);
+    BudgetInput in;
+    in.budget_s = budget_minutes * 60;
+    in.elapsed_s = seconds_since(run_start);
+    in.steps_done = state.step;
+    in.steps_per_epoch = steps_per_epoch;
+    in.max_epochs = opt.epochs;
+    in.eval_every = opt.eval_every;
+    in.step_s = seconds_since(mark_time) / static_cast<double>(decide_at - mark_at);
+    {  // one evaluation: the forward in evaluation mode on a validation batch's shape (zeros; the
+       // training batch when the validation images have no fixed size), the faster of two
+      NoGradGuard ng;
+      model->eval();
+      const ImageShape vs = dcfg.transforms(Split::val).output_shape(val_set->image_shape());
+      Tensor x = vs.known() ? Tensor::zeros({vopt.batch_size, vs.h, vs.w, vs.c}, DType::f32, device).to(compute)
+                            : batch.images.to(device).to(compute);
+      double best = 0;
+      for (int k = 0; k < 2; ++k) {
+        const auto t = Clock::now();
+        Tensor y = model->forward(x);
+        synchronize(device);
+        best = k == 0 ? seconds_since(t) : std::min(best, seconds_since(t));
+      }
+      model->train();
+      const double val_images = static_cast<double>(val_loader.batches_per_epoch() * vopt.batch_size);
+      in.eval_s = best / static_cast<double>(x.size(0)) * val_images * (ema ? 2 : 1);
+    }
+    in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;  // flip: two views of every image
+    const BudgetPlan plan = plan_budget(in);
+    std::vector<double> chosen{lead ? static_cast<double>(plan.epochs) : 0.0};  // rank 0's decision, on every rank
+    comm->all_reduce_doubles(chosen);
+    set_epochs(static_cast<int64_t>(chosen[0]));
+    last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
+    state.config = as_run;
+    if (lead) std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";  // the run as it runs
+    if (show) std::cout << (tty ? "\n" : "") << describe_budget(in, plan) << "\n";
+  };
   const int64_t first_epoch = state.epoch;
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
@@ -573,6 +670,11 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
                  "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
       if (r.stepped && ema) ema->ema->update(state.step);
       ++state.step;
+      if (budget_pending && state.step == mark_at && mark_at > 0) {
+        synchronize(device);
+        mark_time = Clock::now();
+      }
+      if (budget_pending && state.step == decide_at) decide_budget(b);
       seen += b.size();
       // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
       if ((i + 1) % read_every != 0) continue;  // nothing new to show
@@ -685,6 +787,11 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     if (show) std::cout << "results in " << run_dir << "\n";
   }
   if (lead && !final_confusion.empty()) write_run_report(run_dir, final_confusion, report_class_names(*val_set), show);
+  result.epochs = opt.epochs;
+  if (show && budget_minutes > 0)
+    std::cout << "time budget " << fmt("%.4g", budget_minutes) << " min: the run took "
+              << fmt("%.1f", seconds_since(run_start) / 60) << " min for " << last_epoch - first_epoch << " of "
+              << opt.epochs << " epochs\n";
   comm->barrier();
   return result;
 }
@@ -787,7 +894,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   int64_t k = val_set->num_classes();
   r.confusion.assign(k, std::vector<int64_t>(k, 0));
   r.class_names = report_class_names(*val_set);
-  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision), 0, k, &r.confusion, s.train.tta);
+  EvalCounts c = run_eval(*model, loader, device, compute_dtype_of(s.train.precision, device), 0, k, &r.confusion, s.train.tta);
   r.samples = static_cast<int64_t>(c.samples);
   r.top1 = c.top1 / c.samples;
   r.top5 = c.top5 / c.samples;

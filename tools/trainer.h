@@ -25,16 +25,23 @@
 namespace kiln {
 
 struct TrainOptions {
-  /// epochs to train (default 1)
+  /// epochs to train (default 1); with time_budget_minutes, the most epochs to train
   int64_t epochs = 1;
+  /// a wall-clock budget for the whole run, in minutes: early in the first epoch the trainer
+  /// measures this machine's step and evaluation times and lowers `epochs` to the most that fit, so
+  /// the schedule still ends within it (tools/time_budget.h, docs/training.md); needs a schedule
+  /// whose length follows the epochs (constant, cosine) and no data.progressive_resize; 0 = off (default 0)
+  double time_budget_minutes = 0;
   /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
   std::string device;
   /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
   /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
   bool cudnn_benchmark = false;
-  /// "fp32", "bf16" or "fp16" (default "fp32"): the dtype of activations, conv and matmul; master
-  /// weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic loss
-  /// scaling (docs/precision.md)
+  /// "fp32", "bf16", "fp16" or "auto" (default "fp32"): the dtype of activations, conv and matmul;
+  /// master weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic
+  /// loss scaling; "auto" is bf16 where the device has bf16 units (a GPU of compute capability 8.0+;
+  /// a CPU with AVX-512 BF16 or AMX), else fp32, and the run folder's config records the choice
+  /// (docs/precision.md)
   std::string precision = "fp32";
   /// seed of the initial weights, the data order, augmentation and dropout (default 0)
   int64_t seed = 0;
@@ -106,8 +113,13 @@ struct TrainOptions {
 };
 
 // The dtype a model computes in for a precision name ("fp32", "bf16", "fp16"; master weights stay
-// f32, docs/precision.md); throws for any other name.
-DType compute_dtype_of(const std::string& precision);
+// f32, docs/precision.md) on `device`; "auto" is resolve_precision's; throws for any other name.
+DType compute_dtype_of(const std::string& precision, Device device);
+// train.precision = "auto" on `device`: "bf16" where it has bf16 arithmetic units (native_bf16: a
+// GPU of compute capability 8.0 or newer, a CPU with AVX-512 BF16 or AMX), else "fp32" (bf16 would
+// compute in f32 with conversions, or by emulation, there: slower). Other names are returned as
+// they are. The trainer takes bf16 only when every rank's device has the units.
+std::string resolve_precision(const std::string& precision, Device device);
 
 struct TrainResult {
   double val_top1 = 0, val_top5 = 0, val_loss = 0;
@@ -118,6 +130,7 @@ struct TrainResult {
   double data_wait_share = 0;
   int64_t batch = 0;  // the global batch trained with (AutoBatch's choice with batch=-1)
   int64_t steps = 0;
+  int64_t epochs = 0;  // the run's train.epochs: the config's, or train.time_budget_minutes' choice
   int64_t skipped_steps = 0;  // fp16: steps skipped for a non-finite gradient (0 otherwise)
   double loss_scale = 0;      // fp16: the loss scale at the end (0 otherwise)
   double peak_bytes = 0;  // the device allocator's peak during training, above the model's weights

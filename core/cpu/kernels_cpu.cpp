@@ -1,5 +1,6 @@
 // The CPU's kernel table (core/kernels.h): the one place that lists the CPU's kernels, each declared
 // here and defined in its op's file in core/cpu/, one line per entry.
+#include "core/dnnl_context.h"
 #include "core/kernels.h"
 
 namespace kiln::cpu {
@@ -79,6 +80,7 @@ const Kernels& kernels() {
   static const Kernels table = [] {
     Kernels k;
     k.device = "cpu";
+    k.native_bf16 = [](int) { return onednn::bf16_units(); };
     k.dropout_forward = dropout_forward;
     k.dropout_backward = dropout_backward;
     k.silu_forward = silu_forward;

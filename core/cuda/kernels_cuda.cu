@@ -99,6 +99,7 @@ const Kernels& kernels() {
     k.fill = fill_cuda;
     k.allocator = cuda_allocator;
     k.device_name = device_name;
+    k.native_bf16 = [](int index) { return context(index).cc_major >= 8; };
     k.synchronize = synchronize;
     k.memory_info = cuda_mem_get_info;
     k.set_conv_benchmark = set_cudnn_benchmark;

@@ -1,0 +1,60 @@
+// The run's time budget: when to decide and how many epochs fit (see time_budget.h).
+#include "tools/time_budget.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace kiln {
+
+int64_t budget_decision_step(int64_t steps_per_epoch) {
+  KILN_CHECK(steps_per_epoch >= 1, "budget_decision_step: steps_per_epoch = ", steps_per_epoch);
+  const int64_t least = kUntimedSteps + kMinMeasuredSteps;
+  return std::min(std::max(steps_per_epoch / 10, least), steps_per_epoch);
+}
+
+double predicted_run_seconds(const BudgetInput& in, int64_t epochs) {
+  const double steps_left = static_cast<double>(std::max<int64_t>(0, epochs * in.steps_per_epoch - in.steps_done));
+  // Evaluations: after every eval_every-th epoch and after the last (all after the decision,
+  // which is in the first epoch).
+  const int64_t every = std::max<int64_t>(1, in.eval_every);
+  const int64_t evals = epochs / every + (epochs % every != 0 ? 1 : 0);
+  return in.elapsed_s + steps_left * in.step_s + static_cast<double>(evals) * in.eval_s + in.final_extra_s;
+}
+
+BudgetPlan plan_budget(const BudgetInput& in) {
+  KILN_CHECK(in.max_epochs >= 1 && in.steps_per_epoch >= 1 && in.budget_s > 0 && in.step_s >= 0 && in.eval_s >= 0,
+             "plan_budget: max_epochs ", in.max_epochs, ", steps_per_epoch ", in.steps_per_epoch, ", budget ", in.budget_s,
+             " s, step ", in.step_s, " s, evaluation ", in.eval_s, " s");
+  const double limit = in.budget_s * (1.0 - in.margin);
+  // The predicted time grows with the epochs: the largest that fits, by bisection over [1, max].
+  BudgetPlan p;
+  if (predicted_run_seconds(in, 1) > limit) {
+    p.epochs = 1;
+    p.fits = false;
+  } else {
+    int64_t lo = 1, hi = in.max_epochs;  // lo fits
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo + 1) / 2;
+      if (predicted_run_seconds(in, mid) <= limit) lo = mid;
+      else hi = mid - 1;
+    }
+    p.epochs = lo;
+  }
+  p.predicted_s = predicted_run_seconds(in, p.epochs);
+  return p;
+}
+
+std::string describe_budget(const BudgetInput& in, const BudgetPlan& plan) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "time budget %.4g min: %lld of at most %lld epochs (predicted %.1f min: %.4g s/step, %.3g s per "
+                "evaluation, %.1f min spent before the decision at step %lld)%s",
+                in.budget_s / 60, static_cast<long long>(plan.epochs), static_cast<long long>(in.max_epochs),
+                plan.predicted_s / 60, in.step_s, in.eval_s, in.elapsed_s / 60, static_cast<long long>(in.steps_done),
+                plan.fits ? "" : "; even one epoch is predicted over the budget");
+  return buf;
+}
+
+}  // namespace kiln
