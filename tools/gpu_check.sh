@@ -160,6 +160,22 @@ if [[ "$part" == tests ]]; then
       train_run "train resnet20 device=0 $prec (Fashion-MNIST, ${EPOCHS:-1} epoch)" \
         "$here/configs/fashion_mnist_resnet20.json" device=0 epochs="${EPOCHS:-1}" precision=$prec data.root="$root"
     done
+    # precision=auto (bf16 on an sm_80+ GPU) and a 30-second time budget (at most 24 epochs): the
+    # decision's timings synchronise with the GPU, and the run must end within its budget (5% slack:
+    # at ~3 s an epoch, one slow epoch is a tenth of it).
+    train_run "train resnet20 device=0 precision=auto, 0.5-minute budget" \
+      "$here/configs/fashion_mnist_resnet20.json" device=0 epochs=24 precision=auto train.time_budget_minutes=0.5 \
+      train.eval_every=4 data.root="$root"
+    decided=$(grep -m1 '^time budget 0.5 min: [0-9]* of at most 24' "$runs/last_train.log")
+    took=$(sed -n 's/^time budget 0.5 min: the run took [0-9.]* min (\([0-9]*\) s).*/\1/p' "$runs/last_train.log")
+    run_dir=$(sed -n 's/^kiln: .* -> \(.*\)$/\1/p' "$runs/last_train.log" | head -1)
+    chosen=$(grep -o '"precision": "[a-z0-9]*"' "$run_dir/config.json" 2>/dev/null | head -1)
+    if [[ -n "$decided" && -n "$took" && "$chosen" == '"precision": "bf16"' ]] &&
+       awk -v t="$took" 'BEGIN { exit !(t <= 31.5) }'; then
+      pass "time budget on the GPU: ${decided#time budget 0.5 min: }; took $took s; auto chose bf16"
+    else
+      fail "time budget on the GPU: decision '${decided:-none}', took '${took:-?}' s (want <= 31.5), precision ${chosen:-?} (want bf16)"
+    fi
   else
     cat >"$runs/synthetic.json" <<'JSON'
 {"name": "synthetic_resnet20", "model": {"name": "resnet20", "in_channels": 1, "num_classes": 10},

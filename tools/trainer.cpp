@@ -790,7 +790,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   result.epochs = opt.epochs;
   if (show && budget_minutes > 0)
     std::cout << "time budget " << fmt("%.4g", budget_minutes) << " min: the run took "
-              << fmt("%.1f", seconds_since(run_start) / 60) << " min for " << last_epoch - first_epoch << " of "
+              << fmt("%.1f", seconds_since(run_start) / 60) << " min (" << fmt("%.0f", seconds_since(run_start))
+              << " s) for " << last_epoch - first_epoch << " of "
               << opt.epochs << " epochs\n";
   comm->barrier();
   return result;

@@ -24,6 +24,16 @@ TEST(CudaRuntime, DeviceCountAndParsing) {
   EXPECT_THROW(parse_device(std::to_string(cuda_device_count())), Error);
 }
 
+// train.precision = "auto" takes bf16 on a GPU with bf16 units (compute capability 8.0+: the H200's 9.0).
+TEST(CudaRuntime, NativeBf16FollowsTheComputeCapability) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+#ifdef KILN_WITH_CUDA
+  EXPECT_EQ(native_bf16(Device::cuda(0)), cuda::context(0).cc_major >= 8) << "compute capability "
+                                                                          << cuda::context(0).cc_major;
+#endif
+  EXPECT_THROW(native_bf16(Device::cuda(cuda_device_count())), Error);  // no such GPU
+}
+
 TEST(CudaRuntime, PinnedMemoryRoundTrip) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   Tensor p = empty_pinned({3, 1000}, DType::f32);
