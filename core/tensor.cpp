@@ -87,18 +87,18 @@ inline void store(void* base, DType t, int64_t i, double v) {
   }
 }
 
-// Calls f(dst_index, src_index) for every element, in row-major order of `shape`.
+// Calls row(dst_offset, src_offset) for the start of every innermost row of `shape` (a row: shape's
+// last dim, dst_st/src_st's last strides apart), in row-major order.
 template <typename F>
-void for_each_index(const Shape& shape, const Shape& dst_st, const Shape& src_st, F f) {
+void for_each_row(const Shape& shape, const Shape& dst_st, const Shape& src_st, F row) {
   int64_t n = shape_numel(shape);
   if (n == 0) return;
   int64_t nd = static_cast<int64_t>(shape.size());
   if (nd == 0) {
-    f(0, 0);
+    row(0, 0);
     return;
   }
-  int64_t inner = shape[nd - 1], ds = dst_st[nd - 1], ss = src_st[nd - 1];
-  int64_t outer = n / inner;
+  int64_t outer = n / shape[nd - 1];
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, doff = 0, soff = 0;
@@ -108,7 +108,37 @@ void for_each_index(const Shape& shape, const Shape& dst_st, const Shape& src_st
       doff += idx * dst_st[d];
       soff += idx * src_st[d];
     }
+    row(doff, soff);
+  }
+}
+
+// Calls f(dst_index, src_index) for every element, in row-major order of `shape`.
+template <typename F>
+void for_each_index(const Shape& shape, const Shape& dst_st, const Shape& src_st, F f) {
+  const size_t nd = shape.size();
+  const int64_t inner = nd ? shape[nd - 1] : 1, ds = nd ? dst_st[nd - 1] : 0, ss = nd ? src_st[nd - 1] : 0;
+  for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
     for (int64_t i = 0; i < inner; ++i) f(doff + i * ds, soff + i * ss);
+  });
+}
+
+// A strided copy between tensors of one dtype, as U (an unsigned integer of the element's size: the
+// bits move unchanged, NaN payloads included); rows contiguous on both sides are one memmove each.
+// Slices, concatenations and their backwards (e.g. ResNet's option-A shortcut on bf16) land here.
+template <typename U>
+void copy_same_dtype(void* d, const void* s, const Shape& shape, const Shape& dst_st, const Shape& src_st) {
+  U* dp = static_cast<U*>(d);
+  const U* sp = static_cast<const U*>(s);
+  const size_t nd = shape.size();
+  const int64_t inner = nd ? shape[nd - 1] : 1, ds = nd ? dst_st[nd - 1] : 0, ss = nd ? src_st[nd - 1] : 0;
+  if (ds == 1 && ss == 1) {
+    for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
+      std::memmove(dp + doff, sp + soff, static_cast<size_t>(inner) * sizeof(U));
+    });
+  } else {
+    for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
+      for (int64_t i = 0; i < inner; ++i) dp[doff + i * ds] = sp[soff + i * ss];
+    });
   }
 }
 
@@ -214,11 +244,14 @@ void copy_tensor(const Tensor& dst, const Tensor& src) {
     for (int64_t i = 0; i < n; ++i) store(d, dt, i, load(s, st, i));
     return;
   }
-  if (dt == st && dt == DType::f32) {
-    float* dp = static_cast<float*>(d);
-    const float* sp = static_cast<const float*>(s);
-    for_each_index(dst.shape(), dst.strides(), src.strides(), [&](int64_t di, int64_t si) { dp[di] = sp[si]; });
-    return;
+  if (dt == st) {
+    switch (dtype_size(dt)) {
+      case 1: return copy_same_dtype<uint8_t>(d, s, dst.shape(), dst.strides(), src.strides());
+      case 2: return copy_same_dtype<uint16_t>(d, s, dst.shape(), dst.strides(), src.strides());
+      case 4: return copy_same_dtype<uint32_t>(d, s, dst.shape(), dst.strides(), src.strides());
+      case 8: return copy_same_dtype<uint64_t>(d, s, dst.shape(), dst.strides(), src.strides());
+      default: break;
+    }
   }
   for_each_index(dst.shape(), dst.strides(), src.strides(),
                  [&](int64_t di, int64_t si) { store(d, dt, di, load(s, st, si)); });

@@ -203,12 +203,15 @@ TEST(BatchNorm, LargeMeanF32StaysAccurate) {
   expect_close(y, r.y, 2e-3, 0, "y");
 }
 
-// bf16 tensors are read and written row by row with f32 arithmetic: the result is exactly the f32
+// bf16 tensors are read and written in chunks of rows with f32 arithmetic: the result is exactly the f32
 // op on the widened input, rounded once to bf16 (forward and dx; dgamma/dbeta are the f32 sums).
 // Large enough for the threaded loops.
 TEST(BatchNorm, Bf16ComputesInF32) {
-  Shape s{4, 16, 16, 64};
-  Tensor x32 = randn(s, 17), g = ops::add_scalar(randn({64}, 18), 1.0), b = randn({64}, 19);
+  // 64 channels, and 24 channels over 1,615 rows: chunks of 170 rows, the last one partial
+  for (Shape s : {Shape{4, 16, 16, 64}, Shape{5, 17, 19, 24}}) {
+  SCOPED_TRACE(shape_str(s));
+  const int64_t C = s.back();
+  Tensor x32 = randn(s, 17), g = ops::add_scalar(randn({C}, 18), 1.0), b = randn({C}, 19);
   Tensor gy32 = randn(s, 20);
   Tensor x16 = x32.to(DType::bf16).set_requires_grad(true), gy16 = gy32.to(DType::bf16);
   Tensor xw = x16.detach().to(DType::f32).set_requires_grad(true);
@@ -226,10 +229,11 @@ TEST(BatchNorm, Bf16ComputesInF32) {
   EXPECT_EQ(g.grad().to_double_vector(), gw.grad().to_double_vector());
   EXPECT_EQ(b.grad().to_double_vector(), bw.grad().to_double_vector());
   // Eval mode (running statistics) takes the same path.
-  Tensor rm = randn({64}, 21), rv = ops::add_scalar(ops::square(randn({64}, 22)), 0.5);
+  Tensor rm = randn({C}, 21), rv = ops::add_scalar(ops::square(randn({C}, 22)), 0.5);
   Tensor ye = ops::batch_norm(x16.detach(), g.detach(), b.detach(), rm, rv, false);
   Tensor we = ops::batch_norm(x16.detach().to(DType::f32), g.detach(), b.detach(), rm, rv, false);
   EXPECT_EQ(ye.to_double_vector(), we.to(DType::bf16).to_double_vector());
+  }
 }
 
 TEST(BatchNorm, MomentumSequence) {
@@ -327,19 +331,21 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
 // in training and eval, through the threaded loops (65,536 values), with negative values, zeros of
 // both signs and a NaN in a channel of the residual (relu keeps NaN; its gradient passes).
 TEST(BatchNormRelu, IsTheThreeOpsBitForBit) {
-  const Shape s{4, 16, 16, 64};
+  // 64 channels, and 24 channels over 1,615 rows (chunks of 170 rows, the last one partial)
+  for (const Shape& s : {Shape{4, 16, 16, 64}, Shape{5, 17, 19, 24}}) {
+  const int64_t C = s.back();
   for (DType dt : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
     for (bool with_residual : {false, true}) {
       for (bool training : {true, false}) {
-        SCOPED_TRACE(std::string(dtype_name(dt)) + (with_residual ? " residual" : " no residual") +
+        SCOPED_TRACE(shape_str(s) + " " + dtype_name(dt) + (with_residual ? " residual" : " no residual") +
                      (training ? " training" : " eval"));
         Tensor x0 = randn(s, 40).to(dt), r0 = randn(s, 41).to(dt), gy = randn(s, 42).to(dt);
         std::vector<double> rv = r0.to_double_vector();
         rv[5] = std::nan("");  // channel 5 of the first row
         rv[6] = -0.0;
         r0 = Tensor::from_vector(rv, s).to(dt);
-        Tensor g0 = ops::add_scalar(randn({64}, 43), 1.0), b0 = randn({64}, 44);
-        Tensor rm0 = randn({64}, 45), rv0 = ops::add_scalar(ops::square(randn({64}, 46)), 0.5);
+        Tensor g0 = ops::add_scalar(randn({C}, 43), 1.0), b0 = randn({C}, 44);
+        Tensor rm0 = randn({C}, 45), rv0 = ops::add_scalar(ops::square(randn({C}, 46)), 0.5);
         struct Run {
           Tensor x, r, g, b, rm, rv, y;
         };
@@ -375,6 +381,7 @@ TEST(BatchNormRelu, IsTheThreeOpsBitForBit) {
         EXPECT_GT(std::count(yv.begin(), yv.end(), 0.0), 1000);
       }
     }
+  }
   }
 }
 
