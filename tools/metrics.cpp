@@ -77,6 +77,16 @@ std::string fmt(double v) {
 }
 }  // namespace
 
+void MetricsLog::save_plots(const std::string& dir) const {
+  auto col = [&](const char* k) { return columns_.count(k) ? columns_.at(k) : std::vector<double>{}; };
+  save_plot_png(dir + "/loss.png", "loss", {{"train", col("train_loss")}, {"val", col("val_loss")}}, "epoch");
+  std::vector<double> ta = col("train_acc"), va = col("val_top1");
+  for (double& x : ta) x *= 100;
+  for (double& x : va) x *= 100;
+  save_plot_png(dir + "/accuracy.png", "accuracy (%)", {{"train", ta}, {"val top-1", va}}, "epoch");
+  save_plot_png(dir + "/lr.png", "learning rate (end of epoch)", {{"lr", col("lr")}}, "epoch");
+}
+
 void save_plot_png(const std::string& path, const std::string& title,
                    const std::vector<std::pair<std::string, std::vector<double>>>& series, const std::string& xlabel) {
   const int W = 800, H = 500, L = 80, R = 20, T = 50, B = 60;

@@ -18,6 +18,9 @@ class MetricsLog {
   void write(const std::vector<std::pair<std::string, double>>& row);
   // Every row so far (also those of an earlier run that was resumed), by column.
   const std::map<std::string, std::vector<double>>& columns() const { return columns_; }
+  // The run's plots in `dir`: loss.png (train and val loss), accuracy.png (train accuracy and val
+  // top-1, in %) and lr.png (the learning rate at each epoch's end), by epoch.
+  void save_plots(const std::string& dir) const;
 
  private:
   std::string dir_;

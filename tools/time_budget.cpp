@@ -2,6 +2,7 @@
 #include "tools/time_budget.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 
 #include "core/check.h"
@@ -16,25 +17,27 @@ int64_t budget_decision_step(int64_t steps_per_epoch) {
 
 double predicted_run_seconds(const BudgetInput& in, int64_t epochs) {
   const double steps_left = static_cast<double>(std::max<int64_t>(0, epochs * in.steps_per_epoch - in.steps_done));
-  // Evaluations: after every eval_every-th epoch and after the last (all after the decision,
-  // which is in the first epoch).
+  // Evaluations still to come: after every eval_every-th epoch past epochs_done, and after the last.
   const int64_t every = std::max<int64_t>(1, in.eval_every);
-  const int64_t evals = epochs / every + (epochs % every != 0 ? 1 : 0);
+  const int64_t evals =
+      epochs <= in.epochs_done ? 0 : epochs / every - in.epochs_done / every + (epochs % every != 0 ? 1 : 0);
   return in.elapsed_s + steps_left * in.step_s + static_cast<double>(evals) * in.eval_s + in.final_extra_s;
 }
 
 BudgetPlan plan_budget(const BudgetInput& in) {
-  KILN_CHECK(in.max_epochs >= 1 && in.steps_per_epoch >= 1 && in.budget_s > 0 && in.step_s >= 0 && in.eval_s >= 0,
-             "plan_budget: max_epochs ", in.max_epochs, ", steps_per_epoch ", in.steps_per_epoch, ", budget ", in.budget_s,
-             " s, step ", in.step_s, " s, evaluation ", in.eval_s, " s");
+  KILN_CHECK(in.max_epochs >= 1 && in.steps_per_epoch >= 1 && in.budget_s > 0 && in.step_s >= 0 && in.eval_s >= 0 &&
+                 in.epochs_done >= 0 && in.epochs_done < in.max_epochs,
+             "plan_budget: max_epochs ", in.max_epochs, ", epochs_done ", in.epochs_done, ", steps_per_epoch ",
+             in.steps_per_epoch, ", budget ", in.budget_s, " s, step ", in.step_s, " s, evaluation ", in.eval_s, " s");
   const double limit = in.budget_s * (1.0 - in.margin);
-  // The predicted time grows with the epochs: the largest that fits, by bisection over [1, max].
+  // The predicted time grows with the epochs: the largest that fits, by bisection over [least, max].
+  const int64_t least = in.epochs_done + 1;
   BudgetPlan p;
-  if (predicted_run_seconds(in, 1) > limit) {
-    p.epochs = 1;
+  if (predicted_run_seconds(in, least) > limit) {
+    p.epochs = least;
     p.fits = false;
   } else {
-    int64_t lo = 1, hi = in.max_epochs;  // lo fits
+    int64_t lo = least, hi = in.max_epochs;  // lo fits
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo + 1) / 2;
       if (predicted_run_seconds(in, mid) <= limit) lo = mid;
@@ -45,6 +48,30 @@ BudgetPlan plan_budget(const BudgetInput& in) {
   p.predicted_s = predicted_run_seconds(in, p.epochs);
   return p;
 }
+
+int64_t recheck_budget(const BudgetInput& in) {
+  if (predicted_run_seconds(in, in.max_epochs) <= in.budget_s * kRecheckShare) return in.max_epochs;
+  return plan_budget(in).epochs;
+}
+
+std::string describe_recheck(const BudgetInput& in, int64_t epochs) {
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "time budget %.4g min: %lld -> %lld epochs after epoch %lld (at %.4g s/step, %lld epochs are "
+                "predicted at %.1f min; %lld at %.1f min)",
+                in.budget_s / 60, static_cast<long long>(in.max_epochs), static_cast<long long>(epochs),
+                static_cast<long long>(in.epochs_done), in.step_s, static_cast<long long>(in.max_epochs),
+                predicted_run_seconds(in, in.max_epochs) / 60, static_cast<long long>(epochs),
+                predicted_run_seconds(in, epochs) / 60);
+  return buf;
+}
+
+namespace {
+std::atomic<double> g_test_slowdown{0.0};
+}  // namespace
+
+void set_budget_test_slowdown(double seconds_per_step) { g_test_slowdown = seconds_per_step; }
+double budget_test_slowdown() { return g_test_slowdown; }
 
 std::string describe_budget(const BudgetInput& in, const BudgetPlan& plan) {
   char buf[400];

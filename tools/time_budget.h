@@ -19,6 +19,12 @@
 // seconds of one evaluation (the model's forward in evaluation mode, timed on the current batch,
 // times the validation images; twice with train.ema; the final test-time augmentation's views
 // on top), and the time already spent since the trainer started (data, model, set-up).
+// Kept: the machine's speed drifts (a shared virtual machine's by 20-40% over minutes), so the
+// decision is checked again at the end of every later epoch (recheck_budget) with the speed of the
+// epoch just trained and the measured time of the last evaluation. Only when the run is then
+// predicted past kRecheckShare of the budget are the epochs lowered, to the most that fit (at least
+// one more): the schedule is rebuilt for them, so the learning rate still anneals to its end, with a
+// step down in lr at that epoch instead of a run that overruns its budget. The epochs are never raised.
 // Tests: tests/tools/time_budget_test.cpp. Docs: docs/training.md.
 #pragma once
 #include <cstdint>
@@ -29,6 +35,7 @@ namespace kiln {
 inline constexpr int64_t kMinMeasuredSteps = 20;  // timed steps before a decision, when the epoch has them
 inline constexpr int64_t kUntimedSteps = 3;       // first steps not timed (one-off set-up)
 inline constexpr double kBudgetMargin = 0.02;     // share of the budget kept free for what is not modelled
+inline constexpr double kRecheckShare = 0.99;     // a recheck lowers the epochs past this share of the budget
 
 // The number of steps done when the decision is taken: a tenth of the first epoch, at least
 // kUntimedSteps + kMinMeasuredSteps, at most the whole first epoch.
@@ -37,7 +44,8 @@ int64_t budget_decision_step(int64_t steps_per_epoch);
 struct BudgetInput {
   double budget_s = 0;           // the whole run's budget
   double elapsed_s = 0;          // spent since the run started, at the decision
-  int64_t steps_done = 0;        // optimizer steps done at the decision (all in the first epoch)
+  int64_t steps_done = 0;        // optimizer steps done at the decision
+  int64_t epochs_done = 0;       // epochs finished at the decision (0: in the first epoch)
   int64_t steps_per_epoch = 1;
   int64_t max_epochs = 1;        // train.epochs
   int64_t eval_every = 1;        // train.eval_every (the last epoch always evaluates)
@@ -53,10 +61,25 @@ struct BudgetPlan {
   bool fits = true;          // false when even one epoch is predicted over the budget
 };
 
-// The largest number of epochs N <= max_epochs whose predicted run time, elapsed + the remaining
-// steps of N epochs + N's evaluations + the final extra, is within budget * (1 - margin); 1 when
-// none is (fits = false).
+// The largest number of epochs N in [epochs_done + 1, max_epochs] whose predicted run time,
+// elapsed + the remaining steps of N epochs + the evaluations after epochs_done + the final extra,
+// is within budget * (1 - margin); epochs_done + 1 when none is (fits = false).
 BudgetPlan plan_budget(const BudgetInput& in);
+
+// The check at the end of a later epoch: `in` as at a decision, with epochs_done the epochs
+// finished, steps_done their steps, step_s the speed of the last epoch, eval_s the last
+// evaluation's measured time and max_epochs the run's current epochs. Returns the epochs to keep:
+// max_epochs while the run is predicted within kRecheckShare of the budget, else plan_budget(in)'s.
+int64_t recheck_budget(const BudgetInput& in);
+
+// One line for the log when a recheck lowers the epochs: "time budget 30 min: 24 -> 21 epochs after
+// epoch 9 (at 0.252 s/step, 24 epochs are predicted at 31.6 min; 21 at 29.3 min)".
+std::string describe_recheck(const BudgetInput& in, int64_t epochs);
+
+// Tests only: seconds the budget's clock adds to every training step after the decision, which the
+// trainer's rechecks then see as a slower machine (the training itself is unchanged). 0 otherwise.
+void set_budget_test_slowdown(double seconds_per_step);
+double budget_test_slowdown();
 
 // The predicted wall time of a run of `epochs` epochs (what plan_budget compares).
 double predicted_run_seconds(const BudgetInput& in, int64_t epochs);

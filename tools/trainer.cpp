@@ -433,6 +433,16 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   const int64_t decide_at = budget_pending ? budget_decision_step(steps_per_epoch) : 0;
   const int64_t mark_at = std::min(kUntimedSteps, std::max<int64_t>(0, decide_at - 1));
   Clock::time_point mark_time = Clock::now();
+  BudgetInput budget_in;           // the decision's inputs, which the rechecks start from
+  int64_t budget_epoch = -1;       // the epoch the decision was taken in (-1: none in this invocation)
+  int64_t budget_step = 0;         // and its step
+  double last_eval_s = -1;         // the last evaluation's measured seconds (live and EMA weights)
+  auto adopt_epochs = [&](int64_t n) {  // the budget's epochs: the schedule and the run folder follow
+    set_epochs(n);
+    last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
+    state.config = as_run;
+    if (lead) std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";  // the run as it runs
+  };
   auto decide_budget = [&](const Batch& batch) {
     synchronize(device);
     BudgetInput in;
@@ -463,12 +473,12 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     }
     in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;  // flip: two views of every image
     const BudgetPlan plan = plan_budget(in);
+    budget_in = in;
+    budget_epoch = state.epoch;
+    budget_step = state.step;
     std::vector<double> chosen{lead ? static_cast<double>(plan.epochs) : 0.0};  // rank 0's decision, on every rank
     comm->all_reduce_doubles(chosen);
-    set_epochs(static_cast<int64_t>(chosen[0]));
-    last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
-    state.config = as_run;
-    if (lead) std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";  // the run as it runs
+    adopt_epochs(static_cast<int64_t>(chosen[0]));
     if (show) std::cout << (tty ? "\n" : "") << describe_budget(in, plan) << "\n";
   };
   const int64_t first_epoch = state.epoch;
@@ -578,6 +588,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     }
 
     bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
+    const auto eval_start = Clock::now();
     if (do_eval) {
       // The last evaluation of this invocation also counts the confusion matrix, for the report.
       const bool final_eval = epoch + 1 == last_epoch;
@@ -590,6 +601,27 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
         EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr, "none");
         publish(ee, "ema", std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs), result.ema_val_loss,
                 result.ema_val_top1, result.ema_val_top5);
+      }
+      last_eval_s = seconds_since(eval_start);
+    }
+    // train.time_budget_minutes, kept (tools/time_budget.h): after every epoch past the decision's,
+    // the run is predicted again at this epoch's speed, and its epochs lowered if it would overrun.
+    if (budget_epoch >= 0 && epoch > budget_epoch && epoch + 1 < opt.epochs) {
+      BudgetInput in = budget_in;
+      const double slow = budget_test_slowdown();
+      in.elapsed_s = seconds_since(run_start) + slow * static_cast<double>(state.step - budget_step);
+      in.steps_done = state.step;
+      in.epochs_done = epoch + 1;
+      in.max_epochs = opt.epochs;
+      in.step_s = train_time / static_cast<double>(std::max<int64_t>(i, 1)) + slow;
+      if (last_eval_s >= 0) in.eval_s = last_eval_s;
+      in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;
+      std::vector<double> keep{lead ? static_cast<double>(recheck_budget(in)) : 0.0};  // rank 0's, on every rank
+      comm->all_reduce_doubles(keep);
+      const int64_t n = static_cast<int64_t>(keep[0]);
+      if (n != opt.epochs) {
+        if (show) std::cout << describe_recheck(in, n) << "\n";
+        adopt_epochs(n);
       }
     }
     state.epoch = epoch + 1;
@@ -639,14 +671,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   }
 
   if (lead && opt.plots && log) {
-    const auto& c = log->columns();
-    auto col = [&](const char* k) { return c.count(k) ? c.at(k) : std::vector<double>{}; };
-    save_plot_png(run_dir + "/loss.png", "loss", {{"train", col("train_loss")}, {"val", col("val_loss")}}, "epoch");
-    std::vector<double> ta = col("train_acc"), va = col("val_top1");
-    for (double& x : ta) x *= 100;
-    for (double& x : va) x *= 100;
-    save_plot_png(run_dir + "/accuracy.png", "accuracy (%)", {{"train", ta}, {"val top-1", va}}, "epoch");
-    save_plot_png(run_dir + "/lr.png", "learning rate (end of epoch)", {{"lr", col("lr")}}, "epoch");
+    log->save_plots(run_dir);
     if (show) std::cout << "results in " << run_dir << "\n";
   }
   if (lead && !final_confusion.empty()) write_run_report(run_dir, final_confusion, report_class_names(*val_set), show);

@@ -121,6 +121,74 @@ TEST(TimeBudget, PlanPicksTheMostEpochsThatFit) {
   EXPECT_FALSE(error_of([&] { plan_budget(in); }).empty());
 }
 
+// A later epoch's check: the evaluations still to come, at least one more epoch, never more epochs.
+TEST(TimeBudget, RecheckLowersTheEpochsOnlyWhenTheRunWouldOverrun) {
+  BudgetInput in;
+  in.budget_s = 100;
+  in.elapsed_s = 50;
+  in.steps_done = 50;  // 5 epochs of 10 steps done
+  in.epochs_done = 5;
+  in.steps_per_epoch = 10;
+  in.max_epochs = 10;  // the run's current epochs
+  in.step_s = 1;
+  in.eval_s = 2;
+  in.margin = 0;
+  // 50 + 10 (N - 5) + 2 (N - 5): 10 epochs take 110 s, 9 take 98 s.
+  EXPECT_DOUBLE_EQ(predicted_run_seconds(in, 10), 110);
+  EXPECT_EQ(recheck_budget(in), 9);
+  EXPECT_NE(describe_recheck(in, 9).find("10 -> 9 epochs after epoch 5"), std::string::npos) << describe_recheck(in, 9);
+  in.step_s = 0.8;  // 50 + 40 + 10 = 100 s: past 99% of the budget, lowered to what fits 98%: 9 (90 s)
+  in.margin = 0.02;
+  EXPECT_EQ(recheck_budget(in), 9);
+  in.margin = 0;
+  in.step_s = 0.7;  // 95 s: within 99%, kept
+  EXPECT_EQ(recheck_budget(in), 10);
+  in.step_s = 0.01;  // far within: kept, not raised
+  EXPECT_EQ(recheck_budget(in), 10);
+  // Only the evaluations after epoch 5 count: every third epoch, 10 evaluates at 6, 9 and 10.
+  in.step_s = 1;
+  in.eval_every = 3;
+  EXPECT_DOUBLE_EQ(predicted_run_seconds(in, 10), 50 + 50 + 6);
+  in.eval_every = 1;
+  // Even one more epoch over the budget: one more (the schedule ends), flagged.
+  in.budget_s = 55;
+  EXPECT_EQ(recheck_budget(in), 6);
+  EXPECT_FALSE(plan_budget(in).fits);
+  // A decision cannot be asked for fewer epochs than are done.
+  in.epochs_done = 10;
+  EXPECT_FALSE(error_of([&] { plan_budget(in); }).empty());
+}
+
+// A machine that slows down after the decision (simulated on the budget's clock): the next epoch's
+// check lowers the epochs to what still fits, the schedule ends on the lowered epochs (the last lr
+// is that of a run with them), and the run folder's config records them.
+TEST(TimeBudget, SlowerMachineAfterTheDecisionLowersTheEpochs) {
+  std::string runs = fresh_dir("slower");
+  json plain = budget_config(runs, "cosine");
+  plain["name"] = "plain5";
+  apply_overrides(plain, {"epochs=5", "train.eval_every=2"});
+  TrainResult a = train(plain, true);
+  json budget = budget_config(runs, "cosine");
+  // 6 steps per epoch, decided at the end of the first: 8 epochs fit 100,000 minutes (6e6 s). From
+  // the decision on, each step counts 2e5 s more: after epoch 2, N epochs are predicted at about
+  // 1.2e6 (N - 1) s, so 5 fit 98% of the budget; later checks keep 5.
+  apply_overrides(budget, {"epochs=8", "train.eval_every=2", "train.time_budget_minutes=100000"});
+  struct Slowdown {
+    Slowdown() { set_budget_test_slowdown(2e5); }
+    ~Slowdown() { set_budget_test_slowdown(0); }
+  } slowdown;
+  TrainResult b = train(budget, true);
+  EXPECT_EQ(b.epochs, 5);
+  EXPECT_EQ(metrics_rows(b.run_dir), 5);
+  EXPECT_EQ(run_config(b.run_dir)["train"]["epochs"], 5);
+  std::ifstream ca(a.run_dir + "/metrics.csv"), cb(b.run_dir + "/metrics.csv");
+  std::string ra, rb;
+  for (std::string l; std::getline(ca, l);) ra = l;
+  for (std::string l; std::getline(cb, l);) rb = l;
+  auto lr_of = [](const std::string& row) { return row.substr(row.find(',', row.find(',') + 1) + 1, 12); };
+  EXPECT_EQ(lr_of(ra), lr_of(rb)) << ra << " / " << rb;
+}
+
 // A budget that the run fits changes nothing: the same weights as without one, every epoch.
 TEST(TimeBudget, AmpleBudgetTrainsEveryEpochAsWithout) {
   std::string runs = fresh_dir("ample");
