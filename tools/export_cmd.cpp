@@ -20,6 +20,7 @@
 #include "tools/commands.h"
 #include "tools/config.h"
 #include "tools/kv_args.h"
+#include "tools/metrics.h"
 #include "tools/model_io.h"
 #include "tools/onnx_export.h"
 

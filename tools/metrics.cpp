@@ -77,6 +77,21 @@ std::string fmt(double v) {
 }
 }  // namespace
 
+void write_file_atomically(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    KILN_CHECK(f.good(), "cannot write '", tmp, "' (does its folder exist and is it writable?)");
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    f.flush();
+    KILN_CHECK(f.good(), "writing '", tmp, "' failed (disk full?)");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    KILN_FAIL("cannot rename '", tmp, "' to '", path, "'");
+  }
+}
+
 void MetricsLog::save_plots(const std::string& dir) const {
   auto col = [&](const char* k) { return columns_.count(k) ? columns_.at(k) : std::vector<double>{}; };
   save_plot_png(dir + "/loss.png", "loss", {{"train", col("train_loss")}, {"val", col("val_loss")}}, "epoch");

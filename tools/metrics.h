@@ -11,6 +11,10 @@ namespace kiln {
 // Creates a fresh run folder under `root` named `name` (or name-2, name-3, ...); returns its path.
 std::string make_run_dir(const std::string& root, const std::string& name);
 
+// Writes `bytes` to `path` + ".tmp", then renames it over `path` (a kill leaves the old file or the
+// new one, never a part); errors name the file.
+void write_file_atomically(const std::string& path, const std::string& bytes);
+
 class MetricsLog {
  public:
   explicit MetricsLog(const std::string& dir);  // appends to dir/metrics.csv and dir/metrics.jsonl

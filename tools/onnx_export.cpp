@@ -425,19 +425,4 @@ std::string export_onnx(Module& model, const OnnxExportOptions& o) {
   return bytes;
 }
 
-void write_file_atomically(const std::string& path, const std::string& bytes) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    KILN_CHECK(f.good(), "cannot write '", tmp, "' (does its folder exist and is it writable?)");
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.flush();
-    KILN_CHECK(f.good(), "writing '", tmp, "' failed (disk full?)");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    KILN_FAIL("cannot rename '", tmp, "' to '", path, "'");
-  }
-}
-
 }  // namespace kiln

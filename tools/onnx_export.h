@@ -35,7 +35,4 @@ struct OnnxExportOptions {
 // cannot take, or a model the checker or shape inference rejects.
 std::string export_onnx(Module& model, const OnnxExportOptions& o);
 
-// Writes `bytes` to `path` + ".tmp", then renames it over `path`; errors name the file.
-void write_file_atomically(const std::string& path, const std::string& bytes);
-
 }  // namespace kiln

@@ -49,6 +49,14 @@ BudgetPlan plan_budget(const BudgetInput& in) {
   return p;
 }
 
+double budget_recent_step_s(const std::vector<double>& epoch_step_s) {
+  KILN_CHECK(!epoch_step_s.empty(), "budget_recent_step_s: no epoch measured");
+  const size_t n = std::min(epoch_step_s.size(), kRecheckEpochs);
+  double sum = 0;
+  for (size_t k = epoch_step_s.size() - n; k < epoch_step_s.size(); ++k) sum += epoch_step_s[k];
+  return sum / static_cast<double>(n);
+}
+
 int64_t recheck_budget(const BudgetInput& in) {
   if (predicted_run_seconds(in, in.max_epochs) <= in.budget_s * kRecheckShare) return in.max_epochs;
   return plan_budget(in).epochs;

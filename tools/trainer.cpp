@@ -437,11 +437,12 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   int64_t budget_epoch = -1;       // the epoch the decision was taken in (-1: none in this invocation)
   int64_t budget_step = 0;         // and its step
   double last_eval_s = -1;         // the last evaluation's measured seconds (live and EMA weights)
+  std::vector<double> epoch_step_s;  // seconds per step of each epoch after the decision's
   auto adopt_epochs = [&](int64_t n) {  // the budget's epochs: the schedule and the run folder follow
     set_epochs(n);
     last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
     state.config = as_run;
-    if (lead) std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";  // the run as it runs
+    if (lead) write_file_atomically(run_dir + "/config.json", as_run.dump(2) + "\n");  // the run as it runs
   };
   auto decide_budget = [&](const Batch& batch) {
     synchronize(device);
@@ -605,7 +606,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       last_eval_s = seconds_since(eval_start);
     }
     // train.time_budget_minutes, kept (tools/time_budget.h): after every epoch past the decision's,
-    // the run is predicted again at this epoch's speed, and its epochs lowered if it would overrun.
+    // the run is predicted again at the last epochs' speed, and its epochs lowered if it would overrun.
     if (budget_epoch >= 0 && epoch > budget_epoch && epoch + 1 < opt.epochs) {
       BudgetInput in = budget_in;
       const double slow = budget_test_slowdown();
@@ -613,7 +614,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       in.steps_done = state.step;
       in.epochs_done = epoch + 1;
       in.max_epochs = opt.epochs;
-      in.step_s = train_time / static_cast<double>(std::max<int64_t>(i, 1)) + slow;
+      epoch_step_s.push_back(train_time / static_cast<double>(std::max<int64_t>(i, 1)) + slow);
+      in.step_s = budget_recent_step_s(epoch_step_s);
       if (last_eval_s >= 0) in.eval_s = last_eval_s;
       in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;
       std::vector<double> keep{lead ? static_cast<double>(recheck_budget(in)) : 0.0};  // rank 0's, on every rank

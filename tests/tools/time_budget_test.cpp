@@ -154,6 +154,10 @@ TEST(TimeBudget, RecheckLowersTheEpochsOnlyWhenTheRunWouldOverrun) {
   in.budget_s = 55;
   EXPECT_EQ(recheck_budget(in), 6);
   EXPECT_FALSE(plan_budget(in).fits);
+  // The speed a recheck uses: the mean of the last three epochs' seconds per step.
+  EXPECT_DOUBLE_EQ(budget_recent_step_s({0.2}), 0.2);
+  EXPECT_DOUBLE_EQ(budget_recent_step_s({0.5, 0.1, 0.2, 0.3}), 0.2);
+  EXPECT_FALSE(error_of([&] { budget_recent_step_s({}); }).empty());
   // A decision cannot be asked for fewer epochs than are done.
   in.epochs_done = 10;
   EXPECT_FALSE(error_of([&] { plan_budget(in); }).empty());
