@@ -58,6 +58,12 @@ double budget_recent_step_s(const std::vector<double>& epoch_step_s) {
 }
 
 int64_t recheck_budget(const BudgetInput& in) {
+  if (2 * in.epochs_done <= in.max_epochs && in.cap_epochs > in.max_epochs) {  // the first half: raise?
+    BudgetInput up = in;
+    up.max_epochs = in.cap_epochs;
+    const BudgetPlan p = plan_budget(up);
+    if (p.fits && p.epochs > in.max_epochs) return p.epochs;
+  }
   if (predicted_run_seconds(in, in.max_epochs) <= in.budget_s * kRecheckShare) return in.max_epochs;
   return plan_budget(in).epochs;
 }

@@ -24,7 +24,10 @@
 // last kRecheckEpochs epochs and the measured time of the last evaluation. Only when the run is then
 // predicted past kRecheckShare of the budget are the epochs lowered, to the most that fit (at least
 // one more): the schedule is rebuilt for them, so the learning rate still anneals to its end, with a
-// step down in lr at that epoch instead of a run that overruns its budget. The epochs are never raised.
+// step down in lr at that epoch instead of a run that overruns its budget. In the first half of the
+// run (a cosine's lr still above half its peak, so the step up is small) they are also raised, up to
+// `train.epochs`, when more are predicted to fit: a decision taken in a slow minute is not kept for
+// the whole run. Later they are never raised (that would lift a low lr again).
 // Tests: tests/tools/time_budget_test.cpp. Docs: docs/training.md.
 #pragma once
 #include <cstdint>
@@ -49,7 +52,8 @@ struct BudgetInput {
   int64_t steps_done = 0;        // optimizer steps done at the decision
   int64_t epochs_done = 0;       // epochs finished at the decision (0: in the first epoch)
   int64_t steps_per_epoch = 1;
-  int64_t max_epochs = 1;        // train.epochs
+  int64_t max_epochs = 1;        // train.epochs (a recheck: the run's current epochs)
+  int64_t cap_epochs = 0;        // a recheck: train.epochs as configured, the most it may raise to
   int64_t eval_every = 1;        // train.eval_every (the last epoch always evaluates)
   double step_s = 0;             // measured seconds per training step
   double eval_s = 0;             // seconds of one evaluation (with the EMA's when on)
@@ -75,11 +79,13 @@ double budget_recent_step_s(const std::vector<double>& epoch_step_s);
 
 // The check at the end of a later epoch: `in` as at a decision, with epochs_done the epochs
 // finished, steps_done their steps, step_s the recent speed (budget_recent_step_s), eval_s the last
-// evaluation's measured time and max_epochs the run's current epochs. Returns the epochs to keep:
-// max_epochs while the run is predicted within kRecheckShare of the budget, else plan_budget(in)'s.
+// evaluation's measured time, max_epochs the run's current epochs and cap_epochs train.epochs.
+// Returns the epochs to train: while epochs_done <= max_epochs / 2, the most that fit up to
+// cap_epochs if that is more than max_epochs; else max_epochs while the run is predicted within
+// kRecheckShare of the budget, and plan_budget(in)'s (fewer) when it is not.
 int64_t recheck_budget(const BudgetInput& in);
 
-// One line for the log when a recheck lowers the epochs: "time budget 30 min: 24 -> 21 epochs after
+// One line for the log when a recheck changes the epochs: "time budget 30 min: 24 -> 21 epochs after
 // epoch 9 (at 0.252 s/step, 24 epochs are predicted at 31.6 min; 21 at 29.3 min)".
 std::string describe_recheck(const BudgetInput& in, int64_t epochs);
 

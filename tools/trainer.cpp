@@ -606,7 +606,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       last_eval_s = seconds_since(eval_start);
     }
     // train.time_budget_minutes, kept (tools/time_budget.h): after every epoch past the decision's,
-    // the run is predicted again at the last epochs' speed, and its epochs lowered if it would overrun.
+    // the run is predicted again at the last epochs' speed: its epochs lowered if it would overrun,
+    // raised (first half only) if more fit.
     if (budget_epoch >= 0 && epoch > budget_epoch && epoch + 1 < opt.epochs) {
       BudgetInput in = budget_in;
       const double slow = budget_test_slowdown();
@@ -614,6 +615,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       in.steps_done = state.step;
       in.epochs_done = epoch + 1;
       in.max_epochs = opt.epochs;
+      in.cap_epochs = budget_in.max_epochs;  // train.epochs, as the decision had it
       epoch_step_s.push_back(train_time / static_cast<double>(std::max<int64_t>(i, 1)) + slow);
       in.step_s = budget_recent_step_s(epoch_step_s);
       if (last_eval_s >= 0) in.eval_s = last_eval_s;

@@ -121,7 +121,8 @@ TEST(TimeBudget, PlanPicksTheMostEpochsThatFit) {
   EXPECT_FALSE(error_of([&] { plan_budget(in); }).empty());
 }
 
-// A later epoch's check: the evaluations still to come, at least one more epoch, never more epochs.
+// A later epoch's check: the evaluations still to come, at least one more epoch, more epochs only
+// in the first half of the run and up to train.epochs.
 TEST(TimeBudget, RecheckLowersTheEpochsOnlyWhenTheRunWouldOverrun) {
   BudgetInput in;
   in.budget_s = 100;
@@ -143,8 +144,21 @@ TEST(TimeBudget, RecheckLowersTheEpochsOnlyWhenTheRunWouldOverrun) {
   in.margin = 0;
   in.step_s = 0.7;  // 95 s: within 99%, kept
   EXPECT_EQ(recheck_budget(in), 10);
-  in.step_s = 0.01;  // far within: kept, not raised
+  in.step_s = 0.01;  // far within: kept (train.epochs is 10)
   EXPECT_EQ(recheck_budget(in), 10);
+  // Raised up to train.epochs when more fit, in the first half of the run only: 5 of 10 done, train.epochs
+  // 20, 0.5 s/step: 50 + 5 (N - 5) + 2 (N - 5) <= 100 up to N = 12.
+  in.cap_epochs = 20;
+  in.step_s = 0.5;
+  EXPECT_EQ(recheck_budget(in), 12);
+  EXPECT_NE(describe_recheck(in, 12).find("10 -> 12 epochs after epoch 5"), std::string::npos);
+  in.cap_epochs = 11;  // at most train.epochs
+  EXPECT_EQ(recheck_budget(in), 11);
+  in.cap_epochs = 20;
+  in.max_epochs = 9;  // 5 of 9 done: past the first half, not raised
+  EXPECT_EQ(recheck_budget(in), 9);
+  in.max_epochs = 10;
+  in.cap_epochs = 0;
   // Only the evaluations after epoch 5 count: every third epoch, 10 evaluates at 6, 9 and 10.
   in.step_s = 1;
   in.eval_every = 3;
