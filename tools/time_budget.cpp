@@ -61,6 +61,7 @@ int64_t recheck_budget(const BudgetInput& in) {
   if (2 * in.epochs_done <= in.max_epochs && in.cap_epochs > in.max_epochs) {  // the first half: raise?
     BudgetInput up = in;
     up.max_epochs = in.cap_epochs;
+    up.margin = 2 * in.margin;  // raised only with room to spare: no flip-flop against the lowering
     const BudgetPlan p = plan_budget(up);
     if (p.fits && p.epochs > in.max_epochs) return p.epochs;
   }

@@ -152,6 +152,9 @@ TEST(TimeBudget, RecheckLowersTheEpochsOnlyWhenTheRunWouldOverrun) {
   in.step_s = 0.5;
   EXPECT_EQ(recheck_budget(in), 12);
   EXPECT_NE(describe_recheck(in, 12).find("10 -> 12 epochs after epoch 5"), std::string::npos);
+  in.margin = 0.02;  // raised to what fits the budget less twice the margin: 96 s, N = 11
+  EXPECT_EQ(recheck_budget(in), 11);
+  in.margin = 0;
   in.cap_epochs = 11;  // at most train.epochs
   EXPECT_EQ(recheck_budget(in), 11);
   in.cap_epochs = 20;
