@@ -26,8 +26,9 @@
 // one more): the schedule is rebuilt for them, so the learning rate still anneals to its end, with a
 // step down in lr at that epoch instead of a run that overruns its budget. In the first half of the
 // run (a cosine's lr still above half its peak, so the step up is small) they are also raised, up to
-// `train.epochs`, when more are predicted to fit: a decision taken in a slow minute is not kept for
-// the whole run. Later they are never raised (that would lift a low lr again).
+// `train.epochs`, when more are predicted to fit the budget less twice the margin (96%; lowered past
+// 99%, to 98%: noise does not move them back and forth): a decision taken in a slow minute is not
+// kept for the whole run. Later they are never raised (that would lift a low lr again).
 // Tests: tests/tools/time_budget_test.cpp. Docs: docs/training.md.
 #pragma once
 #include <cstdint>
