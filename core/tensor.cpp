@@ -87,18 +87,19 @@ inline void store(void* base, DType t, int64_t i, double v) {
   }
 }
 
-// Calls row(dst_offset, src_offset) for the start of every innermost row of `shape` (a row: shape's
-// last dim, dst_st/src_st's last strides apart), in row-major order.
+// Calls row(dst_offset, src_offset, inner, dst_step, src_step) for the start of every innermost row
+// of `shape` (a row: `inner` elements, dst_step/src_step apart), in row-major order.
 template <typename F>
 void for_each_row(const Shape& shape, const Shape& dst_st, const Shape& src_st, F row) {
   int64_t n = shape_numel(shape);
   if (n == 0) return;
   int64_t nd = static_cast<int64_t>(shape.size());
   if (nd == 0) {
-    row(0, 0);
+    row(0, 0, 1, 0, 0);
     return;
   }
-  int64_t outer = n / shape[nd - 1];
+  const int64_t inner = shape[nd - 1], ds = dst_st[nd - 1], ss = src_st[nd - 1];
+  int64_t outer = n / inner;
 #pragma omp parallel for schedule(static) if (n > 65536)
   for (int64_t o = 0; o < outer; ++o) {
     int64_t rem = o, doff = 0, soff = 0;
@@ -108,16 +109,14 @@ void for_each_row(const Shape& shape, const Shape& dst_st, const Shape& src_st, 
       doff += idx * dst_st[d];
       soff += idx * src_st[d];
     }
-    row(doff, soff);
+    row(doff, soff, inner, ds, ss);
   }
 }
 
 // Calls f(dst_index, src_index) for every element, in row-major order of `shape`.
 template <typename F>
 void for_each_index(const Shape& shape, const Shape& dst_st, const Shape& src_st, F f) {
-  const size_t nd = shape.size();
-  const int64_t inner = nd ? shape[nd - 1] : 1, ds = nd ? dst_st[nd - 1] : 0, ss = nd ? src_st[nd - 1] : 0;
-  for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
+  for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff, int64_t inner, int64_t ds, int64_t ss) {
     for (int64_t i = 0; i < inner; ++i) f(doff + i * ds, soff + i * ss);
   });
 }
@@ -129,17 +128,13 @@ template <typename U>
 void copy_same_dtype(void* d, const void* s, const Shape& shape, const Shape& dst_st, const Shape& src_st) {
   U* dp = static_cast<U*>(d);
   const U* sp = static_cast<const U*>(s);
-  const size_t nd = shape.size();
-  const int64_t inner = nd ? shape[nd - 1] : 1, ds = nd ? dst_st[nd - 1] : 0, ss = nd ? src_st[nd - 1] : 0;
-  if (ds == 1 && ss == 1) {
-    for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
+  for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff, int64_t inner, int64_t ds, int64_t ss) {
+    if (ds == 1 && ss == 1) {
       std::memmove(dp + doff, sp + soff, static_cast<size_t>(inner) * sizeof(U));
-    });
-  } else {
-    for_each_row(shape, dst_st, src_st, [&](int64_t doff, int64_t soff) {
+    } else {
       for (int64_t i = 0; i < inner; ++i) dp[doff + i * ds] = sp[soff + i * ss];
-    });
-  }
+    }
+  });
 }
 
 template <typename T>
