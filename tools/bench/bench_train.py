@@ -24,7 +24,8 @@ on a shared (virtual) machine the CPU's throughput drifts by 20-40% over minutes
 runs can mislead either way.
 
 Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30] [--rounds 3] [--bf16]
-       [--only lenet|resnet18] [--precision fp32|bf16]
+       [--only lenet|resnet18] [--precision fp32|bf16]  (--precision bf16 implies --bf16; each round is
+       printed to stderr as it ends)
 """
 import argparse
 import json
@@ -120,7 +121,7 @@ def main():
         ("lenet", {"name": "lenet", "dropout": 0.5}, (28, 28, 1), 10, 64, a.steps, a.warmup, "fp32"),
         ("resnet18", r18, (32, 32, 3), 10, 128, max(5, a.steps // 6), 1, "fp32"),
     ]
-    if a.bf16:
+    if a.bf16 or a.precision == "bf16":
         cases.append(("resnet18", r18, (32, 32, 3), 10, 128, max(5, a.steps // 6), 1, "bf16"))
     if a.only:
         cases = [c for c in cases if c[0] == a.only]
@@ -134,6 +135,8 @@ def main():
         for _ in range(max(1, a.rounds)):
             ks.append(kiln_rate(a.kiln, model, shape, classes, batch, steps, a.threads, prec))
             ts.append(torch_rate(name, shape, classes, batch, steps, warmup, a.threads, prec))
+            print(f"  round {len(ks)}: {name} {prec} kiln {ks[-1]:.1f} torch {ts[-1]:.1f} img/s "
+                  f"({ks[-1] / ts[-1]:.2f}x)", file=sys.stderr, flush=True)
         ratios = [k / t for k, t in zip(ks, ts)]
         print(f"{name:10s} {prec:>9s} {batch:6d} {statistics.median(ks):12.1f} {statistics.median(ts):12.1f} "
               f"{statistics.median(ratios):11.2f}  [{min(ratios):.2f}, {max(ratios):.2f}]", flush=True)
