@@ -31,6 +31,7 @@
 #include "core/cpu/winograd.h"
 #include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
+#include "core/kernels.h"
 #include "core/ops/conv2d.h"
 #include "core/cpu/conv_algo.h"
 #include "core/ops/linear.h"
@@ -420,6 +421,60 @@ int bench_winograd(const Args& in) {
   return 0;
 }
 
+// `kiln bench bn_relu`: the fused batch norm + ReLU backward (the kernel table's
+// batch_norm_relu_backward) against what it replaces, relu_backward then batch_norm_backward, the
+// two alternating in every iteration (medians; on a shared machine the speed drifts).
+int bench_bn_relu(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench bn_relu [batch=128] [size=32] [channels=64] [iters=30] [device=cpu|0|cuda:N]\n"
+      "  the batch norm + (residual add +) ReLU backward, fused against relu_backward + batch_norm_backward,\n"
+      "  on x (batch, size, size, channels), fp32 and bf16, with and without a residual\n";
+  if (wants_help(in, kUsage)) return 0;
+  Args args = in;
+  std::vector<Device> devices = bench_devices(args);
+  auto a = parse_int_args("bench bn_relu", args, {{"batch", 128}, {"size", 32}, {"channels", 64}, {"iters", 30}});
+  const Shape s{a["batch"], a["size"], a["size"], a["channels"]};
+  const int64_t C = s.back();
+  std::printf("# kiln bench bn_relu: x %s, training; %lld alternating iterations, medians; threads %d\n",
+              shape_str(s).c_str(), static_cast<long long>(a["iters"]), omp_get_max_threads());
+  std::printf("%-7s %-5s %-9s %14s %10s %8s\n", "device", "dtype", "residual", "separate ms", "fused ms", "speedup");
+  for (const Device& d : devices) {
+    const Kernels& k = kernels(d);
+    for (DType t : {DType::f32, DType::bf16}) {
+      for (bool res : {false, true}) {
+        Generator gen(3);
+        Tensor x = rand_normal(s, 0, 1, t, d, &gen), r = rand_normal(s, 0, 1, t, d, &gen);
+        Tensor gy = rand_normal(s, 0, 1, t, d, &gen), g = rand_normal({C}, 1, 0.1, DType::f32, d, &gen);
+        Tensor b = rand_normal({C}, 0, 0.1, DType::f32, d, &gen), sm, si;
+        std::shared_ptr<void> saved;
+        Tensor y = k.batch_norm_relu_forward(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(), &sm,
+                                             &si, &saved);
+        std::vector<double> sep, fused;
+        for (int64_t i = 0; i < a["iters"] + 2; ++i) {  // the first two untimed
+          BatchNormGradients out;
+          const double ms_sep = time_ms([&] {
+            Tensor m = k.binary(ElementwiseBinary::relu_backward, gy, y);
+            out = k.batch_norm_backward(m, x, g, sm, si, saved, true, true);
+          }, [&] { sync_on(out.dx); }, 0, 1);
+          const double ms_fused = time_ms([&] {
+            out = k.batch_norm_relu_backward(gy, y, x, g, b, sm, si, saved, true, true, res);
+          }, [&] { sync_on(out.dx); }, 0, 1);
+          if (i < 2) continue;
+          sep.push_back(ms_sep);
+          fused.push_back(ms_fused);
+        }
+        std::sort(sep.begin(), sep.end());
+        std::sort(fused.begin(), fused.end());
+        const double ms = sep[sep.size() / 2], mf = fused[fused.size() / 2];
+        std::printf("%-7s %-5s %-9s %14.3f %10.3f %8.2f\n", d.str().c_str(), t == DType::f32 ? "fp32" : "bf16",
+                    res ? "yes" : "no", ms, mf, ms / mf);
+        std::fflush(stdout);
+      }
+    }
+  }
+  return 0;
+}
+
 // `kiln bench conv_algo`: the same table under the name of what it shows.
 int bench_conv_algo(const Args& in) {
   static const char* kUsage =
@@ -442,6 +497,8 @@ const std::vector<Command>& bench_commands() {
       {"winograd", "[model=resnet18] [dtype=bf16|fp32]", "CPU convolution algorithms chosen per layer and pass",
        bench_winograd},
       {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_conv_algo},
+      {"bn_relu", "[batch=128] [size=32] [channels=64]", "fused batch norm + ReLU backward against the two kernels",
+       bench_bn_relu},
       {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
        bench_data_cmd},  // tools/data_cmd.cpp
   };

@@ -14,7 +14,12 @@
 //             dx = gamma*invstd * (dy - dbeta/M - xhat*dgamma/M)   (training)
 //             dx = gamma*invstd * dy                                (eval: the stats are constants)
 //   batch_norm_relu_forward: the same passes, the second writing relu(y + residual) (bit for bit
-//     the three kernels); its backward is relu_backward on y, then the backward above.
+//     the three kernels); its backward is relu_backward on y, then the backward above, in the same
+//     two passes: the first reads y beside dy and x and writes the masked gradient g (dresidual
+//     when there is a residual), the second reads g; so g costs no pass of its own (bit for bit
+//     relu_backward, then batch_norm_backward). `kiln bench bn_relu` times it against the two
+//     kernels (docs/architecture.md): 1-18% faster; masking in both passes without writing g was
+//     2-6% slower.
 // Also increment_i64 (num_batches_tracked). Tests: tests/core/batch_norm_test.cpp.
 #include <omp.h>
 
@@ -104,12 +109,14 @@ bool rows_direct(const Tensor& t) {
   return t.dtype() == dtype_of<T>::value || (std::is_same_v<T, float> && t.dtype() == DType::bf16);
 }
 
-// Two per-channel sums over M rows of C channels: body(r0, n, a, b, buf1, buf2) adds the terms of
-// rows [r0, r0 + n) (n <= chunk_rows(C)), in row order, into the C-long accumulators a and b (type T);
-// buf1 and buf2 are this thread's conversion buffers of n * C values (RowsIn::rows). Rows are summed
+// Two per-channel sums over M rows of C channels: body(r0, n, a, b, buf) adds the terms of rows
+// [r0, r0 + n) (n <= chunk_rows(C)), in row order, into the C-long accumulators a and b (type T);
+// buf[0..kBufs) are this thread's buffers of n * C values (for RowsIn::rows and the like). Rows are summed
 // in T within blocks of <= kBlockRows, blocks in double, so f32 sums over millions of rows stay
 // accurate while the inner loop stays vectorised. Each thread keeps its own partials, merged in thread
 // order: the same bits on every run (for a thread count), and the chunking does not change them.
+constexpr int kBufs = 4;
+
 template <typename T, typename Body>
 void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std::vector<double>& s2) {
   int nthreads = M * C > kParallelMin ? omp_get_max_threads() : 1;
@@ -126,14 +133,16 @@ void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std:
     used = omp_get_num_threads();
     double* d1 = part.data() + static_cast<size_t>(tid) * 2 * C;
     double* d2 = d1 + C;
-    std::vector<T> a(C), b(C), buf1(chunk * C), buf2(chunk * C);
+    std::vector<T> a(C), b(C), store(static_cast<size_t>(kBufs) * chunk * C);
+    T* buf[kBufs];
+    for (int i = 0; i < kBufs; ++i) buf[i] = store.data() + static_cast<size_t>(i) * chunk * C;
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       std::fill(a.begin(), a.end(), T(0));
       std::fill(b.begin(), b.end(), T(0));
       int64_t r1 = std::min(M, (blk + 1) * rows);
       for (int64_t r = blk * rows; r < r1; r += chunk)
-        body(r, std::min(chunk, r1 - r), a.data(), b.data(), buf1.data(), buf2.data());
+        body(r, std::min(chunk, r1 - r), a.data(), b.data(), buf);
       for (int64_t c = 0; c < C; ++c) {
         d1[c] += a[c];
         d2[c] += b[c];
@@ -183,6 +192,12 @@ void affine_rows(int64_t M, int64_t C, const RowsIn<T>& u, const RowsIn<T>* v, c
       out.commit(r0, n, o);
     }
   }
+}
+
+// relu_backward(g, y) as the binary kernel computes it: a NaN output passes the gradient.
+template <typename T>
+inline T relu_grad(T g, T y) {
+  return y <= 0 ? T(0) : g;
 }
 
 // relu(x) as the unary kernel computes it: NaN stays NaN, -0 and negatives become +0.
@@ -278,8 +293,8 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
     const T* row0 = rx.rows(0, 1, buf0.data());
     std::vector<T> x0(row0, row0 + C);
     std::vector<double> s1, s2;
-    column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* buf, T*) {
-      const T* xs = rx.rows(r0, n, buf);
+    column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
+      const T* xs = rx.rows(r0, n, buf[0]);
       for (int64_t r = 0; r < n; ++r) {
         const T* xr = xs + r * C;
 #pragma omp simd
@@ -318,16 +333,35 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
 }
 
 // x, gy: T, or bf16 with T = float (rows_direct). Returns {dx (x's dtype), dgamma, dbeta (the
-// compute dtype T)}; dx is undefined unless need_dx.
+// compute dtype T), g}; dx is undefined unless need_dx. With relu_y (batch_norm_relu_backward;
+// gy's shape and dtype, contiguous) the gradient is g = relu_backward(gy, relu_y): the first pass
+// writes it (in gy's dtype) as it reads, the second reads it instead of gy; else g is undefined.
 template <typename T>
-std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved& s, bool need_dx) {
+std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved& s, bool need_dx,
+                                const Tensor& relu_y = Tensor()) {
   const RowsIn<T> rx(x), rg(gy);
   int64_t C = x.size(-1), M = x.numel() / C;
+  std::optional<RowsIn<T>> ry;
+  Tensor g;
+  std::optional<RowsOut<T>> wg;
+  if (relu_y.defined()) {
+    ry.emplace(relu_y);
+    g = Tensor::empty(gy.shape(), gy.dtype());
+    wg.emplace(g);
+  }
   std::vector<T> mean = cast_vec<T>(s.mean);
   std::vector<double> sdy, sdyx;  // sum(dy), sum(dy * (x - mean))
-  column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* xbuf, T* gbuf) {
-    const T* xs = rx.rows(r0, n, xbuf);
-    const T* gs = rg.rows(r0, n, gbuf);
+  column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
+    const T* xs = rx.rows(r0, n, buf[0]);
+    const T* gs = rg.rows(r0, n, buf[1]);
+    if (ry) {
+      const T* ys = ry->rows(r0, n, buf[2]);
+      T* gm = wg->rows(r0, n, buf[3]);
+#pragma omp simd
+      for (int64_t i = 0; i < n * C; ++i) gm[i] = relu_grad(gs[i], ys[i]);
+      wg->commit(r0, n, gm);
+      gs = gm;
+    }
     for (int64_t r = 0; r < n; ++r) {
       const T *xr = xs + r * C, *gr = gs + r * C;
 #pragma omp simd
@@ -351,11 +385,15 @@ std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved
       cd[c] = static_cast<T>(k * s.mean[c] - a * sdy[c] / M);
     }
   }
-  if (!need_dx) return {Tensor(), dgamma, dbeta};
+  if (!need_dx) return {Tensor(), dgamma, dbeta, g};
   Tensor dx = Tensor::empty(x.shape(), x.dtype());
-  if (s.training) affine_rows<T>(M, C, rg, &rx, ca.data(), cb.data(), cd.data(), RowsOut<T>(dx));
-  else affine_rows<T>(M, C, rg, nullptr, ca.data(), nullptr, std::vector<T>(C, T(0)).data(), RowsOut<T>(dx));
-  return {dx, dgamma, dbeta};
+  // the gradient the second pass reads: g when the first pass wrote it, else gy
+  std::optional<RowsIn<T>> rgw;
+  if (g.defined()) rgw.emplace(g);
+  const RowsIn<T>& ru = rgw ? *rgw : rg;
+  if (s.training) affine_rows<T>(M, C, ru, &rx, ca.data(), cb.data(), cd.data(), RowsOut<T>(dx));
+  else affine_rows<T>(M, C, ru, nullptr, ca.data(), nullptr, std::vector<T>(C, T(0)).data(), RowsOut<T>(dx));
+  return {dx, dgamma, dbeta, g};
 }
 
 // A detached tensor the kernels read as it is (bf16 rows converted on the fly), else (f16, or a
@@ -368,6 +406,16 @@ Tensor as_input(const Tensor& t, DType ct) {
 
 std::vector<double> values_or(const Tensor& t, int64_t C, double fill) {
   return t.defined() ? t.to_double_vector() : std::vector<double>(C, fill);
+}
+
+// The backward's constants from the forward's saved statistics.
+BnSaved saved_of(const Tensor& gamma, const Tensor& save_mean, const Tensor& save_invstd, bool training, int64_t C) {
+  BnSaved s;
+  s.training = training;
+  s.gamma = values_or(gamma, C, 1.0);
+  s.mean = save_mean.to_double_vector();
+  s.invstd = save_invstd.to_double_vector();
+  return s;
 }
 
 }  // namespace
@@ -442,13 +490,8 @@ BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tensor& x, 
                                        const Tensor& save_mean, const Tensor& save_invstd,
                                        const std::shared_ptr<void>& /*saved: none on the CPU*/, bool training,
                                        bool need_dx) {
-  const int64_t C = x.size(-1);
   const DType ct = nn::compute_dtype(x.dtype());
-  BnSaved s;
-  s.training = training;
-  s.gamma = values_or(gamma, C, 1.0);
-  s.mean = save_mean.to_double_vector();
-  s.invstd = save_invstd.to_double_vector();
+  const BnSaved s = saved_of(gamma, save_mean, save_invstd, training, x.size(-1));
   Tensor xc = as_input(x, ct), gc = as_input(grad_out, ct);
   if (xc.dtype() != gc.dtype()) {  // e.g. bf16 x with an f32 gradient: both in the compute dtype
     xc = nn::to_compute(x, ct);
@@ -465,10 +508,22 @@ BatchNormGradients batch_norm_relu_backward(const Tensor& grad_out, const Tensor
                                             const Tensor& save_mean, const Tensor& save_invstd,
                                             const std::shared_ptr<void>& saved, bool training, bool need_dx,
                                             bool has_residual) {
-  Tensor g = binary(ElementwiseBinary::relu_backward, grad_out, y);
-  BatchNormGradients out = batch_norm_backward(g, x, gamma, save_mean, save_invstd, saved, training, need_dx);
-  if (has_residual) out.dresidual = g;
-  return out;
+  const DType ct = nn::compute_dtype(x.dtype());
+  const auto direct = [&](const Tensor& t) {
+    return t.dtype() == x.dtype() && (ct == DType::f64 ? rows_direct<double>(t) : rows_direct<float>(t));
+  };
+  if (!direct(x) || !direct(grad_out) || !direct(y)) {
+    // f16, or mixed dtypes: relu_backward as its own kernel, then batch norm's backward
+    Tensor g = binary(ElementwiseBinary::relu_backward, grad_out, y);
+    BatchNormGradients out = batch_norm_backward(g, x, gamma, save_mean, save_invstd, saved, training, need_dx);
+    if (has_residual) out.dresidual = g;
+    return out;
+  }
+  const BnSaved s = saved_of(gamma, save_mean, save_invstd, training, x.size(-1));
+  const Tensor xc = x.detach().contiguous(), gc = grad_out.detach().contiguous(), yc = y.detach().contiguous();
+  std::vector<Tensor> g =
+      nn::dispatch_compute(ct, [&](auto t) { return bn_backward<decltype(t)>(xc, gc, s, need_dx, yc); });
+  return {need_dx ? g[0] : Tensor(), g[1], g[2], has_residual ? g[3] : Tensor()};
 }
 
 void increment_i64(const Tensor& counter, int64_t by) {

@@ -196,3 +196,18 @@ TEST(BenchWinograd, CifarResNetOnOneChannelAndTheStemDefault) {
   }
   ::testing::internal::GetCapturedStdout();
 }
+
+// `kiln bench bn_relu` prints one row per dtype and residual, each with both timings and their
+// ratio, and refuses an argument it does not know.
+TEST(BenchBnRelu, RowsForEachDtypeAndResidual) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"bn_relu", "batch=2", "size=4", "channels=8", "iters=2", "device=cpu"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("# kiln bench bn_relu: x [2, 4, 4, 8], training; 2 alternating iterations"), std::string::npos)
+      << out;
+  for (const char* row : {"cpu     fp32  no", "cpu     fp32  yes", "cpu     bf16  no", "cpu     bf16  yes"})
+    EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
+  EXPECT_THROW(cli::cmd_bench({"bn_relu", "batchsize=2"}), Error);
+}
