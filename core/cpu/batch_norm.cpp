@@ -111,14 +111,15 @@ bool rows_direct(const Tensor& t) {
 
 // Two per-channel sums over M rows of C channels: body(r0, n, a, b, buf) adds the terms of rows
 // [r0, r0 + n) (n <= chunk_rows(C)), in row order, into the C-long accumulators a and b (type T);
-// buf[0..kBufs) are this thread's buffers of n * C values (for RowsIn::rows and the like). Rows are summed
+// buf[0..nbuf) (nbuf <= kMaxBufs) are this thread's buffers of n * C values (for RowsIn::rows and
+// the like). Rows are summed
 // in T within blocks of <= kBlockRows, blocks in double, so f32 sums over millions of rows stay
 // accurate while the inner loop stays vectorised. Each thread keeps its own partials, merged in thread
 // order: the same bits on every run (for a thread count), and the chunking does not change them.
-constexpr int kBufs = 4;
+constexpr int kMaxBufs = 4;
 
 template <typename T, typename Body>
-void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std::vector<double>& s2) {
+void column_sums2(int64_t M, int64_t C, int nbuf, Body body, std::vector<double>& s1, std::vector<double>& s2) {
   int nthreads = M * C > kParallelMin ? omp_get_max_threads() : 1;
   // Few rows of many channels ((N, C) features): smaller blocks, so every thread gets one.
   int64_t rows = std::clamp<int64_t>((M + nthreads - 1) / nthreads, 1, kBlockRows);
@@ -133,9 +134,9 @@ void column_sums2(int64_t M, int64_t C, Body body, std::vector<double>& s1, std:
     used = omp_get_num_threads();
     double* d1 = part.data() + static_cast<size_t>(tid) * 2 * C;
     double* d2 = d1 + C;
-    std::vector<T> a(C), b(C), store(static_cast<size_t>(kBufs) * chunk * C);
-    T* buf[kBufs];
-    for (int i = 0; i < kBufs; ++i) buf[i] = store.data() + static_cast<size_t>(i) * chunk * C;
+    std::vector<T> a(C), b(C), store(static_cast<size_t>(nbuf) * chunk * C);
+    T* buf[kMaxBufs] = {};
+    for (int i = 0; i < nbuf; ++i) buf[i] = store.data() + static_cast<size_t>(i) * chunk * C;
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       std::fill(a.begin(), a.end(), T(0));
@@ -293,7 +294,7 @@ Tensor bn_forward(const Tensor& x, const std::vector<double>& beta, bool use_bat
     const T* row0 = rx.rows(0, 1, buf0.data());
     std::vector<T> x0(row0, row0 + C);
     std::vector<double> s1, s2;
-    column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
+    column_sums2<T>(M, C, 1, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
       const T* xs = rx.rows(r0, n, buf[0]);
       for (int64_t r = 0; r < n; ++r) {
         const T* xr = xs + r * C;
@@ -351,7 +352,7 @@ std::vector<Tensor> bn_backward(const Tensor& x, const Tensor& gy, const BnSaved
   }
   std::vector<T> mean = cast_vec<T>(s.mean);
   std::vector<double> sdy, sdyx;  // sum(dy), sum(dy * (x - mean))
-  column_sums2<T>(M, C, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
+  column_sums2<T>(M, C, ry ? 4 : 2, [&](int64_t r0, int64_t n, T* a, T* b, T* const* buf) {
     const T* xs = rx.rows(r0, n, buf[0]);
     const T* gs = rg.rows(r0, n, buf[1]);
     if (ry) {
