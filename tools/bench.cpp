@@ -218,9 +218,11 @@ int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
-      "                        [conv_algo=auto|heuristic|direct|winograd[,...]] [rounds=1] [profile=0]\n"
-      "                        [depth=] [width=]\n"
-      "  images/s of training steps of a registry model on synthetic data; depth= and width= set the model's\n"
+      "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-winograd[,...]] [rounds=1]\n"
+      "                        [profile=0] [depth=] [width=]\n"
+      "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
+      "  convolution choice round by round in one process (auto-im2col: measured, without the im2col\n"
+      "  candidates; core/cpu/conv_algo.h); depth= and width= set the model's\n"
       "  keys of those names (model=resnet_cifar depth=14 width=24: a CIFAR ResNet's depth 6n+2 and first\n"
       "  stage's channels); profile=1 records only the timed\n"
       "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi)\n";
@@ -237,10 +239,34 @@ int bench_train(const Args& args) {
     ints[k] = kv.integer(k, min_int_arg(k));
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
+  // auto-im2col, auto-winograd, auto-winograd-im2col: the measured choice without those candidates.
   std::vector<std::string> algos = split_commas(a["conv_algo"]);
-  for (const std::string& n : algos)
-    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd", "bench train: conv_algo=",
-               a["conv_algo"], ": accepted values are auto, heuristic, direct and winograd (comma-separated)");
+  namespace ca = ops::conv_algo;
+  auto left_out = [](const std::string& n) {
+    std::vector<ca::Algo> out;
+    if (n.rfind("auto-", 0) != 0) return out;
+    std::string rest = n.substr(4);
+    while (!rest.empty()) {
+      if (rest.rfind("-im2col", 0) == 0) {
+        out.push_back(ca::Algo::im2col);
+        rest = rest.substr(7);
+      } else if (rest.rfind("-winograd", 0) == 0) {
+        out.push_back(ca::Algo::winograd);
+        rest = rest.substr(9);
+      } else {
+        return std::vector<ca::Algo>{ca::Algo::direct};  // not a valid name
+      }
+    }
+    return out;
+  };
+  for (const std::string& n : algos) {
+    const std::vector<ca::Algo> lo = left_out(n);
+    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" ||
+                   (!lo.empty() && lo[0] != ca::Algo::direct),
+               "bench train: conv_algo=", a["conv_algo"],
+               ": accepted values are auto, heuristic, direct, winograd and auto less candidates (auto-im2col, "
+               "auto-winograd, auto-winograd-im2col), comma-separated");
+  }
   // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
   // for fp16 dynamic loss scaling.
   Device d = parse_device_list(a["device"])[0];
@@ -288,7 +314,8 @@ int bench_train(const Args& args) {
   const wg::Mode prev = wg::mode();
   if (algos.empty()) algos.push_back("");
   auto mode_of = [&](const std::string& n) {
-    return ops::conv_algo::parse_mode(n, "bench train: conv_algo");
+    ca::set_excluded(left_out(n));
+    return ca::parse_mode(n.rfind("auto-", 0) == 0 ? "auto" : n, "bench train: conv_algo");
   };
   std::vector<std::vector<double>> times(algos.size());
   std::vector<double> blocked(algos.size(), 0.0), timed(algos.size(), 0.0);  // seconds, all rounds
@@ -303,6 +330,7 @@ int bench_train(const Args& args) {
       timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }
   wg::set_mode(prev);
+  ca::set_excluded({});
   if (d.is_cpu()) {
     const ops::conv_algo::Stats st = ops::conv_algo::stats();
     std::printf("# conv_algo: %lld (shape, pass) pairs measured in %.2f s (within the warm-up steps), %lld from the "
@@ -314,13 +342,13 @@ int bench_train(const Args& args) {
                 static_cast<long long>(ints["rounds"]));
   std::printf("# host_blocked: the share of the timed steps the host spent blocked in CUDA calls (syncs, "
               "event waits, blocking copies; the final wait that ends the timing not counted)\n");
-  std::printf("%-10s %-7s %-5s %6s %-9s %12s %10s %10s %10s %12s\n", "model", "device", "dtype", "batch", "conv_algo",
+  std::printf("%-10s %-7s %-5s %6s %-12s %12s %10s %10s %10s %12s\n", "model", "device", "dtype", "batch", "conv_algo",
               "ms/step", "images/s", "best", "last loss", "host_blocked");
   for (size_t i = 0; i < algos.size(); ++i) {
     std::vector<double> t = times[i];
     std::sort(t.begin(), t.end());
     double ms = t[t.size() / 2];
-    std::printf("%-10s %-7s %-5s %6lld %-9s %12.2f %10.1f %10.1f %10.4f %12s\n", a["model"].c_str(), d.str().c_str(),
+    std::printf("%-10s %-7s %-5s %6lld %-12s %12.2f %10.1f %10.1f %10.4f %12s\n", a["model"].c_str(), d.str().c_str(),
                 a["precision"].c_str(), (long long)batch, algos[i].empty() ? "default" : algos[i].c_str(), ms,
                 static_cast<double>(batch) / (ms * 1e-3), static_cast<double>(batch) / (t.front() * 1e-3),
                 loss.item(), host_blocked_column(d, blocked[i], timed[i]).c_str());
@@ -336,7 +364,8 @@ int bench_winograd(const Args& in) {
       "usage: kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128]\n"
       "                           [dtype=bf16|fp32] [cache=0]\n"
       "  (also `kiln bench conv_algo`) the CPU convolution algorithm chosen per layer shape and pass by timing:\n"
-      "  direct (oneDNN), winograd (3x3 stride 1), im2col (3x3 weight gradient); cache=1 reads and writes the\n"
+      "  direct (oneDNN), winograd (3x3 stride 1), im2col (im2col + GEMM: forward and backward-data of kernels\n"
+      "  larger than 1x1, the 3x3 weight gradient); cache=1 reads and writes the\n"
       "  disk cache (KILN_CONV_CACHE) instead of measuring afresh. stem applies to the ImageNet ResNets\n"
       "  (default cifar there: the CIFAR ResNet-18); other models take none\n";
   if (wants_help(in, kUsage)) return 0;

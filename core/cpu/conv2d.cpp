@@ -21,8 +21,8 @@
 // does not round its transformed tiles, so it is closer to exact than native bf16 Winograd.
 //
 // Each pass (forward, backward-data, backward-weights) runs the algorithm core/cpu/conv_algo.h
-// chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or the im2col weight
-// gradient (core/cpu/winograd.h); by default measured on the first call of each shape.
+// chooses for the shape: oneDNN's direct kernels, kiln's Winograd F(2x2,3x3) or im2col + GEMM
+// (core/cpu/winograd.h); by default measured on the first call of each shape.
 //
 // Tests: tests/core/conv2d_test.cpp, tests/core/conv_algo_test.cpp, tests/core/winograd_test.cpp.
 // Benchmark: `kiln bench conv`, tools/bench/bench_ops.py.
@@ -301,12 +301,16 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   const ca::ConvKey key = algo_key(g);
   const Tensor xc = to_dtype(x, ct), wc = to_dtype(w, ct), bc = to_dtype(b, ct);
   std::vector<ca::Candidate> candidates{{ca::Algo::direct, {}}};
-  for (ca::Algo alg : ca::applicable(key, ca::Pass::forward))
+  auto im2col = [&] { return winograd::im2col_forward(xc, wc, p.stride_h, p.stride_w, p.pad_h, p.pad_w); };
+  for (ca::Algo alg : ca::applicable(key, ca::Pass::forward)) {
     if (alg == ca::Algo::winograd) candidates.push_back({alg, [&] { (void)winograd::forward(xc, wc, bc); }});
+    if (alg == ca::Algo::im2col) candidates.push_back({alg, [&] { (void)im2col(); }});
+  }
   if (candidates.size() > 1) candidates[0].run = [&] { (void)forward_native(g, xc, wc, bc, nullptr); };
   const ca::Algo fwd_algo =
       ca::choose(key, ca::Pass::forward, candidates, winograd_rule(g, native) ? ca::Algo::winograd : ca::Algo::direct);
   if (fwd_algo == ca::Algo::winograd) return to_dtype(winograd::forward(xc, wc, bc), dt);
+  if (fwd_algo == ca::Algo::im2col) return to_dtype(im2col(), dt);
 
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
@@ -358,7 +362,11 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
                              candidates(
                                  ca::Pass::backward_data,
                                  [&] { (void)backward_native(g, gy, xc, wc, nullptr, true, false); },
-                                 [&] { (void)winograd::backward_data(gy, wc); }, [] {}),
+                                 [&] { (void)winograd::backward_data(gy, wc); },
+                                 [&] {
+                                   (void)winograd::im2col_backward_data(gy, wc, a.x_shape, p.stride_h, p.stride_w,
+                                                                        p.pad_h, p.pad_w);
+                                 }),
                              wino_rule ? ca::Algo::winograd : ca::Algo::direct);
   const ca::Algo bw =
       !a.need_w ? ca::Algo::direct
@@ -377,6 +385,8 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
   if (direct_x || direct_w)
     r = backward_native(g, gy, xc, wc, static_cast<const onednn::Reordered*>(a.saved.get()), direct_x, direct_w);
   if (a.need_x && bd == ca::Algo::winograd) r.gx = winograd::backward_data(gy, wc);
+  if (a.need_x && bd == ca::Algo::im2col)
+    r.gx = winograd::im2col_backward_data(gy, wc, a.x_shape, p.stride_h, p.stride_w, p.pad_h, p.pad_w);
   if (a.need_w && bw == ca::Algo::winograd) r.gw = winograd::backward_weights(gy, xc);
   if (a.need_w && bw == ca::Algo::im2col) r.gw = winograd::im2col_backward_weights(gy, xc, p.stride_h, p.pad_h);
   if (a.need_b && !direct_w) r.gb = ops::sum(gy, {0, 1, 2});

@@ -36,10 +36,22 @@ namespace {
 constexpr int kWarmup = 1, kReps = 3;
 constexpr int kFormat = 1;
 // The revision of the candidates' kernels, part of machine_id(): a cache measured against other
-// kernels (or another candidate set) is measured again. 2: the AVX2 Winograd transforms.
-constexpr int kKernelsRevision = 2;
+// kernels (or another candidate set) is measured again. 2: the AVX2 Winograd transforms. 3: im2col
+// for forward and backward-data.
+constexpr int kKernelsRevision = 3;
 
 std::atomic<int> g_mode{-1};
+std::atomic<int> g_excluded{0};  // bit (1 << Algo) per candidate left out
+
+bool is_excluded(Algo a) { return (g_excluded.load() >> static_cast<int>(a)) & 1; }
+
+// " -im2col" per candidate left out: the choices made without them are kept apart from the full set's.
+std::string exclusion_suffix() {
+  std::string s;
+  for (Algo a : {Algo::winograd, Algo::im2col})
+    if (is_excluded(a)) s += std::string(" -") + algo_name(a);
+  return s;
+}
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -265,6 +277,20 @@ Mode mode() {
 
 void set_mode(Mode m) { g_mode.store(static_cast<int>(m)); }
 
+void set_excluded(const std::vector<Algo>& algos) {
+  int m = 0;
+  for (Algo a : algos)
+    if (a != Algo::direct) m |= 1 << static_cast<int>(a);
+  g_excluded.store(m);
+}
+
+std::vector<Algo> excluded() {
+  std::vector<Algo> v;
+  for (Algo a : {Algo::winograd, Algo::im2col})
+    if (is_excluded(a)) v.push_back(a);
+  return v;
+}
+
 const char* algo_name(Algo a) {
   static const char* const kNames[] = {"direct", "winograd", "im2col"};  // the order of Algo
   return kNames[static_cast<int>(a)];
@@ -298,6 +324,12 @@ std::vector<Algo> applicable(const ConvKey& k, Pass pass) {
   if (pass == Pass::backward_weights && three && !k.bias && k.stride_h == k.stride_w && k.pad_h == k.pad_w &&
       k.pad_h <= 2)
     a.push_back(Algo::im2col);
+  // im2col_forward / im2col_backward_data: any kernel larger than 1x1 (a 1x1 convolution is a GEMM
+  // in oneDNN already), dilation 1, one group, no bias (forward).
+  const bool general = k.kh * k.kw > 1 && k.dil_h == 1 && k.dil_w == 1 && k.groups == 1 &&
+                       (k.dtype == DType::f32 || k.dtype == DType::bf16);
+  if ((pass == Pass::backward_data || (pass == Pass::forward && !k.bias)) && general) a.push_back(Algo::im2col);
+  a.erase(std::remove_if(a.begin(), a.end(), is_excluded), a.end());
   return a;
 }
 
@@ -326,7 +358,7 @@ Algo choose(const ConvKey& key, Pass pass, const std::vector<Candidate>& candida
     return has(heuristic_pick) ? heuristic_pick : Algo::direct;
   if (candidates.size() == 1) return Algo::direct;
   State& s = state();
-  const std::string k = key.str(), sl = slot(k, pass);
+  const std::string k = key.str() + exclusion_suffix(), sl = slot(k, pass);
   Timer timer;
   {
     std::lock_guard<std::mutex> l(s.mu);

@@ -48,8 +48,15 @@ struct ConvKey {
   std::string str() const;  // "n128 h32 w32 c64 k64 3x3 s1x1 p1x1 d1x1 g1 bf16 nobias": the cache key
 };
 
-// The algorithms that can run `pass` of this convolution, direct first.
+// The algorithms that can run `pass` of this convolution, direct first, less those excluded.
 std::vector<Algo> applicable(const ConvKey& key, Pass pass);
+
+// Candidates left out (default none; direct cannot be): for in-process A/B timings of what one
+// candidate is worth (`kiln bench train conv_algo=auto,auto-im2col`). Choices measured with some
+// left out are cached, in the process and on disk, under the key plus " -NAME" for each, apart
+// from the full set's. Not thread-safe against running convolutions.
+void set_excluded(const std::vector<Algo>& algos);
+std::vector<Algo> excluded();
 
 struct Candidate {
   Algo algo;

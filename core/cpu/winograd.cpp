@@ -21,9 +21,11 @@
 #include <exception>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "core/dnnl_context.h"
 #include "core/cpu/winograd_kernels.h"
+#include "core/ops/bf16_rows.h"
 
 namespace kiln::ops::winograd {
 
@@ -215,18 +217,20 @@ struct Matmul {
   bool serial_ = false;
 };
 
+// `b_transposed`: b is stored as [batch][n][k]; `c_dtype`: the dtype dst is written in (f32 unless
+// asked: the im2col forward writes bf16 results directly).
 Matmul batched_matmul(DType dtype, bool a_transposed, int64_t m, int64_t k, int64_t n, bool accumulate, bool serial,
-                      int64_t batch = 16) {
+                      int64_t batch = 16, bool b_transposed = false, DType c_dtype = DType::f32) {
   Matmul mm;
   memory::data_type dt = onednn::data_type(dtype);
   mm.a_md = memory::desc({batch, m, k}, dt, a_transposed ? memory::format_tag::acb : memory::format_tag::abc);
-  mm.b_md = memory::desc({batch, k, n}, dt, memory::format_tag::abc);
-  mm.c_md = memory::desc({batch, m, n}, memory::data_type::f32, memory::format_tag::abc);
+  mm.b_md = memory::desc({batch, k, n}, dt, b_transposed ? memory::format_tag::acb : memory::format_tag::abc);
+  mm.c_md = memory::desc({batch, m, n}, onednn::data_type(c_dtype), memory::format_tag::abc);
   mm.serial_ = serial || 2.0 * static_cast<double>(batch * m) * static_cast<double>(k) * static_cast<double>(n) <
                              onednn::kSerialFlops;
   onednn::SerialScope scope(mm.serial_);  // the key and the primitive see the thread count it runs with
   onednn::CacheKey key("winograd_matmul");
-  key.add(Shape{batch, m, k, n, a_transposed ? 1 : 0, accumulate ? 1 : 0}).add(dtype);
+  key.add(Shape{batch, m, k, n, a_transposed ? 1 : 0, accumulate ? 1 : 0, b_transposed ? 1 : 0}).add(dtype).add(c_dtype);
   mm.p = onednn::cache().get_or_create<MatmulPrim>(key, [&]() -> std::shared_ptr<const MatmulPrim> {
     try {
       dnnl::primitive_attr attr = onednn::make_attr();  // not a copy of attr(): see dnnl_context.h
@@ -399,6 +403,114 @@ Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t stride, in
   return dW.reshape({K, 3, 3, C}).to(x.dtype());
 }
 
+// The geometry of a general im2col convolution: x (N, H, W, C), w (K, KH, KW, C), stride and pad
+// per axis, dilation 1, one group; the output is (N, OH, OW, K).
+struct Im2col {
+  int64_t N, H, W, C, K, KH, KW, sh, sw, ph, pw, OH, OW;
+  int64_t row() const { return KH * KW * C; }     // one row of col: (r, s, c)
+  int64_t pixels() const { return OH * OW; }       // output pixels per image
+  // Whole images per chunk: a chunk's col (`bytes` per value) stays near g_chunk_bytes, at least one
+  // image; balanced like the Winograd chunks.
+  int64_t images_per_chunk(int64_t bytes) const {
+    const int64_t per_image = std::max<int64_t>(1, pixels() * row() * bytes);
+    const int64_t c = std::clamp<int64_t>(g_chunk_bytes.load() / per_image, 1, N);
+    const int64_t chunks = (N + c - 1) / c;
+    return (N + chunks - 1) / chunks;
+  }
+};
+
+// col[(n - n0, oy, ox)][(r, s, c)] = x[n][oy*sh - ph + r][ox*sw - pw + s][c] (zero outside) for the
+// images [n0, n0 + nc).
+template <typename S>
+void gather_columns(const S* x, const Im2col& g, int64_t n0, int64_t nc, S* col) {
+  const int64_t rows = nc * g.pixels(), row = g.row();
+  const size_t cb = static_cast<size_t>(g.C) * sizeof(S);
+#pragma omp parallel for schedule(static) if (rows * row > 65536)
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t n = n0 + i / g.pixels(), oy = i / g.OW % g.OH, ox = i % g.OW;
+    S* out = col + i * row;
+    for (int64_t r = 0; r < g.KH; ++r) {
+      const int64_t iy = oy * g.sh - g.ph + r;
+      for (int64_t s2 = 0; s2 < g.KW; ++s2) {
+        const int64_t ix = ox * g.sw - g.pw + s2;
+        S* o = out + (r * g.KW + s2) * g.C;
+        if (iy >= 0 && iy < g.H && ix >= 0 && ix < g.W)
+          std::memcpy(o, x + ((n * g.H + iy) * g.W + ix) * g.C, cb);
+        else
+          std::memset(o, 0, cb);
+      }
+    }
+  }
+}
+
+// y (N*OH*OW, K) = col (N*OH*OW, KH*KW*C) . w^T, over chunks of whole images; the GEMM writes y in
+// x's dtype (f32 accumulation inside).
+template <typename S>
+Tensor im2col_conv(const Tensor& x, const Tensor& w, const Im2col& g) {
+  const int64_t es = static_cast<int64_t>(sizeof(S));
+  const int64_t ipc = g.images_per_chunk(es), last = g.N - (g.N - 1) / ipc * ipc;
+  const Matmul full = batched_matmul(x.dtype(), false, ipc * g.pixels(), g.row(), g.K, false, false, 1, true, x.dtype());
+  const Matmul tail =
+      batched_matmul(x.dtype(), false, last * g.pixels(), g.row(), g.K, false, false, 1, true, x.dtype());
+  Tensor col = Tensor::empty({ipc * g.pixels(), g.row()}, x.dtype());
+  Tensor y = Tensor::empty({g.N, g.OH, g.OW, g.K}, x.dtype());
+  for (int64_t n0 = 0; n0 < g.N; n0 += ipc) {
+    const int64_t nc = std::min(ipc, g.N - n0);
+    gather_columns<S>(ptr<S>(x), g, n0, nc, ptr<S>(col));
+    (nc == ipc ? full : tail).run(ptr<S>(col), ptr<S>(w), ptr<S>(y) + n0 * g.pixels() * g.K);
+  }
+  return y;
+}
+
+// dx[n][iy][ix][c] = sum over the (oy, r) with oy*sh - ph + r = iy and (ox, s) likewise of
+// dcol[(n, oy, ox)][(r, s, c)], where dcol (N*OH*OW, KH*KW*C) = dy (N*OH*OW, K) . w (K, KH*KW*C) in
+// f32, over chunks of whole images (so every input pixel's terms are in its chunk: a gather, no
+// scatter). Sums in f32, one rounding to the dtype.
+template <typename S>
+Tensor im2col_conv_backward_data(const Tensor& gy, const Tensor& w, const Im2col& g) {
+  const int64_t ipc = g.images_per_chunk(4), last = g.N - (g.N - 1) / ipc * ipc;
+  const Matmul full = batched_matmul(gy.dtype(), false, ipc * g.pixels(), g.K, g.row(), false, false, 1);
+  const Matmul tail = batched_matmul(gy.dtype(), false, last * g.pixels(), g.K, g.row(), false, false, 1);
+  Tensor dcol = Tensor::empty({ipc * g.pixels(), g.row()}, DType::f32);
+  Tensor dx = Tensor::empty({g.N, g.H, g.W, g.C}, gy.dtype());
+  const float* dc = dcol.data<float>();
+  S* dxp = ptr<S>(dx);
+  const int64_t C = g.C, row = g.row();
+  for (int64_t n0 = 0; n0 < g.N; n0 += ipc) {
+    const int64_t nc = std::min(ipc, g.N - n0);
+    (nc == ipc ? full : tail).run(ptr<S>(gy) + n0 * g.pixels() * g.K, ptr<S>(w), dcol.data<float>());
+    const int64_t px = nc * g.H * g.W;
+#pragma omp parallel if (px * C > 65536)
+    {
+      std::vector<float> acc(std::is_same_v<S, float> ? 0 : static_cast<size_t>(C));
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < px; ++i) {
+        const int64_t n = i / (g.H * g.W), iy = i / g.W % g.H, ix = i % g.W;
+        float* a = std::is_same_v<S, float> ? reinterpret_cast<float*>(dxp) + (n0 * g.H * g.W + i) * C : acc.data();
+        bool any = false;
+        for (int64_t r = 0; r < g.KH; ++r) {
+          const int64_t ty = iy + g.ph - r;
+          if (ty < 0 || ty % g.sh != 0 || ty / g.sh >= g.OH) continue;
+          for (int64_t s2 = 0; s2 < g.KW; ++s2) {
+            const int64_t tx = ix + g.pw - s2;
+            if (tx < 0 || tx % g.sw != 0 || tx / g.sw >= g.OW) continue;
+            const float* src = dc + ((n * g.OH + ty / g.sh) * g.OW + tx / g.sw) * row + (r * g.KW + s2) * C;
+            if (any) {
+              for (int64_t c = 0; c < C; ++c) a[c] += src[c];
+            } else {
+              std::memcpy(a, src, static_cast<size_t>(C) * sizeof(float));
+              any = true;
+            }
+          }
+        }
+        if (!any) std::memset(a, 0, static_cast<size_t>(C) * sizeof(float));
+        if constexpr (!std::is_same_v<S, float>) ops::f32_to_bf16(a, dxp + (n0 * g.H * g.W + i) * C, C);
+      }
+    }
+  }
+  return dx;
+}
+
 void check(const Tensor& a, const char* what_a, const Tensor& b, const char* what_b) {
   KILN_CHECK(a.device().is_cpu() && b.device().is_cpu() && a.is_contiguous() && b.is_contiguous() && a.dim() == 4 &&
                  b.dim() == 4 && a.dtype() == b.dtype() && (a.dtype() == DType::f32 || a.dtype() == DType::bf16),
@@ -502,6 +614,37 @@ Tensor im2col_backward_weights(const Tensor& gy, const Tensor& x, int64_t stride
              stride, ", pad ", pad);
   return x.dtype() == DType::f32 ? im2col_weights_grad<float>(gy, x, stride, pad)
                                  : im2col_weights_grad<uint16_t>(gy, x, stride, pad);
+}
+
+namespace {
+Im2col im2col_geometry(const Shape& xs, const Shape& ws, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                       const char* what) {
+  KILN_CHECK(xs.size() == 4 && ws.size() == 4 && ws[3] == xs[3] && sh >= 1 && sw >= 1 && ph >= 0 && pw >= 0 &&
+                 xs[1] + 2 * ph >= ws[1] && xs[2] + 2 * pw >= ws[2],
+             "conv2d (im2col ", what, "): input ", shape_str(xs), " and weight ", shape_str(ws),
+             " must be (N, H, W, C) and (K, KH, KW, C) with the kernel inside the padded input (stride ", sh, "x", sw,
+             ", pad ", ph, "x", pw, ")");
+  return {xs[0], xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], sh, sw, ph, pw,
+          (xs[1] + 2 * ph - ws[1]) / sh + 1, (xs[2] + 2 * pw - ws[2]) / sw + 1};
+}
+}  // namespace
+
+Tensor im2col_forward(const Tensor& x, const Tensor& w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                      int64_t pad_w) {
+  check(x, "input", w, "weight");
+  const Im2col g = im2col_geometry(x.shape(), w.shape(), stride_h, stride_w, pad_h, pad_w, "forward");
+  return x.dtype() == DType::f32 ? im2col_conv<float>(x, w, g) : im2col_conv<uint16_t>(x, w, g);
+}
+
+Tensor im2col_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, int64_t stride_h,
+                            int64_t stride_w, int64_t pad_h, int64_t pad_w) {
+  check(gy, "output gradient", w, "weight");
+  const Im2col g = im2col_geometry(x_shape, w.shape(), stride_h, stride_w, pad_h, pad_w, "backward-data");
+  KILN_CHECK(gy.size(0) == g.N && gy.size(1) == g.OH && gy.size(2) == g.OW && gy.size(3) == g.K,
+             "conv2d (im2col backward-data): output gradient ", gy.str(), " must be (", g.N, ", ", g.OH, ", ", g.OW,
+             ", ", g.K, ") for input ", shape_str(x_shape), " and weight ", w.str());
+  return gy.dtype() == DType::f32 ? im2col_conv_backward_data<float>(gy, w, g)
+                                  : im2col_conv_backward_data<uint16_t>(gy, w, g);
 }
 
 }  // namespace kiln::ops::winograd

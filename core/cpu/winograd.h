@@ -73,4 +73,16 @@ bool im2col_chosen(int64_t kh, int64_t kw, int64_t stride_h, int64_t stride_w, i
 // gy (N, OH, OW, K), x (N, H, W, C) -> gw (K, 3, 3, C) for a 3x3 kernel with the given stride and pad.
 Tensor im2col_backward_weights(const Tensor& gy, const Tensor& x, int64_t stride, int64_t pad);
 
+// A convolution as im2col + one GEMM per chunk of whole images, for any kernel (dilation 1, one
+// group, no bias), f32 or bf16. Where oneDNN 2.6's direct kernels are slow (on the AMX Xeon its
+// backward-data of ResNet-18's last stride-2 3x3 convolution, 8x8x256 -> 4x4x512, runs at a
+// tenth of a GEMM's rate) the automatic mode measures it as the candidate "im2col".
+// x (N, H, W, C), w (K, KH, KW, C) -> y (N, OH, OW, K): y = im2col(x) . w^T, written in x's dtype.
+Tensor im2col_forward(const Tensor& x, const Tensor& w, int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                      int64_t pad_w);
+// gy (N, OH, OW, K), w (K, KH, KW, C) -> gx (x_shape): dcol = gy . w in f32, then each input pixel
+// sums the dcol entries it fed (a gather within the chunk's images), rounded once.
+Tensor im2col_backward_data(const Tensor& gy, const Tensor& w, const Shape& x_shape, int64_t stride_h,
+                            int64_t stride_w, int64_t pad_h, int64_t pad_w);
+
 }  // namespace kiln::ops::winograd

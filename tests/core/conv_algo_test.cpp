@@ -153,19 +153,59 @@ TEST_F(ConvAlgo, ModeNamesParseAndBadOnesAreRejected) {
 TEST_F(ConvAlgo, ApplicableCandidates) {
   using V = std::vector<ca::Algo>;
   ca::ConvKey k = key();
-  EXPECT_EQ(ca::applicable(k, ca::Pass::forward), (V{ca::Algo::direct, ca::Algo::winograd}));
-  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), (V{ca::Algo::direct, ca::Algo::winograd, ca::Algo::im2col}));
+  const V all{ca::Algo::direct, ca::Algo::winograd, ca::Algo::im2col}, gemm{ca::Algo::direct, ca::Algo::im2col};
+  EXPECT_EQ(ca::applicable(k, ca::Pass::forward), all);
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_data), all);
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), all);
   k.stride_h = k.stride_w = 2;
+  EXPECT_EQ(ca::applicable(k, ca::Pass::forward), gemm);
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_data), gemm);
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), gemm);
+  k.bias = true;  // im2col's forward and weight gradient leave the bias to the direct kernels
   EXPECT_EQ(ca::applicable(k, ca::Pass::forward), V{ca::Algo::direct});
-  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), (V{ca::Algo::direct, ca::Algo::im2col}));
-  k.bias = true;
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_data), gemm);
   EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), V{ca::Algo::direct});
   k = key();
-  k.kh = k.kw = 1, k.pad_h = k.pad_w = 0;
+  k.kh = k.kw = 1, k.pad_h = k.pad_w = 0;  // already a GEMM in oneDNN
+  for (ca::Pass pass : {ca::Pass::forward, ca::Pass::backward_data, ca::Pass::backward_weights})
+    EXPECT_EQ(ca::applicable(k, pass), V{ca::Algo::direct});
+  k = key();
+  k.kh = k.kw = 7, k.stride_h = k.stride_w = 2, k.pad_h = k.pad_w = 3;  // ResNet's stem: the general im2col only
+  EXPECT_EQ(ca::applicable(k, ca::Pass::forward), gemm);
   EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), V{ca::Algo::direct});
+  k = key();
+  k.groups = 2;
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_data), V{ca::Algo::direct});
   k = key();
   k.dtype = DType::f16;
   EXPECT_EQ(ca::applicable(k, ca::Pass::forward), V{ca::Algo::direct});
+}
+
+// Candidates left out (bench train's auto-im2col) are neither offered nor answered from the full
+// set's choices, and their own choices are kept apart.
+TEST_F(ConvAlgo, ExcludedCandidatesAreLeftOutAndCachedApart) {
+  struct Restore {
+    ~Restore() { ca::set_excluded({}); }
+  } restore;
+  using V = std::vector<ca::Algo>;
+  const ca::ConvKey k = key();
+  ca::set_excluded({ca::Algo::im2col, ca::Algo::direct});  // direct cannot be left out
+  EXPECT_EQ(ca::excluded(), V{ca::Algo::im2col});
+  EXPECT_EQ(ca::applicable(k, ca::Pass::backward_weights), (V{ca::Algo::direct, ca::Algo::winograd}));
+  ca::set_excluded({});
+  fake({{ca::Algo::direct, 2.0}, {ca::Algo::winograd, 1.0}});
+  EXPECT_EQ(ca::choose(k, ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::winograd);
+  ca::set_excluded({ca::Algo::winograd});
+  // Without winograd only direct is left: no measuring, and not the full set's winograd.
+  EXPECT_EQ(ca::choose(k, ca::Pass::forward, {{ca::Algo::direct, {}}}, ca::Algo::direct), ca::Algo::direct);
+  ca::set_excluded({ca::Algo::im2col});
+  fake({{ca::Algo::direct, 1.0}, {ca::Algo::winograd, 2.0}});
+  EXPECT_EQ(ca::choose(k, ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);  // measured apart
+  ca::set_excluded({});
+  EXPECT_EQ(ca::choose(k, ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::winograd);  // the first answer
+  std::vector<std::string> keys;
+  for (const auto& e : ca::entries()) keys.push_back(e.key);
+  EXPECT_EQ(keys, (std::vector<std::string>{k.str(), k.str() + " -im2col"}));
 }
 
 TEST_F(ConvAlgo, TheDiskCacheRoundTrips) {
@@ -321,19 +361,21 @@ TEST_F(ConvAlgo, Conv2dResultsUnderEveryChoiceMatchDirect) {
         for (double v : r) ss += v * v;
         expect_close(got[i], r, rel * std::sqrt(ss / static_cast<double>(r.size())), 0.0, what[i]);
       }
-      if (cs.stride == 1) {
-        ASSERT_EQ(ca::entries().size(), 3u);
-        const ca::Algo fw = winner == ca::Algo::winograd ? ca::Algo::winograd : ca::Algo::direct;
-        EXPECT_EQ(chose[ca::Pass::forward], fw);
-        EXPECT_EQ(chose[ca::Pass::backward_data], fw);
-        EXPECT_EQ(chose[ca::Pass::backward_weights], winner);
-        if (fw == ca::Algo::winograd) {
-          EXPECT_EQ(got[0].to_double_vector(), own(ops::winograd::forward(xk, wk)));
-          EXPECT_EQ(got[1].to_double_vector(), own(ops::winograd::backward_data(gyk, wk)));
-        }
-      } else {
-        ASSERT_EQ(ca::entries().size(), 1u);  // only backward-weights has a second candidate
-        EXPECT_EQ(chose[ca::Pass::backward_weights], winner == ca::Algo::im2col ? ca::Algo::im2col : ca::Algo::direct);
+      // Every pass has a second candidate: each is measured and takes the winner where it applies
+      // (Winograd: stride 1 only).
+      ASSERT_EQ(ca::entries().size(), 3u);
+      const ca::Algo fw = cs.stride == 1 || winner != ca::Algo::winograd ? winner : ca::Algo::direct;
+      EXPECT_EQ(chose[ca::Pass::forward], fw);
+      EXPECT_EQ(chose[ca::Pass::backward_data], fw);
+      EXPECT_EQ(chose[ca::Pass::backward_weights], fw);
+      if (fw == ca::Algo::winograd) {
+        EXPECT_EQ(got[0].to_double_vector(), own(ops::winograd::forward(xk, wk)));
+        EXPECT_EQ(got[1].to_double_vector(), own(ops::winograd::backward_data(gyk, wk)));
+      }
+      if (fw == ca::Algo::im2col) {
+        EXPECT_EQ(got[0].to_double_vector(), own(ops::winograd::im2col_forward(xk, wk, cs.stride, cs.stride, 1, 1)));
+        EXPECT_EQ(got[1].to_double_vector(),
+                  own(ops::winograd::im2col_backward_data(gyk, wk, x.shape(), cs.stride, cs.stride, 1, 1)));
       }
       const ca::Algo bw = chose[ca::Pass::backward_weights];
       if (bw == ca::Algo::winograd) {

@@ -404,6 +404,76 @@ TEST(Im2colWeightsGrad, MatchesReferenceForStride2) {
   }
 }
 
+// The general im2col forward and backward-data against a double-precision direct convolution:
+// non-square kernels, strides and pads (a stride larger than the kernel leaves input pixels no
+// output touches), odd sizes, f32 and bf16, one chunk and several.
+TEST(Im2colConv, ForwardAndBackwardDataMatchReference) {
+  struct G {
+    int64_t n, h, w, c, k, kh, kw, sh, sw, ph, pw;
+  };
+  for (int64_t chunk : {int64_t{8} << 20, int64_t{1}}) {
+    ChunkGuard guard(chunk);  // 1 byte: one image per chunk
+    for (const G& g : {G{2, 7, 6, 5, 4, 3, 3, 2, 2, 1, 1}, G{3, 8, 8, 16, 12, 3, 3, 1, 1, 1, 1},
+                       G{2, 9, 11, 3, 8, 7, 5, 2, 3, 3, 2}, G{1, 7, 7, 4, 3, 2, 2, 3, 3, 0, 0},
+                       G{2, 5, 5, 70, 33, 3, 1, 2, 1, 0, 0}}) {
+      const int64_t oh = (g.h + 2 * g.ph - g.kh) / g.sh + 1, ow = (g.w + 2 * g.pw - g.kw) / g.sw + 1;
+      for (DType dt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::to_string(g.h) + "x" + std::to_string(g.w) + " kernel " + std::to_string(g.kh) + "x" +
+                     std::to_string(g.kw) + " stride " + std::to_string(g.sh) + "x" + std::to_string(g.sw) + " " +
+                     dtype_name(dt) + (chunk == 1 ? ", one image per chunk" : ""));
+        // bf16 operands are exact in f32, so the reference sees the values the kernels see.
+        Tensor x = randn({g.n, g.h, g.w, g.c}, 41).to(dt), w = randn({g.k, g.kh, g.kw, g.c}, 42).to(dt);
+        Tensor gy = randn({g.n, oh, ow, g.k}, 43).to(dt);
+        const std::vector<double> xv = x.to_double_vector(), wv = w.to_double_vector(), gv = gy.to_double_vector();
+        std::vector<double> y(g.n * oh * ow * g.k, 0.0), gx(xv.size(), 0.0);
+        for (int64_t n = 0; n < g.n; ++n)
+          for (int64_t i = 0; i < oh; ++i)
+            for (int64_t j = 0; j < ow; ++j)
+              for (int64_t o = 0; o < g.k; ++o)
+                for (int64_t a = 0; a < g.kh; ++a)
+                  for (int64_t b = 0; b < g.kw; ++b) {
+                    const int64_t ih = i * g.sh - g.ph + a, iw = j * g.sw - g.pw + b;
+                    if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                    for (int64_t c = 0; c < g.c; ++c) {
+                      const int64_t xi = ((n * g.h + ih) * g.w + iw) * g.c + c, yi = ((n * oh + i) * ow + j) * g.k + o;
+                      const double wt = wv[((o * g.kh + a) * g.kw + b) * g.c + c];
+                      y[yi] += wt * xv[xi];
+                      gx[xi] += wt * gv[yi];
+                    }
+                  }
+        // f32: summation order only; bf16: one rounding of the result (2^-8 relative) on f32 sums.
+        const double rel = dt == DType::f32 ? 1e-5 : 1.0 / 256;
+        const double terms_y = static_cast<double>(g.kh * g.kw * g.c), terms_x = static_cast<double>(g.kh * g.kw * g.k);
+        Tensor yk = wg::im2col_forward(x, w, g.sh, g.sw, g.ph, g.pw);
+        ASSERT_EQ(yk.shape(), (Shape{g.n, oh, ow, g.k}));
+        ASSERT_EQ(yk.dtype(), dt);
+        expect_close(yk, y, 2e-6 * terms_y, rel, "y");
+        Tensor gxk = wg::im2col_backward_data(gy, w, x.shape(), g.sh, g.sw, g.ph, g.pw);
+        ASSERT_EQ(gxk.shape(), x.shape());
+        ASSERT_EQ(gxk.dtype(), dt);
+        expect_close(gxk, gx, 2e-6 * terms_x, rel, "gx");
+      }
+    }
+  }
+}
+
+TEST(Im2colConv, ShapesThatDoNotFitAreRefusedNamingThem) {
+  Tensor x = randn({1, 4, 4, 3}, 1), w = randn({2, 5, 5, 3}, 2), gy = randn({1, 2, 2, 2}, 3);
+  try {
+    (void)wg::im2col_forward(x, w, 1, 1, 0, 0);  // a 5x5 kernel on a 4x4 image without padding
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel inside the padded input"), std::string::npos) << e.what();
+  }
+  Tensor w3 = randn({2, 3, 3, 3}, 4);
+  try {
+    (void)wg::im2col_backward_data(gy, w3, x.shape(), 1, 1, 1, 1);  // stride 1 pad 1 gives 4x4, not 2x2
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be (1, 4, 4, 2)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Im2colWeightsGrad, Conv2dTakesItForStride2WhereTheRuleChoosesIt) {
   ops::Conv2dParams p{2, 2, 1, 1, 1, 1, 1};
   if (!wg::im2col_chosen(3, 3, 2, 2, 1, 1, 1, 1, 1, 64, 64, DType::f32))

@@ -11,6 +11,7 @@
 #include <chrono>
 
 #include "core/check.h"
+#include "core/cpu/conv_algo.h"
 #include "core/device.h"
 #include "core/cuda/host_wait.h"
 #include "tools/commands.h"
@@ -84,10 +85,28 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
     cli::cmd_bench({"train", "model=lenet", "conv_algo=direct,fast"});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("conv_algo=direct,fast: accepted values are auto, heuristic, direct and winograd"),
+    EXPECT_NE(std::string(e.what()).find("conv_algo=direct,fast: accepted values are auto, heuristic, direct, winograd "
+                                         "and auto less candidates (auto-im2col"),
               std::string::npos)
         << e.what();
   }
+  for (const char* bad : {"conv_algo=auto-", "conv_algo=auto-direct", "conv_algo=auto-im2colx", "conv_algo=heuristic-im2col"})
+    EXPECT_THROW(cli::cmd_bench({"train", "model=lenet", bad}), Error) << bad;
+}
+
+// conv_algo=auto,auto-im2col: one row per variant from one process, and the candidates left out
+// are back afterwards.
+TEST(BenchTrain, ConvAlgoVariantsAlternateInOneProcess) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=resnet_cifar", "depth=8", "width=4", "size=8", "channels=1",
+                                       "classes=10", "batch=2", "steps=1", "warmup=0", "device=cpu",
+                                       "conv_algo=auto,auto-winograd-im2col"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find(" auto "), std::string::npos) << out;
+  EXPECT_NE(out.find(" auto-winograd-im2col "), std::string::npos) << out;
+  EXPECT_TRUE(ops::conv_algo::excluded().empty());
 }
 
 // depth= and width= reach the model's keys (choosing a network by images/s, docs/recipes.md); a model
