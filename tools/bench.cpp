@@ -52,7 +52,9 @@ namespace {
 
 // key=value arguments with integer values (tools/kv_args.h); unknown keys are errors that list the
 // accepted ones.
-int64_t min_int_arg(const std::string& k) { return k == "warmup" || k == "cudnn_benchmark" || k == "profile" ? 0 : 1; }
+int64_t min_int_arg(const std::string& k) {
+  return k == "warmup" || k == "cudnn_benchmark" || k == "profile" || k == "paced" ? 0 : 1;
+}
 std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
   std::map<std::string, std::string> text;
   for (const auto& [k, v] : defs) text[k] = std::to_string(v);
@@ -219,23 +221,26 @@ int bench_train(const Args& args) {
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-winograd[,...]] [rounds=1]\n"
-      "                        [profile=0] [depth=] [width=]\n"
+      "                        [profile=0] [depth=] [width=] [paced=0]\n"
       "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
       "  convolution choice round by round in one process (auto-im2col: measured, without the im2col\n"
       "  candidates; core/cpu/conv_algo.h); depth= and width= set the model's\n"
       "  keys of those names (model=resnet_cifar depth=14 width=24: a CIFAR ResNet's depth 6n+2 and first\n"
-      "  stage's channels); profile=1 records only the timed\n"
+      "  stage's channels); paced=1: after the warm-up, each timed step waits for a line on stdin and prints\n"
+      "  `step_ms T` when done (a driver interleaves another program's steps with kiln's:\n"
+      "  tools/bench/bench_train.py --paired); profile=1 records only the timed\n"
       "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi)\n";
   if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
-                                          {"rounds", "1"}, {"profile", "0"}, {"depth", ""}, {"width", ""}};
+                                          {"rounds", "1"}, {"profile", "0"}, {"depth", ""}, {"width", ""},
+                                          {"paced", "0"}};
   const KeyValueArgs kv("bench train", args, a);
   for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;
-  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds", "profile"})
+  for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds", "profile", "paced"})
     ints[k] = kv.integer(k, min_int_arg(k));
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
@@ -317,6 +322,31 @@ int bench_train(const Args& args) {
     ca::set_excluded(left_out(n));
     return ca::parse_mode(n.rfind("auto-", 0) == 0 ? "auto" : n, "bench train: conv_algo");
   };
+  if (ints["paced"]) {
+    // Lockstep with a driver: one timed step per line read, its time printed at once, so the
+    // driver can pair each of kiln's steps with one of another program's taken moments apart (a
+    // shared machine's speed drifts over minutes; a pair of adjacent steps sees the same machine).
+    KILN_CHECK(ints["paced"] == 1 && ints["rounds"] == 1 && algos.size() <= 1,
+               "bench train: paced=1 takes one round and at most one conv_algo (got paced=", ints["paced"],
+               ", rounds=", ints["rounds"], ", conv_algo=", a["conv_algo"], ")");
+    if (!algos.empty() && !algos[0].empty()) wg::set_mode(mode_of(algos[0]));
+    auto sync = [&] { if (loss.defined()) (void)loss.item(); };
+    for (int64_t i = 0; i < ints["warmup"]; ++i) step();
+    sync();
+    std::printf("ready\n");
+    std::fflush(stdout);
+    std::string line;
+    for (int64_t i = 0; i < ints["steps"] && std::getline(std::cin, line); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      step();
+      sync();
+      std::printf("step_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      std::fflush(stdout);
+    }
+    wg::set_mode(prev);
+    ca::set_excluded({});
+    return 0;
+  }
   std::vector<std::vector<double>> times(algos.size());
   std::vector<double> blocked(algos.size(), 0.0), timed(algos.size(), 0.0);  // seconds, all rounds
   for (int64_t r = 0; r < ints["rounds"]; ++r)

@@ -4,11 +4,14 @@
 // Only the output's shape is checked here (speed is what the command reports, not a test).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <chrono>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cpu/conv_algo.h"
@@ -107,6 +110,34 @@ TEST(BenchTrain, ConvAlgoVariantsAlternateInOneProcess) {
   EXPECT_NE(out.find(" auto "), std::string::npos) << out;
   EXPECT_NE(out.find(" auto-winograd-im2col "), std::string::npos) << out;
   EXPECT_TRUE(ops::conv_algo::excluded().empty());
+}
+
+// paced=1 (tools/bench/bench_train.py --paired): after the warm-up, one timed step per line read,
+// each followed by its time; the end of the input ends the run early, not in an error.
+TEST(BenchTrain, PacedRunsOneStepPerLineOfInput) {
+  std::istringstream in("\n\n");
+  std::streambuf* prev = std::cin.rdbuf(in.rdbuf());
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=resnet_cifar", "depth=8", "width=4", "size=8", "channels=1",
+                                       "classes=10", "batch=2", "steps=5", "warmup=1", "device=cpu", "paced=1"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  std::cin.rdbuf(prev);
+  EXPECT_EQ(rc, 0);
+  std::istringstream lines(out);
+  std::string line;
+  std::vector<std::string> body;
+  while (std::getline(lines, line))
+    if (line.empty() || line[0] != '#') body.push_back(line);
+  ASSERT_EQ(body.size(), 3u) << out;
+  EXPECT_EQ(body[0], "ready");
+  for (int i = 1; i < 3; ++i) {
+    double ms = -1;
+    EXPECT_EQ(std::sscanf(body[i].c_str(), "step_ms %lf", &ms), 1) << body[i];
+    EXPECT_GT(ms, 0.0) << body[i];
+  }
+  EXPECT_THROW(cli::cmd_bench({"train", "model=lenet", "paced=1", "rounds=2"}), Error);
+  EXPECT_THROW(cli::cmd_bench({"train", "model=lenet", "paced=2"}), Error);
 }
 
 // depth= and width= reach the model's keys (choosing a network by images/s, docs/recipes.md); a model

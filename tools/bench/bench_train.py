@@ -23,9 +23,15 @@ images/s of each side and the median of the per-round ratios, with the lowest an
 on a shared (virtual) machine the CPU's throughput drifts by 20-40% over minutes, so one pair of
 runs can mislead either way.
 
+--paired N (ResNet-18 rows only) runs the two sides in lockstep instead: `kiln bench train paced=1`
+(the trainer's step on the same network and synthetic batch, without the data loader) and the torch
+model stay alive side by side, and N times one kiln step and one torch step run back to back (the
+order alternating; the idle side waits, blocked on a pipe). Each pair sees the same machine, so the
+median of the N per-pair ratios (with its quartiles) is far steadier than whole runs minutes apart.
+
 Usage: /usr/bin/python3 tools/bench/bench_train.py [build/tools/kiln] [--threads 2] [--steps 30] [--rounds 3] [--bf16]
-       [--only lenet|resnet18] [--precision fp32|bf16]  (--precision bf16 implies --bf16; each round is
-       printed to stderr as it ends)
+       [--only lenet|resnet18] [--precision fp32|bf16] [--paired N]  (--precision bf16 implies --bf16;
+       each round, or pair, is printed to stderr as it ends)
 """
 import argparse
 import json
@@ -65,6 +71,17 @@ def kiln_rate(kiln, model, shape, classes, batch, steps, threads, precision="fp3
 
 
 def torch_rate(name, shape, classes, batch, steps, warmup, threads, precision="fp32"):
+    step = torch_step(name, shape, classes, batch, threads, precision)
+    for _ in range(warmup):
+        step()
+    t = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return batch * steps / (time.perf_counter() - t)
+
+
+def torch_step(name, shape, classes, batch, threads, precision="fp32"):
+    """One training step of the torch model as a function (the model built once)."""
     import torch
     import torch.nn as nn
     torch.set_num_threads(threads)
@@ -96,12 +113,57 @@ def torch_rate(name, shape, classes, batch, steps, warmup, threads, precision="f
         loss.backward()
         opt.step()
 
-    for _ in range(warmup):
-        step()
-    t = time.perf_counter()
-    for _ in range(steps):
-        step()
-    return batch * steps / (time.perf_counter() - t)
+    return step
+
+
+def paired(kiln, model, shape, classes, batch, steps, warmup, threads, precision):
+    """kiln (`kiln bench train paced=1`, the trainer's step on the same network) and torch in
+    lockstep: each pair is one kiln step and one torch step taken back to back, the order alternating,
+    so both see the same machine. Returns the per-pair (kiln ms, torch ms)."""
+    h, w, c = shape
+    cmd = [kiln, "bench", "train", f"model={model['name']}", f"batch={batch}", f"size={h}", f"channels={c}",
+           f"classes={classes}", f"steps={steps}", f"warmup={warmup}", f"precision={precision}", "device=cpu",
+           "paced=1"]
+    if "stem" in model:
+        cmd.append(f"stem={model['stem']}")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.strip() == "ready":
+                break
+        else:
+            sys.exit("kiln bench train paced=1 ended before its warm-up was done: " + " ".join(cmd))
+        step = torch_step(model["name"], shape, classes, batch, threads, precision)
+        for _ in range(warmup):
+            step()
+
+        def kiln_ms():
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline().split()
+            if len(line) != 2 or line[0] != "step_ms":
+                sys.exit("kiln bench train paced=1 said %r, not 'step_ms T'" % " ".join(line))
+            return float(line[1])
+
+        def torch_ms():
+            t = time.perf_counter()
+            step()
+            return (time.perf_counter() - t) * 1e3
+
+        pairs = []
+        for i in range(steps):
+            if i % 2 == 0:
+                k = kiln_ms()
+                t = torch_ms()
+            else:
+                t = torch_ms()
+                k = kiln_ms()
+            pairs.append((k, t))
+        return pairs
+    finally:
+        proc.stdin.close()
+        proc.wait()
 
 
 def main():
@@ -114,6 +176,9 @@ def main():
     p.add_argument("--bf16", action="store_true", help="add the bf16 ResNet-18 row (torch autocast)")
     p.add_argument("--only", choices=["lenet", "resnet18"], help="run one network")
     p.add_argument("--precision", choices=["fp32", "bf16"], help="run only the rows of this precision")
+    p.add_argument("--paired", type=int, metavar="N", default=0,
+                   help="ResNet-18 only: N lockstep pairs of one kiln step and one torch step in two live "
+                        "processes (kiln bench train paced=1), instead of whole runs per round")
     a = p.parse_args()
     r18 = {"name": "resnet18", "stem": "cifar"}
     # (name, kiln model, input HWC, classes, batch, timed steps, torch warm-up steps, precision)
@@ -127,6 +192,23 @@ def main():
         cases = [c for c in cases if c[0] == a.only]
     if a.precision:
         cases = [c for c in cases if c[7] == a.precision]
+    if a.paired:
+        cases = [c for c in cases if c[0] == "resnet18"]
+        print(f"threads {a.threads}, {a.paired} lockstep pairs of one kiln and one torch step per case "
+              f"(medians; the ratio's quartiles in brackets)")
+        print(f"{'model':10s} {'precision':>9s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} "
+              f"{'kiln/torch':>11s}  {'quartiles':>13s}")
+        for name, model, shape, classes, batch, steps, warmup, prec in cases:
+            pairs = paired(a.kiln, model, shape, classes, batch, a.paired, 3, a.threads, prec)
+            for i, (k, t) in enumerate(pairs):
+                print(f"  pair {i + 1}: {name} {prec} kiln {k:.1f} torch {t:.1f} ms ({t / k:.2f}x)", file=sys.stderr,
+                      flush=True)
+            ratios = sorted(t / k for k, t in pairs)
+            q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratios[0]] * 3
+            print(f"{name:10s} {prec:>9s} {batch:6d} {batch * 1e3 / statistics.median(k for k, _ in pairs):12.1f} "
+                  f"{batch * 1e3 / statistics.median(t for _, t in pairs):12.1f} {q[1]:11.2f}  "
+                  f"[{q[0]:.2f}, {q[2]:.2f}]", flush=True)
+        return
     print(f"threads {a.threads}, {a.rounds} alternating rounds per case (medians; ratio range in brackets)")
     print(f"{'model':10s} {'precision':>9s} {'batch':>6s} {'kiln img/s':>12s} {'torch img/s':>12s} {'kiln/torch':>11s}"
           f"  {'range':>13s}")
