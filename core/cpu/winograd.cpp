@@ -365,44 +365,6 @@ Tensor weights_grad(const Tensor& gy, const Tensor& x) {
   return gw;
 }
 
-// gw (K, 3, 3, C) = dy^T col, col[(n, oy, ox)][(r, s, c)] = x[n][oy*stride-pad+r][ox*stride-pad+s][c]
-// (zero outside), over chunks of output pixels of about 8 MiB of col, accumulated in f32.
-template <typename S>
-Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t stride, int64_t pad) {
-  const int64_t N = x.size(0), H = x.size(1), W = x.size(2), C = x.size(3);
-  const int64_t OH = gy.size(1), OW = gy.size(2), K = gy.size(3);
-  const int64_t P = N * OH * OW, row = 9 * C;
-  const int64_t es = static_cast<int64_t>(sizeof(S));
-  const int64_t pc_max = std::min(P, std::max<int64_t>(256, g_chunk_bytes.load() / (row * es)));
-  const int64_t last = P - (P - 1) / pc_max * pc_max;
-  const Matmul full = batched_matmul(x.dtype(), true, K, pc_max, row, true, false, 1);
-  const Matmul tail = batched_matmul(x.dtype(), true, K, last, row, true, false, 1);
-  Tensor col = Tensor::empty({pc_max, row}, x.dtype());
-  Tensor dW = Tensor::zeros({K, row}, DType::f32);
-  const S* xp = ptr<S>(x);
-  const S* gp = ptr<S>(gy);
-  S* cp = ptr<S>(col);
-  for (int64_t p0 = 0; p0 < P; p0 += pc_max) {
-    const int64_t pc = std::min(pc_max, P - p0);
-#pragma omp parallel for schedule(static) if (pc * row > 65536)
-    for (int64_t i = 0; i < pc; ++i) {
-      const int64_t q = p0 + i, n = q / (OH * OW), oy = q / OW % OH, ox = q % OW;
-      S* out = cp + i * row;
-      for (int r = 0; r < 3; ++r)
-        for (int s2 = 0; s2 < 3; ++s2) {
-          const int64_t iy = oy * stride - pad + r, ix = ox * stride - pad + s2;
-          S* o = out + (3 * r + s2) * C;
-          if (iy >= 0 && iy < H && ix >= 0 && ix < W)
-            std::memcpy(o, xp + ((n * H + iy) * W + ix) * C, static_cast<size_t>(C * es));
-          else
-            std::memset(o, 0, static_cast<size_t>(C * es));
-        }
-    }
-    (pc == pc_max ? full : tail).run(gp + p0 * K, cp, dW.data<float>());
-  }
-  return dW.reshape({K, 3, 3, C}).to(x.dtype());
-}
-
 // The geometry of a general im2col convolution: x (N, H, W, C), w (K, KH, KW, C), stride and pad
 // per axis, dilation 1, one group; the output is (N, OH, OW, K).
 struct Im2col {
@@ -419,15 +381,15 @@ struct Im2col {
   }
 };
 
-// col[(n - n0, oy, ox)][(r, s, c)] = x[n][oy*sh - ph + r][ox*sw - pw + s][c] (zero outside) for the
-// images [n0, n0 + nc).
+// col[q - q0][(r, s, c)] = x[n][oy*sh - ph + r][ox*sw - pw + s][c] (zero outside) for the output
+// pixels q = (n, oy, ox) in [q0, q0 + rows).
 template <typename S>
-void gather_columns(const S* x, const Im2col& g, int64_t n0, int64_t nc, S* col) {
-  const int64_t rows = nc * g.pixels(), row = g.row();
+void gather_columns(const S* x, const Im2col& g, int64_t q0, int64_t rows, S* col) {
+  const int64_t row = g.row();
   const size_t cb = static_cast<size_t>(g.C) * sizeof(S);
 #pragma omp parallel for schedule(static) if (rows * row > 65536)
   for (int64_t i = 0; i < rows; ++i) {
-    const int64_t n = n0 + i / g.pixels(), oy = i / g.OW % g.OH, ox = i % g.OW;
+    const int64_t q = q0 + i, n = q / g.pixels(), oy = q / g.OW % g.OH, ox = q % g.OW;
     S* out = col + i * row;
     for (int64_t r = 0; r < g.KH; ++r) {
       const int64_t iy = oy * g.sh - g.ph + r;
@@ -456,7 +418,7 @@ Tensor im2col_conv(const Tensor& x, const Tensor& w, const Im2col& g) {
   Tensor y = Tensor::empty({g.N, g.OH, g.OW, g.K}, x.dtype());
   for (int64_t n0 = 0; n0 < g.N; n0 += ipc) {
     const int64_t nc = std::min(ipc, g.N - n0);
-    gather_columns<S>(ptr<S>(x), g, n0, nc, ptr<S>(col));
+    gather_columns<S>(ptr<S>(x), g, n0 * g.pixels(), nc * g.pixels(), ptr<S>(col));
     (nc == ipc ? full : tail).run(ptr<S>(col), ptr<S>(w), ptr<S>(y) + n0 * g.pixels() * g.K);
   }
   return y;
@@ -509,6 +471,29 @@ Tensor im2col_conv_backward_data(const Tensor& gy, const Tensor& w, const Im2col
     }
   }
   return dx;
+}
+
+// gw (K, 3, 3, C) = dy^T col, col[(n, oy, ox)][(r, s, c)] = x[n][oy*stride-pad+r][ox*stride-pad+s][c]
+// (zero outside), over chunks of output pixels of about 8 MiB of col, accumulated in f32.
+template <typename S>
+Tensor im2col_weights_grad(const Tensor& gy, const Tensor& x, int64_t stride, int64_t pad) {
+  const Im2col g{x.size(0), x.size(1), x.size(2), x.size(3), gy.size(3), 3, 3, stride, stride, pad, pad,
+                 gy.size(1), gy.size(2)};
+  const int64_t P = g.N * g.pixels(), row = g.row(), K = g.K;
+  const int64_t es = static_cast<int64_t>(sizeof(S));
+  const int64_t pc_max = std::min(P, std::max<int64_t>(256, g_chunk_bytes.load() / (row * es)));
+  const int64_t last = P - (P - 1) / pc_max * pc_max;
+  const Matmul full = batched_matmul(x.dtype(), true, K, pc_max, row, true, false, 1);
+  const Matmul tail = batched_matmul(x.dtype(), true, K, last, row, true, false, 1);
+  Tensor col = Tensor::empty({pc_max, row}, x.dtype());
+  Tensor dW = Tensor::zeros({K, row}, DType::f32);
+  const S* gp = ptr<S>(gy);
+  for (int64_t p0 = 0; p0 < P; p0 += pc_max) {
+    const int64_t pc = std::min(pc_max, P - p0);
+    gather_columns<S>(ptr<S>(x), g, p0, pc, ptr<S>(col));
+    (pc == pc_max ? full : tail).run(gp + p0 * K, ptr<S>(col), dW.data<float>());
+  }
+  return dW.reshape({K, 3, 3, g.C}).to(x.dtype());
 }
 
 void check(const Tensor& a, const char* what_a, const Tensor& b, const char* what_b) {
