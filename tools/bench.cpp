@@ -25,6 +25,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <sstream>
 #include <string>
 
 #include "core/autograd.h"
@@ -247,27 +248,20 @@ int bench_train(const Args& args) {
   // auto-im2col, auto-winograd, auto-winograd-im2col: the measured choice without those candidates.
   std::vector<std::string> algos = split_commas(a["conv_algo"]);
   namespace ca = ops::conv_algo;
-  auto left_out = [](const std::string& n) {
-    std::vector<ca::Algo> out;
-    if (n.rfind("auto-", 0) != 0) return out;
-    std::string rest = n.substr(4);
-    while (!rest.empty()) {
-      if (rest.rfind("-im2col", 0) == 0) {
-        out.push_back(ca::Algo::im2col);
-        rest = rest.substr(7);
-      } else if (rest.rfind("-winograd", 0) == 0) {
-        out.push_back(ca::Algo::winograd);
-        rest = rest.substr(9);
-      } else {
-        return std::vector<ca::Algo>{ca::Algo::direct};  // not a valid name
-      }
+  // The candidates `n` leaves out ("auto-winograd-im2col" -> winograd, im2col); false when `n` is
+  // not "auto" followed by one or more "-NAME" of winograd and im2col.
+  auto left_out = [](const std::string& n, std::vector<ca::Algo>* out) {
+    if (n.rfind("auto", 0) != 0 || n.size() == 4 || n.back() == '-') return false;
+    std::istringstream rest(n.substr(5));
+    for (std::string name; std::getline(rest, name, '-');) {
+      if (name != ca::algo_name(ca::Algo::winograd) && name != ca::algo_name(ca::Algo::im2col)) return false;
+      out->push_back(name == ca::algo_name(ca::Algo::im2col) ? ca::Algo::im2col : ca::Algo::winograd);
     }
-    return out;
+    return n[4] == '-';
   };
   for (const std::string& n : algos) {
-    const std::vector<ca::Algo> lo = left_out(n);
-    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" ||
-                   (!lo.empty() && lo[0] != ca::Algo::direct),
+    std::vector<ca::Algo> unused;
+    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" || left_out(n, &unused),
                "bench train: conv_algo=", a["conv_algo"],
                ": accepted values are auto, heuristic, direct, winograd and auto less candidates (auto-im2col, "
                "auto-winograd, auto-winograd-im2col), comma-separated");
@@ -319,9 +313,18 @@ int bench_train(const Args& args) {
   const wg::Mode prev = wg::mode();
   if (algos.empty()) algos.push_back("");
   auto mode_of = [&](const std::string& n) {
-    ca::set_excluded(left_out(n));
+    std::vector<ca::Algo> out;
+    ca::set_excluded(left_out(n, &out) ? out : std::vector<ca::Algo>{});
     return ca::parse_mode(n.rfind("auto-", 0) == 0 ? "auto" : n, "bench train: conv_algo");
   };
+  struct Restore {  // the mode and the candidates as they were, however the bench ends
+    wg::Mode mode;
+    ~Restore() {
+      wg::set_mode(mode);
+      ops::conv_algo::set_excluded({});
+    }
+  } restore{prev};
+  auto sync = [&] { if (loss.defined()) (void)loss.item(); };
   if (ints["paced"]) {
     // Lockstep with a driver: one timed step per line read, its time printed at once, so the
     // driver can pair each of kiln's steps with one of another program's taken moments apart (a
@@ -330,7 +333,6 @@ int bench_train(const Args& args) {
                "bench train: paced=1 takes one round and at most one conv_algo (got paced=", ints["paced"],
                ", rounds=", ints["rounds"], ", conv_algo=", a["conv_algo"], ")");
     if (!algos.empty() && !algos[0].empty()) wg::set_mode(mode_of(algos[0]));
-    auto sync = [&] { if (loss.defined()) (void)loss.item(); };
     for (int64_t i = 0; i < ints["warmup"]; ++i) step();
     sync();
     std::printf("ready\n");
@@ -343,8 +345,6 @@ int bench_train(const Args& args) {
       std::printf("step_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
       std::fflush(stdout);
     }
-    wg::set_mode(prev);
-    ca::set_excluded({});
     return 0;
   }
   std::vector<std::vector<double>> times(algos.size());
@@ -354,13 +354,11 @@ int bench_train(const Args& args) {
       if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
       double b = 0;
       times[i].push_back(time_ms(
-          step, [&] { if (loss.defined()) (void)loss.item(); }, r == 0 ? ints["warmup"] : 0, ints["steps"], &b,
+          step, sync, r == 0 ? ints["warmup"] : 0, ints["steps"], &b,
           ints["profile"] ? std::function<void(bool)>([&](bool on) { profile_range(d, on); }) : nullptr));
       blocked[i] += b;
       timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }
-  wg::set_mode(prev);
-  ca::set_excluded({});
   if (d.is_cpu()) {
     const ops::conv_algo::Stats st = ops::conv_algo::stats();
     std::printf("# conv_algo: %lld (shape, pass) pairs measured in %.2f s (within the warm-up steps), %lld from the "
