@@ -152,14 +152,16 @@ void copy_host_to_device(const Tensor& dst, const Tensor& src0) {
                       : Tensor::empty(src.shape(), src.dtype(), dst.device());
   DeviceGuard g(device);
   cudaStream_t s = stream_of(device);
-  CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, s));
   if (is_pinned_ptr(src.raw_data())) {
     // Returns at once; the loader must wait_host_copies() before refilling the block.
+    CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, s));
     record_pinned_read(src.raw_data(), device);
   } else {
     // NOTE: CUDA may still read pageable memory after cudaMemcpyAsync returns, and `src` may be a
-    // temporary: wait, as PyTorch does for blocking copies. Hot paths use pinned buffers.
+    // temporary: wait, as PyTorch does for blocking copies. Hot paths use pinned buffers. The copy
+    // itself may wait too (a pageable source is staged), so it is timed with the wait.
     HostWaitTimer wait;
+    CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyHostToDevice, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
   if (!target.same(dst)) copy_on_device(device, dst, target);
@@ -175,9 +177,11 @@ void copy_device_to_host(const Tensor& dst, const Tensor& src0) {
   Tensor target = dst.is_contiguous() ? dst : Tensor::empty(dst.shape(), dst.dtype(), Device::cpu());
   DeviceGuard g(device);
   cudaStream_t s = stream_of(device);
-  CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, s));
   {
+    // A copy to host memory returns only once it has completed, i.e. after everything queued
+    // before it: the wait is inside cudaMemcpyAsync, so the timer covers the call itself.
     HostWaitTimer wait;
+    CUDA_CHECK(cudaMemcpyAsync(target.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDeviceToHost, s));
     CUDA_CHECK(cudaStreamSynchronize(s));
   }
   if (!target.same(dst)) copy_tensor(dst, target);
@@ -243,8 +247,8 @@ int32_t read_i32(const Tensor& t) {
   DeviceGuard g(device);
   cudaStream_t s = stream_of(device);
   int32_t v = 0;
+  HostWaitTimer wait;  // the copy to host memory is where the host waits (see copy_device_to_host)
   CUDA_CHECK(cudaMemcpyAsync(&v, t.raw_data(), sizeof(v), cudaMemcpyDeviceToHost, s));
-  HostWaitTimer wait;
   CUDA_CHECK(cudaStreamSynchronize(s));
   return v;
 }

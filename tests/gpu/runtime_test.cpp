@@ -2,7 +2,10 @@
 // (counters, OOM message), memory info, pinned host memory.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <functional>
 
 #include "core/allocator.h"
 #include "core/cuda/pinned.h"
@@ -11,7 +14,10 @@
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/host_wait.h"
 #include "core/cuda/runtime.h"
+#include "core/ops/linear.h"
+#include "core/ops/reduce.h"
 #endif
 
 using namespace kiln;
@@ -163,6 +169,33 @@ TEST(CudaRuntime, UploadRingKeepsEveryTable) {
   }
   for (int k = 0; k < 40; ++k)
     EXPECT_EQ(outs[k].to_int_vector(), std::vector<int64_t>(static_cast<size_t>(sizes[k]), k)) << "table " << k;
+}
+
+// The host-wait counter behind `kiln bench train`'s host_blocked column counts the reads that wait
+// for queued work: a copy to host memory returns only when it has completed, so the wait is inside
+// cudaMemcpyAsync itself (the first GPU run's fp16 figure, 0.00%, missed it). Each read below comes
+// after tens of milliseconds of queued matmuls; nearly all of its time must be counted.
+TEST(CudaRuntime, ReadsThatWaitForQueuedWorkCountAsHostWaits) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  Tensor a = gputest::rand_cpu({4096, 4096}, 3).to(gputest::gpu());
+  Tensor c = ops::matmul(a, a);
+  cuda::synchronize(0);
+  auto busy_then = [&](const char* what, const std::function<void()>& read) {
+    for (int k = 0; k < 40; ++k) c = ops::matmul(a, a);  // 40 x 137 GFLOP queued
+    const double w0 = host_wait_stats().seconds;
+    const auto t0 = std::chrono::steady_clock::now();
+    read();
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double counted = host_wait_stats().seconds - w0;
+    std::printf("%s: the read took %.1f ms, %.1f ms counted as a host wait\n", what, wall * 1e3, counted * 1e3);
+    EXPECT_GT(wall, 0.005) << what << ": the queued matmuls should keep the GPU busy for more than 5 ms";
+    EXPECT_GE(counted, 0.9 * wall - 1e-3) << what;
+  };
+  busy_then("Tensor::item (copy to host)", [&] { (void)ops::sum(c).item(); });
+  busy_then("the loss scaler's found-inf flag", [&] {
+    Tensor g = Tensor::zeros({1000}, DType::f32, gputest::gpu());
+    EXPECT_TRUE(cuda::unscale_and_check_finite({g}, 0.5));
+  });
 }
 
 #endif  // KILN_WITH_CUDA

@@ -35,9 +35,10 @@ TEST(BenchTrain, PrintsImagesPerSecondOnTheCpu) {
   std::istringstream f(row);
   std::string model, device, dtype, algo;
   double batch = 0, ms = 0, ips = 0, best = 0, loss = 0;
-  std::string blocked;
-  f >> model >> device >> dtype >> batch >> algo >> ms >> ips >> best >> loss >> blocked;
+  std::string blocked, host_ms;
+  f >> model >> device >> dtype >> batch >> algo >> ms >> ips >> best >> loss >> blocked >> host_ms;
   EXPECT_EQ(blocked, "n/a") << "the CPU never blocks on a device: " << row;
+  EXPECT_EQ(host_ms, "n/a") << "the host issue time is a GPU figure: " << row;
   EXPECT_NE(out.find("# host_blocked: the share of the timed steps"), std::string::npos) << out;
   EXPECT_EQ(algo, "default");
   EXPECT_NEAR(best, ips, 0.05 + 0.01 * ips);  // one round: the best is the median

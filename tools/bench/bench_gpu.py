@@ -25,7 +25,8 @@ Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
 Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
 (the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
-`blocked%` column of `kiln bench train`, where printed.
+`host_blocked` column of `kiln bench train`, and the host's own time to issue a step its `host_ms`
+(near the step's ms: the host, not the GPU, limits kiln's speed).
 """
 import argparse
 import os
@@ -106,19 +107,22 @@ def parse_table(out, first_column):
 
 
 def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None):
-    """images/s and the share of the step the host spent blocked (None where kiln does not print it)."""
+    """images/s, the share of the step the host spent blocked, and the host's own ms to issue one step
+    against the step's ms (None where kiln does not print them)."""
     out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
                     "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
                     f"precision={precision}"], timeout, env)
     rows = parse_table(out, "resnet50")
     if not rows:
-        return None, None
+        return None, None, None
     r = rows[0]
-    blocked = None
+    blocked = host = None
     for k in r:
         if "blocked" in k:
             blocked = float(r[k].rstrip("%"))
-    return float(r["images/s"]), blocked
+    if r.get("host_ms", "n/a") != "n/a":
+        host = (float(r["host_ms"]), float(r["ms/step"]))
+    return float(r["images/s"]), blocked, host
 
 
 def torch_resnet50(num_classes):
@@ -277,10 +281,10 @@ def part_resnet50(a, have_torch, fig):
           f"convolutions; torch fp16/bf16: autocast + channels_last, GradScaler for fp16")
     rows, ok = [], True
     for prec, batch in runs:
-        k, blocked = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
+        k, blocked, host = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
         for ab in a.kiln_ab:
             name, value = ab.split("=", 1)
-            kb, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
+            kb, _, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
             ok &= kb is not None  # the A/B runs take the other code paths: their failure is a failure
             gain = f"{k / kb:.2f}" if k and kb else "-"
             fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, kiln with {ab} {fmt(kb)} img/s "
@@ -296,7 +300,8 @@ def part_resnet50(a, have_torch, fig):
         ratio = f"{k / t:.2f}" if k and t else "-"
         torch_fig = fmt(t) if have_torch else "n/a (no torch with CUDA)"
         fig(f"resnet50 {prec} batch {batch}: kiln {fmt(k)} img/s, torch {torch_fig} img/s, kiln/torch {ratio}, "
-            f"kiln host blocked {fmt(blocked, '{:.2f}%', 'n/a')} of the step")
+            f"kiln host blocked {fmt(blocked, '{:.2f}%', 'n/a')} of the step" +
+            (f", host issues a step in {host[0]:.2f} of its {host[1]:.2f} ms" if host else ""))
     print(f"{'model':10s} {'dtype':6s} {'batch':>6s} {'kiln img/s':>11s} {'torch img/s':>12s} {'kiln/torch':>11s} "
           f"{'blocked':>8s}")
     for prec, batch, k, t, blocked in rows:
