@@ -34,6 +34,7 @@
 #include "core/check.h"
 #include "core/comm.h"
 #include "core/device.h"
+#include "core/loss_scale_rule.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/pool.h"
 #include "core/rng.h"
@@ -51,6 +52,9 @@ struct SgdStepEntry {
 struct SgdStepOptions {
   double momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
+  // Optional i32 [] on the parameters' device (the fp16 loss scaler's found-inf flag): when it
+  // holds a nonzero value the step changes nothing. Read there, never by the host.
+  Tensor skip;
 };
 struct AdamWStepEntry {
   Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
@@ -136,6 +140,16 @@ struct Kernels {
   // every element x *= float(factor) in place; false if any result is inf or NaN (loss-scaler unscale,
   // gradient clipping).
   bool (*scale_and_check_finite)(const std::vector<Tensor>& xs, double factor) = nullptr;
+  // The fp16 loss scaler kept on the device (optim/loss_scaler.h, device mode), so that a GPU step
+  // reads nothing back: `state` is f64 (4) as core/loss_scale_rule.h lays it out, `found_inf` an
+  // i32 [], `scale32` an f32 [] (the scale the loss is multiplied by), all on the gradients' device.
+  // unscale: every gradient *= float(1 / scale) in place; found_inf = 1 when any value or result is
+  // not finite (left as it is otherwise).
+  void (*loss_scale_unscale)(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) = nullptr;
+  // update: apply_loss_scale_rule with found_inf as the verdict, scale32 = float(the new scale), then
+  // found_inf = 0.
+  void (*loss_scale_update)(const Tensor& state, const Tensor& scale32, const Tensor& found_inf,
+                            const LossScaleRule& rule) = nullptr;
   // sum of x^2 over every element of every tensor, accumulated in f64.
   double (*sum_of_squares)(const std::vector<Tensor>& xs) = nullptr;
   // max |x| over the elements (0 when empty); NaN when any element is NaN.

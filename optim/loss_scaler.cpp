@@ -1,7 +1,7 @@
 // Dynamic loss scaling. The scale stays a power of two with the default factors, so scaling and
 // unscaling the gradients are exact and a run with skipped steps equals one that never took them.
-// On a GPU the unscale and the finite check are one multi-tensor launch (core/cuda/optim_cuda.cu)
-// and one flag read back.
+// On a GPU the unscale and the finite check are one multi-tensor launch (core/cuda/optim_cuda.cu);
+// host mode reads its flag back, device mode leaves the verdict and the rule on the device.
 #include "optim/loss_scaler.h"
 
 #include <algorithm>
@@ -47,9 +47,84 @@ LossScaler::LossScaler(LossScalerOptions options) : options_(options), scale_(op
   options_.validate("loss_scaler");
 }
 
-Tensor LossScaler::scale_loss(const Tensor& loss) const { return ops::mul_scalar(loss, scale_); }
+Tensor LossScaler::scale_loss(const Tensor& loss) const {
+  if (on_device_ && loss.device() == scale32_.device()) return ops::mul(loss, scale32_);
+  return ops::mul_scalar(loss, host().scale_);
+}
+
+LossScaleRule LossScaler::rule() const {
+  LossScaleRule r;
+  r.growth_factor = options_.growth_factor;
+  r.backoff_factor = options_.backoff_factor;
+  r.min_scale = options_.min_scale;
+  r.growth_interval = options_.growth_interval;
+  return r;
+}
+
+const LossScaler& LossScaler::host() const {
+  if (on_device_ && !host_fresh_) {
+    const std::vector<double> v = state_.to(Device::cpu()).to_double_vector();  // waits for the device
+    scale_ = v[kScale];
+    growth_tracker_ = static_cast<int64_t>(v[kGrowthTracker]);
+    consecutive_nonfinite_ = static_cast<int64_t>(v[kConsecutiveNonfinite]);
+    skipped_ = static_cast<int64_t>(v[kSkipped]);
+    host_fresh_ = true;
+  }
+  return *this;
+}
+
+void LossScaler::to_host() {
+  host();
+  on_device_ = false;
+  state_ = scale32_ = found_inf_ = Tensor();
+}
+
+void LossScaler::unscale_on_device(const std::vector<ParamRef>& params) {
+  KILN_CHECK(!unscaled_finite_.has_value(),
+             "LossScaler: unscale_and_check was called this iteration; device mode takes unscale_on_device, "
+             "the optimizer's step_unless(found_inf()) and update_on_device()");
+  std::vector<Tensor> gs;
+  for (const auto& p : params) {
+    Tensor grad = dense_grad(p, "LossScaler");
+    if (grad.defined()) gs.push_back(grad);
+  }
+  const Device d = gs.empty() ? Device::cpu() : gs[0].device();
+  if (!on_device_ || state_.device() != d) {  // the host's state (or another device's) moves here
+    host();
+    std::vector<double> v(kLossScaleStateSize);
+    v[kScale] = scale_;
+    v[kGrowthTracker] = static_cast<double>(growth_tracker_);
+    v[kConsecutiveNonfinite] = static_cast<double>(consecutive_nonfinite_);
+    v[kSkipped] = static_cast<double>(skipped_);
+    state_ = Tensor::from_vector(v, {kLossScaleStateSize}, DType::f64).to(d);
+    scale32_ = Tensor::full({}, static_cast<float>(scale_), DType::f32, d);
+    found_inf_ = Tensor::zeros({}, DType::i32, d);
+    on_device_ = true;
+  }
+  kernel(d, &Kernels::loss_scale_unscale, "LossScaler")(gs, state_, found_inf_);
+  host_fresh_ = false;
+}
+
+void LossScaler::update_on_device() {
+  KILN_CHECK(on_device_, "LossScaler: update_on_device without unscale_on_device this iteration");
+  kernel(state_.device(), &Kernels::loss_scale_update, "LossScaler")(state_, scale32_, found_inf_, rule());
+  host_fresh_ = false;
+}
+
+void LossScaler::check_consecutive() const {
+  KILN_CHECK(consecutive_nonfinite_ < options_.max_nonfinite_steps, "fp16 loss scaling: the loss or its gradients were ",
+             "non-finite (inf/NaN) for ", consecutive_nonfinite_, " iterations in a row (loss scale now ", scale_,
+             ", floor ", options_.min_scale, "): the values overflow fp16 or training diverges. ",
+             "Try precision=bf16 (no overflow, no scaling), a lower learning rate, or gradient clipping.");
+}
+
+void LossScaler::poll() {
+  if (!on_device_) return;
+  host().check_consecutive();
+}
 
 bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
+  if (on_device_) to_host();
   KILN_CHECK(!unscaled_finite_.has_value(),
              "LossScaler: unscale_and_check was already called this iteration (call update() after each step)");
   const float inv = static_cast<float>(1.0 / scale_);
@@ -65,26 +140,18 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
 }
 
 void LossScaler::update(bool found_inf) {
+  if (on_device_) to_host();
   // A failed unscale_and_check this iteration counts even if the caller passes false.
   if (unscaled_finite_.has_value() && !*unscaled_finite_) found_inf = true;
   unscaled_finite_.reset();
-  if (found_inf) {
-    ++skipped_;
-    ++consecutive_nonfinite_;
-    growth_tracker_ = 0;
-    scale_ = std::max(scale_ * options_.backoff_factor, options_.min_scale);
-    KILN_CHECK(consecutive_nonfinite_ < options_.max_nonfinite_steps, "fp16 loss scaling: the loss or its gradients were ",
-               "non-finite (inf/NaN) for ", consecutive_nonfinite_, " iterations in a row (loss scale now ", scale_,
-               ", floor ", options_.min_scale, "): the values overflow fp16 or training diverges. ",
-               "Try precision=bf16 (no overflow, no scaling), a lower learning rate, or gradient clipping.");
-    return;
-  }
-  consecutive_nonfinite_ = 0;
-  if (++growth_tracker_ >= options_.growth_interval) {
-    double grown = scale_ * options_.growth_factor;
-    if (std::isfinite(grown)) scale_ = grown;
-    growth_tracker_ = 0;
-  }
+  double state[kLossScaleStateSize] = {scale_, static_cast<double>(growth_tracker_),
+                                       static_cast<double>(consecutive_nonfinite_), static_cast<double>(skipped_)};
+  apply_loss_scale_rule(state, found_inf, rule());  // the rule the device applies in device mode
+  scale_ = state[kScale];
+  growth_tracker_ = static_cast<int64_t>(state[kGrowthTracker]);
+  consecutive_nonfinite_ = static_cast<int64_t>(state[kConsecutiveNonfinite]);
+  skipped_ = static_cast<int64_t>(state[kSkipped]);
+  if (found_inf) check_consecutive();
 }
 
 bool LossScaler::step(Optimizer& opt) {
@@ -95,6 +162,7 @@ bool LossScaler::step(Optimizer& opt) {
 }
 
 std::map<std::string, double> LossScaler::state_dict() const {
+  host();
   return {{"scale", scale_},
           {"growth_tracker", static_cast<double>(growth_tracker_)},
           {"consecutive_nonfinite", static_cast<double>(consecutive_nonfinite_)},
@@ -116,6 +184,9 @@ void LossScaler::load_state_dict(const std::map<std::string, double>& state) {
     return static_cast<int64_t>(v);
   };
   int64_t growth = count("growth_tracker"), consecutive = count("consecutive_nonfinite"), skipped = count("skipped_steps");
+  on_device_ = false;  // the loaded state is the host's; device mode starts again from it
+  host_fresh_ = true;
+  state_ = scale32_ = found_inf_ = Tensor();
   scale_ = scale;
   growth_tracker_ = growth;
   consecutive_nonfinite_ = consecutive;

@@ -122,4 +122,9 @@ std::vector<std::map<std::string, double>> Optimizer::split_scalars(const Optimi
   return split_by_param(type_, params_, state.scalars, slots, "scalar");
 }
 
+void Optimizer::step_unless(const Tensor&) {
+  KILN_FAIL(type_, ": the step cannot be skipped on the device (its state counts steps on the host); read the "
+            "flag and call step()");
+}
+
 }  // namespace kiln

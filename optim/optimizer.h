@@ -45,6 +45,12 @@ class Optimizer {
 
   // One update of every parameter that has a gradient.
   virtual void step() = 0;
+  // The same update unless `skip` (an i32 [] on the parameters' device: the fp16 loss scaler's
+  // found_inf()) holds a nonzero value, decided on that device, so that a GPU step reads nothing
+  // back. Offered where the host's own state does not depend on the outcome (SGD); AdamW counts its
+  // steps on the host for the bias correction, so there the caller reads the flag and calls step().
+  virtual bool can_skip_on_device() const { return false; }
+  virtual void step_unless(const Tensor& skip);
   void zero_grad() { kiln::zero_grad(params_); }
 
   const std::string& type() const { return type_; }

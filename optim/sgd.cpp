@@ -49,7 +49,22 @@ SGD::SGD(std::vector<ParamRef> params, SGDOptions options)
 }
 
 
-void SGD::step() {
+void SGD::step() { run(Tensor()); }
+
+void SGD::step_unless(const Tensor& skip) {
+  KILN_CHECK(skip.defined(), "SGD::step_unless: no flag given");
+  // A momentum buffer is created by its parameter's first step (buf = grad there). Whether such a
+  // step happens is read back here: one wait, in a run's first step; later steps leave it to the device.
+  if (options_.momentum != 0)
+    for (size_t k = 0; k < params_.size(); ++k)
+      if (!momentum_[k].defined() && dense_grad(params_[k], "SGD").defined()) {
+        if (skip.item() == 0) run(Tensor());
+        return;
+      }
+  run(skip);
+}
+
+void SGD::run(const Tensor& skip) {
   const bool momentum_on = options_.momentum != 0;
   std::vector<SgdStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -67,7 +82,7 @@ void SGD::step() {
     }
     entries.push_back(e);
   }
-  kernel(device(), &Kernels::sgd_step, "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov});
+  kernel(device(), &Kernels::sgd_step, "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov, skip});
 }
 
 OptimizerState SGD::state_dict() const {

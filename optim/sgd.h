@@ -38,6 +38,8 @@ class SGD : public Optimizer {
  public:
   SGD(std::vector<ParamRef> params, SGDOptions options = {});
   void step() override;
+  bool can_skip_on_device() const override { return true; }
+  void step_unless(const Tensor& skip) override;
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   json to_json() const override { return with_lr_mult(options_.to_json()); }
@@ -45,6 +47,7 @@ class SGD : public Optimizer {
   const SGDOptions& options() const { return options_; }
 
  private:
+  void run(const Tensor& skip);
   SGDOptions options_;
   std::vector<Tensor> momentum_;  // per parameter; undefined until its first step
 };

@@ -326,6 +326,7 @@ int bench_train(const Args& args) {
   ss.device = d;
   ss.compute = compute;
   ss.scaler = compute == DType::f16 ? &scaler : nullptr;
+  ss.scaler_on_device = d.is_cuda();  // as the trainer: an fp16 step on a GPU reads nothing back
   ss.read_loss = false;
   auto step = [&] { loss = train_step(*model, opt, StepBatch{x, y, Tensor()}, ss).last_loss; };
   namespace wg = ops::winograd;

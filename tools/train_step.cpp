@@ -50,6 +50,21 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
     return r;
   }
   const std::vector<ParamRef>& params = opt.params();
+  if (setup.scaler && setup.scaler_on_device) {
+    // The verdict stays where the gradients are: the optimizer's kernels read the flag, the
+    // scaler's update runs there; the scaler's getters tell the skips when asked.
+    KILN_CHECK(opt.can_skip_on_device(), "train_step: scaler_on_device needs an optimizer that skips its step on ",
+               "the device (sgd); ", opt.type(), " reads the loss scaler's verdict instead");
+    KILN_CHECK(setup.clip_grad_norm <= 0, "train_step: scaler_on_device takes no clipping (clip_grad_norm = ",
+               setup.clip_grad_norm, "): the norm is read back, and the verdict with it");
+    setup.scaler->unscale_on_device(params);
+    opt.step_unless(setup.scaler->found_inf());
+    setup.scaler->update_on_device();
+    r.finite = loss_finite;
+    r.stepped = true;
+    r.verdict_on_device = true;
+    return r;
+  }
   if (setup.scaler) {
     // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts after
     // loss_scaler.max_nonfinite_steps such steps in a row. Without read_loss (a GPU) the gradients'

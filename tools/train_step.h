@@ -13,7 +13,8 @@
 //     loss scaler when there is one; GradSync (several ranks) defers its all-reduce until the last
 //     micro-batch, then finish();
 //   then (setup.update): with a loss scaler, unscale and check the gradients (and the loss, when read)
-//   and skip a non-finite step; clip the gradient norm; optimizer step; scaler update.
+//   and skip a non-finite step; clip the gradient norm; optimizer step; scaler update. With
+//   setup.scaler_on_device the check and the skip happen on the device (nothing is read back).
 // A non-finite loss without a scaler takes no step and returns finite = false: the caller, which
 // knows the epoch and step, reports it.
 //
@@ -46,6 +47,10 @@ struct StepSetup {
   int64_t accumulate = 1;      // micro-batches per step
   double clip_grad_norm = 0;   // 0: no clipping
   LossScaler* scaler = nullptr;  // fp16 dynamic loss scaling
+  // The scaler's verdict stays on the device (LossScaler's device mode, the optimizer's
+  // step_unless): a GPU step then reads nothing back. Needs an optimizer that can_skip_on_device()
+  // and no clipping (the norm is read back); the caller learns the skips from the scaler's getters.
+  bool scaler_on_device = false;
   GradSync* sync = nullptr;      // data-parallel gradient all-reduce
   bool read_loss = true;         // read each micro-batch's loss to the host (StepResult::loss)
   bool update = true;            // false: forward and backward only (AutoBatch's probe)
@@ -63,8 +68,9 @@ struct MicroBatchOut {
 };
 
 struct StepResult {
-  bool stepped = false;  // the optimizer took the step
+  bool stepped = false;  // the optimizer took the step (true when the verdict stayed on the device)
   bool finite = true;    // the loss read (read_loss) and, with a scaler, the gradients were finite
+  bool verdict_on_device = false;  // scaler_on_device: finite/stepped unknown here, the scaler counts skips
   double loss = 0;       // with read_loss: the batch's loss (micro-batch losses weighted by share)
   Tensor last_loss;      // the last micro-batch's loss (device), e.g. to wait for the step
 };

@@ -395,6 +395,10 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   step_setup.scaler = scaler.get();
   step_setup.sync = sync.get();
   step_setup.read_loss = device.is_cpu();  // free on the host; elsewhere the statistics stay on the device
+  // fp16 on a GPU: the skip decision stays on the device too, where it can (an optimizer that skips
+  // there, no clipping, no EMA: the EMA updates only after a step taken), so that no step waits for it.
+  step_setup.scaler_on_device = scaler && !device.is_cpu() && optimizer->can_skip_on_device() &&
+                                opt.clip_grad_norm <= 0 && !ema;
 
   // --- epochs -----------------------------------------------------------------------------------
   TrainResult result;
@@ -509,6 +513,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       stats.zero_();
       loss_sum += v[0];
       correct += v[1];
+      if (scaler) scaler->poll();  // device mode: the skips so far; stops after max_nonfinite_steps in a row
       KILN_CHECK(v[2] == 0 || scaler, "the loss became ", v[4], " at epoch ", epoch + 1, ", step ",
                  static_cast<int64_t>(v[3]) + 1, " (the loss is read from ", device.str(), " every ",
                  read_every, " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");

@@ -1,6 +1,7 @@
 // The gradient utilities on the CPU (kernel-table entries of core/kernels.h): scale-and-check (the
 // loss scaler's unscale, clipping), sum of squares and max |x| (gradient norms), and the weight
-// EMA's update. f32 tensors; reductions accumulate in double so a norm does not depend on the
+// EMA's update, and the loss scaler's unscale and update when it keeps its state in tensors
+// (core/loss_scale_rule.h). f32 tensors; reductions accumulate in double so a norm does not depend on the
 // summation order's rounding. Tests: tests/optim/loss_scaler_test.cpp, tests/optim/clip_test.cpp,
 // tests/optim/ema_test.cpp.
 #include <cmath>
@@ -26,6 +27,33 @@ bool scale_and_check_finite(const std::vector<Tensor>& xs, double factor) {
     finite = finite && bad == 0;
   }
   return finite;
+}
+
+namespace {
+void check_scaler_state(const char* op, const Tensor& state, const Tensor& found_inf) {
+  KILN_CHECK(state.dtype() == DType::f64 && state.numel() == kLossScaleStateSize && state.is_contiguous() &&
+                 found_inf.dtype() == DType::i32 && found_inf.numel() == 1,
+             op, ": state must be f64 (", static_cast<int>(kLossScaleStateSize), ") and found_inf i32 [], got ",
+             state.str(), " and ", found_inf.str());
+}
+}  // namespace
+
+void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) {
+  check_scaler_state("loss_scale_unscale", state, found_inf);
+  // float(1 / scale), as LossScaler::unscale_and_check passes it (the value scale_and_check_finite rounds to).
+  const float inv = static_cast<float>(1.0 / state.data<double>()[kScale]);
+  if (!scale_and_check_finite(grads, inv)) found_inf.data<int32_t>()[0] = 1;
+}
+
+void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule) {
+  check_scaler_state("loss_scale_update", state, found_inf);
+  KILN_CHECK(scale32.dtype() == DType::f32 && scale32.numel() == 1, "loss_scale_update: scale32 must be f32 [], got ",
+             scale32.str());
+  double* s = state.data<double>();
+  int32_t* flag = found_inf.data<int32_t>();
+  apply_loss_scale_rule(s, *flag != 0, rule);
+  scale32.data<float>()[0] = static_cast<float>(s[kScale]);
+  *flag = 0;
 }
 
 double sum_of_squares(const std::vector<Tensor>& xs) {

@@ -13,6 +13,8 @@ Tensor dropout_forward(const Tensor& x, double p, RngState state);
 Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
 // core/cpu/grad_utils.cpp
 bool scale_and_check_finite(const std::vector<Tensor>& xs, double factor);
+void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf);
+void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule);
 double sum_of_squares(const std::vector<Tensor>& xs);
 double max_abs(const Tensor& x);
 void ema_update(const Tensor& ema, const Tensor& live, float decay);
@@ -98,6 +100,8 @@ const Kernels& kernels() {
     k.sgd_step = sgd_step;
     k.adamw_step = adamw_step;
     k.scale_and_check_finite = scale_and_check_finite;
+    k.loss_scale_unscale = loss_scale_unscale;
+    k.loss_scale_update = loss_scale_update;
     k.sum_of_squares = sum_of_squares;
     k.max_abs = max_abs;
     k.ema_update = ema_update;

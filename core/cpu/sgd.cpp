@@ -42,6 +42,10 @@ SGDKernel pick(bool momentum, bool first, bool nesterov) {
 }  // namespace
 
 void sgd_step(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& o) {
+  if (o.skip.defined()) {
+    KILN_CHECK(o.skip.dtype() == DType::i32 && o.skip.numel() == 1, "sgd_step: skip must be i32 [], got ", o.skip.str());
+    if (o.skip.data<int32_t>()[0] != 0) return;
+  }
   const float mom = static_cast<float>(o.momentum);
   const float damp = static_cast<float>(1.0 - o.dampening);
   const bool momentum = o.momentum != 0;

@@ -210,6 +210,10 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
 // Loss scaler: multiplies every gradient by inv_scale in place; returns false if any element (before
 // or after scaling) is inf or NaN.
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale);
+// The loss scaler kept on the device (core/kernels.h: loss_scale_unscale, loss_scale_update): one
+// multi-tensor launch and a one-thread update; neither reads anything back.
+void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf);
+void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule);
 // Sum of squares over all elements of all tensors (gradient-norm clipping), accumulated in f64
 // across blocks.
 double sum_of_squares(const std::vector<Tensor>& xs);

@@ -62,6 +62,8 @@ const Kernels& kernels() {
     k.sgd_step = sgd_step;
     k.adamw_step = adamw_step;
     k.scale_and_check_finite = unscale_and_check_finite;  // same contract: x *= factor, all finite
+    k.loss_scale_unscale = loss_scale_unscale;
+    k.loss_scale_update = loss_scale_update;
     k.sum_of_squares = [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); };
     k.max_abs = max_abs;
     k.ema_update = ema_update;

@@ -59,7 +59,9 @@ __global__ void multi_tensor_kernel(const Entry* table, int count, int64_t total
 struct SgdBody {
   float momentum, dampening;
   bool nesterov;
+  const int32_t* skip;  // the loss scaler's found-inf flag, or null: nonzero leaves everything as it is
   __device__ void operator()(const Entry& e, int64_t i) const {
+    if (skip && *skip) return;
     float* p = static_cast<float*>(e.ptr[0]);
     float g = load_any(e.ptr[1], e.dtype, i);
     float w = p[i];
@@ -101,9 +103,11 @@ struct AdamWBody {
 struct UnscaleBody {
   float inv_scale;
   int32_t* flag;
+  const double* state;  // the scaler's state on the device (core/loss_scale_rule.h), or null: inv_scale
   __device__ void operator()(const Entry& e, int64_t i) const {
+    const float inv = state ? static_cast<float>(1.0 / state[kScale]) : inv_scale;
     float g = load_any(e.ptr[0], e.dtype, i);
-    float s = g * inv_scale;
+    float s = g * inv;
     if (!isfinite(g) || !isfinite(s)) *flag = 1;  // benign race: every writer stores 1
     store_any(e.ptr[0], e.dtype, i, s);
   }
@@ -220,7 +224,14 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     t.add(e);
   }
   if (t.chunks == 0) return;
-  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov});
+  const int32_t* skip = nullptr;
+  if (opt.skip.defined()) {
+    KILN_CHECK(opt.skip.dtype() == DType::i32 && opt.skip.numel() == 1, op, ": skip must be i32 [], got ", opt.skip.str());
+    KILN_CHECK(opt.skip.device() == Device::cuda(t.device), op, ": skip ", opt.skip.str(), " must be on ",
+               Device::cuda(t.device).str(), " with the parameters");
+    skip = static_cast<const int32_t*>(opt.skip.raw_data());
+  }
+  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip});
 }
 
 void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt) {
@@ -263,8 +274,51 @@ bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale
   }
   if (t.chunks == 0) return true;
   Tensor flag = Tensor::zeros({}, DType::i32, Device::cuda(t.device));
-  t.launch(UnscaleBody{static_cast<float>(inv_scale), static_cast<int32_t*>(flag.raw_data())});
+  t.launch(UnscaleBody{static_cast<float>(inv_scale), static_cast<int32_t*>(flag.raw_data()), nullptr});
   return read_i32(flag) == 0;
+}
+
+namespace {
+void check_scaler_state(const char* op, const Tensor& state, const Tensor& found_inf) {
+  KILN_CHECK(state.dtype() == DType::f64 && state.numel() == kLossScaleStateSize && state.is_contiguous() &&
+                 found_inf.dtype() == DType::i32 && found_inf.numel() == 1,
+             op, ": state must be f64 (", static_cast<int>(kLossScaleStateSize), ") and found_inf i32 [], got ",
+             state.str(), " and ", found_inf.str());
+  same_device(op, {&state, &found_inf});
+}
+
+__global__ void loss_scale_update_kernel(double* state, float* scale32, int32_t* found_inf, LossScaleRule rule) {
+  apply_loss_scale_rule(state, *found_inf != 0, rule);
+  *scale32 = static_cast<float>(state[kScale]);
+  *found_inf = 0;
+}
+}  // namespace
+
+void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) {
+  const char* op = "loss_scale_unscale";
+  check_scaler_state(op, state, found_inf);
+  Table t;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    KILN_CHECK(g.is_contiguous(), op, ": gradient ", g.str(), " must be packed (it is scaled in place)");
+    t.add_tensor(op, g);
+  }
+  if (t.chunks == 0) return;
+  KILN_CHECK(state.device() == Device::cuda(t.device), op, ": the scaler's state ", state.str(), " must be on ",
+             Device::cuda(t.device).str(), " with the gradients");
+  t.launch(UnscaleBody{0.f, static_cast<int32_t*>(found_inf.raw_data()), static_cast<const double*>(state.raw_data())});
+}
+
+void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule) {
+  const char* op = "loss_scale_update";
+  check_scaler_state(op, state, found_inf);
+  KILN_CHECK(scale32.dtype() == DType::f32 && scale32.numel() == 1, op, ": scale32 must be f32 [], got ", scale32.str());
+  int device = same_device(op, {&state, &scale32});
+  DeviceGuard g(device);
+  loss_scale_update_kernel<<<1, 1, 0, stream_of(device)>>>(static_cast<double*>(state.raw_data()),
+                                                          static_cast<float*>(scale32.raw_data()),
+                                                          static_cast<int32_t*>(found_inf.raw_data()), rule);
+  CUDA_CHECK_LAUNCH();
 }
 
 double sum_of_squares(const std::vector<Tensor>& xs) {

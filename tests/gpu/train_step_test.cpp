@@ -2,18 +2,20 @@
 // built twice from the same seed (one copy moved with Module::to), the same batch, forward,
 // cross-entropy, backward; then loss, every parameter's gradient and the batch-norm running
 // statistics must match, and after optimizer steps (SGD with momentum, Nesterov, weight decay and a
-// no-decay group; AdamW with amsgrad; gradient clipping; the fp16 loss scaler's unscale) every
-// parameter must match. Models: a CIFAR ResNet (depth 8, width 4, shortcut A: conv, batch norm,
+// no-decay group; AdamW with amsgrad; gradient clipping; the fp16 loss scaler's unscale, on the host
+// and with its verdict kept on the GPU) every parameter must match. Models: a CIFAR ResNet (depth 8, width 4, shortcut A: conv, batch norm,
 // ReLU, slicing and concat, global pooling, linear) and LeNet (max pooling, dropout, linear).
 // Convolutions run with TF32 off so the f32 tolerances can stay tight.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/cuda/host_wait.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
@@ -137,6 +139,52 @@ TEST_F(TrainStepOnGpu, ResNetSgdStepsMatchTheCpu) {
     kiln::testing::expect_close(t.to_double_vector(), sc.tensors.at(k).to_double_vector(), 1e-4, 1e-3, k);
   }
   og.load_state_dict(sc);
+}
+
+// The fp16 loss scaler's device mode, as `kiln train` runs an fp16 SGD step on a GPU: the unscale,
+// the skip and the scale's update stay on the GPU, and the steps match the CPU's host-mode steps
+// (non-finite batches skipped, the first one included). Once SGD's momentum buffers exist (its
+// first step taken reads the flag once), a whole step must not wait for the GPU at all.
+TEST_F(TrainStepOnGpu, ResNetScalerVerdictOnTheGpuMatchesTheCpuAndNeverWaits) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  Replica c = make_replica(resnet_cfg(), Device::cpu()), g = make_replica(resnet_cfg(), gpu());
+  SGDOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.dampening = 0.1;  // the first step (buf = g) differs from the later ones
+  so.weight_decay = 5e-4;
+  SGD oc(c.params, so), og(g.params, so);
+  LossScalerOptions lo;
+  lo.growth_interval = 2;
+  LossScaler sc(lo), sg(lo);
+  const std::vector<bool> bad = {true, false, false, true, false, false};
+  for (size_t step = 0; step < bad.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    Tensor x = rand_cpu({6, 16, 16, 3}, 300 + step), y = labels_for(6);
+    if (bad[step]) {
+      std::vector<float> v = x.to_float_vector();
+      v[7] = std::numeric_limits<float>::infinity();
+      x = Tensor::from_vector(v, x.shape());
+    }
+    manual_seed(99);
+    for (auto& p : c.params) p.param.zero_grad();
+    sc.scale_loss(ops::cross_entropy(c.model->forward(x), y, 0.1)).backward();
+    EXPECT_EQ(sc.step(oc), !bad[step]);
+    Tensor xg = x.to(gpu()), yg = y.to(gpu());  // uploads from pageable memory wait: before the count
+    const HostWaitStats before = host_wait_stats();
+    manual_seed(99);
+    for (auto& p : g.params) p.param.zero_grad();
+    sg.scale_loss(ops::cross_entropy(g.model->forward(xg), yg, 0.1)).backward();
+    sg.unscale_on_device(g.params);
+    og.step_unless(sg.found_inf());
+    sg.update_on_device();
+    if (step >= 2) {
+      EXPECT_EQ(host_wait_stats().calls, before.calls) << "a device-mode step waited for the GPU";
+    }
+    EXPECT_EQ(sg.state_dict(), sc.state_dict());
+    expect_params_close(g, c, 1e-4);
+  }
+  EXPECT_EQ(sg.skipped_steps(), 2);
 }
 
 TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {

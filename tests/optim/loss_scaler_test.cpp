@@ -1,5 +1,6 @@
 // Dynamic loss scaling: growth after N clean steps, backoff and skip on an injected inf, a run with
-// a skipped step equal to a control run that never took it, the floor, the abort, state round trip.
+// a skipped step equal to a control run that never took it, the floor, the abort, state round trip;
+// device mode (the verdict and the rule kept in tensors, as a GPU step keeps them) against host mode.
 #include "optim/loss_scaler.h"
 
 #include <gtest/gtest.h>
@@ -204,4 +205,122 @@ TEST(LossScaler, StateRoundTrip) {
   bad_state["skipped_steps"] = 1.5;
   EXPECT_THROW(b.load_state_dict(bad_state), Error);
   EXPECT_EQ(b.state_dict(), a.state_dict());  // failed loads changed nothing
+}
+
+namespace {
+// The losses of SkippedStepEqualsControlRun, with infs at the steps in `bad`.
+Tensor x_with_infs(int t, const std::vector<int>& bad) {
+  std::vector<float> x = {0.5f * t - 1.0f, 0.25f, -0.125f * t, 2.0f};
+  for (int b : bad)
+    if (t == b) x[1] = kInf;
+  return Tensor::from_vector(x, {4});
+}
+}  // namespace
+
+// Device mode (the GPU step's path, run here on CPU tensors): the same losses through scale_loss,
+// unscale_on_device, SGD's step_unless(found_inf()) and update_on_device take exactly the host
+// mode's steps: equal weights and momentum buffers bit for bit, and the same scale and counters
+// after every iteration. The first iteration is skipped (SGD reads the flag there: its momentum
+// buffers must not be created by a step not taken, and with dampening the first step differs from
+// the later ones), and two later ones in a row.
+TEST(LossScaler, DeviceModeTakesTheHostModesSteps) {
+  const std::vector<int> bad = {0, 4, 5};
+  SGDOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.dampening = 0.25;
+  o.weight_decay = 0.01;
+  auto w_host = make_param("w", {1.0f, -2.0f, 0.5f, 3.0f});
+  auto w_dev = make_param("w", {1.0f, -2.0f, 0.5f, 3.0f});
+  SGD opt_host({w_host}, o), opt_dev({w_dev}, o);
+  LossScaler host(small(65536, 3)), dev(small(65536, 3));
+  for (int t = 0; t < 10; ++t) {
+    opt_host.zero_grad();
+    host.scale_loss(ops::sum(ops::mul(w_host.param, x_with_infs(t, bad)))).backward();
+    const bool stepped = host.step(opt_host);
+    opt_dev.zero_grad();
+    dev.scale_loss(ops::sum(ops::mul(w_dev.param, x_with_infs(t, bad)))).backward();
+    dev.unscale_on_device(opt_dev.params());
+    EXPECT_EQ(dev.found_inf().item(), stepped ? 0.0 : 1.0) << t;
+    opt_dev.step_unless(dev.found_inf());
+    dev.update_on_device();
+    EXPECT_TRUE(dev.on_device());
+    EXPECT_EQ(dev.found_inf().item(), 0.0) << "update_on_device clears the flag, step " << t;
+    EXPECT_EQ(values(w_dev), values(w_host)) << t;
+    EXPECT_EQ(dev.scale(), host.scale()) << t;
+    EXPECT_EQ(dev.skipped_steps(), host.skipped_steps()) << t;
+    EXPECT_EQ(dev.growth_tracker(), host.growth_tracker()) << t;
+    EXPECT_EQ(dev.consecutive_nonfinite(), host.consecutive_nonfinite()) << t;
+  }
+  EXPECT_EQ(host.skipped_steps(), 3);
+  const OptimizerState a = opt_host.state_dict(), b = opt_dev.state_dict();
+  ASSERT_EQ(a.tensors.size(), 1u);
+  ASSERT_EQ(b.tensors.size(), 1u);
+  EXPECT_EQ(a.tensors.begin()->second.to_float_vector(), b.tensors.begin()->second.to_float_vector());
+  EXPECT_EQ(dev.state_dict(), host.state_dict());
+}
+
+// In device mode nothing throws during the steps; poll() (the trainer's, at each log interval)
+// reads the state and stops with update()'s error once max_nonfinite_steps bad iterations in a row
+// have been counted.
+TEST(LossScaler, DeviceModeStopsAtThePollAfterTooManyNonFiniteIterations) {
+  auto p = make_param("w", {1.0f});
+  LossScaler s(small(16, 100, 1, /*max_bad=*/3));
+  auto bad_iteration = [&] {
+    set_grad(p, {kInf});
+    s.unscale_on_device({p});
+    s.update_on_device();
+  };
+  bad_iteration();
+  bad_iteration();
+  EXPECT_NO_THROW(s.poll());
+  EXPECT_EQ(s.consecutive_nonfinite(), 2);
+  bad_iteration();
+  bad_iteration();  // past the limit: still no error until the poll
+  try {
+    s.poll();
+    ADD_FAILURE() << "no abort";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("non-finite (inf/NaN) for 4 iterations in a row"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("precision=bf16"), std::string::npos) << msg;
+  }
+}
+
+// The host-mode calls and load_state_dict take the state back from the device and go on from it;
+// the next device-mode iteration moves it there again.
+TEST(LossScaler, SwitchingModesKeepsTheState) {
+  auto p = make_param("w", {1.0f, 2.0f});
+  LossScaler dev(small(1024, 2, 1, 10)), host(small(1024, 2, 1, 10));
+  auto iteration = [&](bool bad, bool on_device) {
+    set_grad(p, {bad ? kInf : 8.0f, 4.0f});
+    if (on_device) {
+      dev.unscale_on_device({p});
+      dev.update_on_device();
+    } else {
+      dev.update(!dev.unscale_and_check({p}));
+    }
+    host.update(bad);
+    EXPECT_EQ(dev.state_dict(), host.state_dict());
+  };
+  iteration(false, true);
+  iteration(true, true);
+  iteration(false, false);
+  EXPECT_FALSE(dev.on_device());
+  iteration(false, true);
+  iteration(false, true);
+  EXPECT_EQ(dev.scale(), 1024.0);  // backed off to 512, then grown after two clean iterations
+  LossScaler loaded(small(1024, 2, 1, 10));
+  loaded.load_state_dict(dev.state_dict());
+  EXPECT_FALSE(loaded.on_device());
+  dev.load_state_dict(host.state_dict());
+  EXPECT_FALSE(dev.on_device());
+  EXPECT_EQ(dev.state_dict(), host.state_dict());
+  // In device mode the loss is multiplied by the scale held there.
+  iteration(false, true);
+  Tensor w = make_param("v", {3.0f}).param;
+  Tensor scaled = dev.scale_loss(ops::sum(w));
+  scaled.backward();
+  EXPECT_EQ(scaled.item(), 3.0 * dev.scale());
+  EXPECT_EQ(w.grad().item(), dev.scale());
 }

@@ -1,5 +1,6 @@
 // SGD: each update against values worked out by hand from torch.optim.SGD's formulas (shown in the
 // comments), weight decay skipped for no_decay parameters, state round trip, errors.
+#include "optim/adamw.h"
 #include "optim/sgd.h"
 
 #include <gtest/gtest.h>
@@ -200,4 +201,49 @@ TEST(SGD, BadParamsAndOptions) {
   // A gradient of the wrong shape.
   Tensor t = p.param;
   EXPECT_THROW(t.set_grad(Tensor::zeros({3})), Error);
+}
+
+// step_unless (the fp16 loss scaler's device mode): a nonzero flag leaves the weights and the
+// momentum buffers as they are, exactly as a step never taken, including a first step (with
+// dampening the first step sets buf = g and the later ones buf = m*buf + (1-d)*g, so a buffer must
+// not be created by a skipped step). AdamW counts its steps on the host and does not offer it.
+TEST(SGD, StepUnlessAFlagIsAStepNotTaken) {
+  for (bool nesterov : {false, true}) {
+    SGDOptions o;
+    o.lr = 0.1;
+    o.momentum = 0.9;
+    o.dampening = nesterov ? 0.0 : 0.25;
+    o.nesterov = nesterov;
+    o.weight_decay = 0.01;
+    auto a = make_param("a", {1.0f, -2.0f, 0.5f});
+    auto b = make_param("b", {3.0f, 0.25f});
+    std::vector<ParamRef> ref_params = {a, b};
+    std::vector<ParamRef> flagged = kiln::testing::copy_params(ref_params);
+    SGD ref(ref_params, o), dev(flagged, o);
+    const std::vector<int> flags = {1, 0, 0, 1, 1, 0, 0};
+    for (size_t t = 0; t < flags.size(); ++t) {
+      const std::vector<float> ga = {0.5f * t - 1.0f, 0.25f, -0.125f}, gb = {2.0f, -1.0f * t};
+      set_grad(ref_params[0], ga);
+      set_grad(ref_params[1], gb);
+      set_grad(flagged[0], ga);
+      set_grad(flagged[1], gb);
+      if (!flags[t]) ref.step();
+      dev.step_unless(Tensor::full({}, flags[t], DType::i32));
+      for (size_t k = 0; k < 2; ++k)
+        EXPECT_EQ(values(flagged[k]), values(ref_params[k])) << "nesterov " << nesterov << ", step " << t << ", " << k;
+    }
+    const OptimizerState sr = ref.state_dict(), sd = dev.state_dict();
+    ASSERT_EQ(sr.tensors.size(), 2u);
+    ASSERT_EQ(sd.tensors.size(), 2u);
+    for (const auto& [key, t] : sr.tensors) EXPECT_EQ(sd.tensors.at(key).to_float_vector(), t.to_float_vector()) << key;
+  }
+  AdamW adamw({make_param("w", {1.0f})});
+  EXPECT_FALSE(adamw.can_skip_on_device());
+  try {
+    adamw.step_unless(Tensor::zeros({}, DType::i32));
+    ADD_FAILURE() << "AdamW skipped on the device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adamw: the step cannot be skipped on the device"), std::string::npos)
+        << e.what();
+  }
 }

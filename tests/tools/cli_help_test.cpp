@@ -84,7 +84,9 @@ TEST(CliHelp, EveryCommandAnswersHelpWithItsUsageAndDoesNothingElse) {
       EXPECT_EQ(r.out.back(), '\n');
       if (is_group(name, names))
         for (const std::string& sub : names)
-          if (sub.rfind(name + " ", 0) == 0) EXPECT_NE(r.out.find("  " + sub + " "), std::string::npos) << sub;
+          if (sub.rfind(name + " ", 0) == 0) {
+            EXPECT_NE(r.out.find("  " + sub + " "), std::string::npos) << sub;
+          }
       EXPECT_TRUE(fs::is_empty(dir)) << "kiln " << name << " " << flag << " wrote into its working folder";
     }
   }

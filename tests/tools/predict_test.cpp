@@ -185,7 +185,9 @@ TEST_F(Predict, CsvAndJsonl) {
       EXPECT_EQ(t["class"], f[1 + 2 * k]);
       EXPECT_NEAR(t["prob"].get<double>(), std::stod(f[2 + 2 * k]), 1e-6);
       EXPECT_GT(t["prob"].get<double>(), 0.0);
-      if (k > 0) EXPECT_LE(t["prob"].get<double>(), o["topk"][k - 1]["prob"].get<double>());
+      if (k > 0) {
+        EXPECT_LE(t["prob"].get<double>(), o["topk"][k - 1]["prob"].get<double>());
+      }
       char p[32];
       std::snprintf(p, sizeof p, "%.4f", t["prob"].get<double>());
       line += (k ? ", " : " ") + t["class"].get<std::string>() + " (" + p + ")";

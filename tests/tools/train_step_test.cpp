@@ -2,7 +2,8 @@
 //  - N micro-batches take the step of the whole batch; the loss read is the batch's mean loss;
 //  - update = false (AutoBatch's probe) leaves the weights alone and the gradients in place;
 //  - a non-finite loss takes no step: without a scaler it is reported (finite = false), with one
-//    the step is skipped and the scale backs off;
+//    the step is skipped and the scale backs off; with the scaler's verdict kept on the device (a
+//    GPU step's way) the steps taken are the same;
 //  - the step is deterministic (bit-exact twice from the same weights);
 //  - the optimizer's state size (AutoBatch adds it to the probe) is what its state_dict holds.
 #include <gtest/gtest.h>
@@ -243,5 +244,71 @@ TEST(OptimizerState, StateBytesIsWhatTheStateDictHolds) {
   for (Optimizer* o : std::initializer_list<Optimizer*>{&sgd0, &sgd, &adam, &adam_ams}) {
     train_step(*m, *o, StepBatch{pb.x, pb.y, Tensor()}, StepSetup{});
     EXPECT_EQ(state_dict_bytes(*o), o->state_bytes()) << o->type() << " slots " << o->state_slots();
+  }
+}
+
+// scaler_on_device (how an fp16 step runs on a GPU, here on CPU tensors): the skip decision stays
+// with the tensors, and the steps taken, the weights and the scaler's state equal those of the
+// host-mode step, batch after batch, over non-finite batches (the first one included). AdamW
+// (host-side step counts) and clipping (the norm is read back) are refused with the reason.
+TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
+  Problem bad = problem(6);
+  std::vector<float> v(static_cast<size_t>(bad.x.numel()), 1.0f);
+  v[5] = std::numeric_limits<float>::infinity();
+  bad.x = Tensor::from_vector(v, bad.x.shape());
+  auto host_net = tiny_net(), dev_net = tiny_net();
+  SGDOptions o = sgd_options();
+  o.nesterov = false;
+  o.dampening = 0.1;
+  SGD host_opt(params_of(*host_net), o), dev_opt(params_of(*dev_net), o);
+  LossScalerOptions so;
+  so.growth_interval = 2;
+  LossScaler host_scaler(so), dev_scaler(so);
+  StepSetup host_setup, dev_setup;
+  host_setup.scaler = &host_scaler;
+  host_setup.read_loss = false;
+  dev_setup = host_setup;
+  dev_setup.scaler = &dev_scaler;
+  dev_setup.scaler_on_device = true;
+  int k = 0;
+  for (bool is_bad : {true, false, false, true, false, false, false}) {
+    const Problem pb = is_bad ? bad : problem(6 + k++);
+    StepResult rh = train_step(*host_net, host_opt, StepBatch{pb.x, pb.y, Tensor()}, host_setup);
+    StepResult rd = train_step(*dev_net, dev_opt, StepBatch{pb.x, pb.y, Tensor()}, dev_setup);
+    EXPECT_EQ(rh.stepped, !is_bad);
+    EXPECT_FALSE(rh.verdict_on_device);
+    EXPECT_TRUE(rd.verdict_on_device);
+    EXPECT_EQ(flat_weights(*dev_net), flat_weights(*host_net));
+    EXPECT_EQ(dev_scaler.state_dict(), host_scaler.state_dict());
+  }
+  EXPECT_EQ(dev_scaler.skipped_steps(), 2);
+  const Problem good = problem(6);
+  {
+    auto m = tiny_net();
+    AdamW adamw(params_of(*m));
+    LossScaler s;
+    StepSetup setup = dev_setup;
+    setup.scaler = &s;
+    try {
+      train_step(*m, adamw, StepBatch{good.x, good.y, Tensor()}, setup);
+      ADD_FAILURE() << "AdamW with the verdict on the device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("adamw reads the loss scaler's verdict instead"), std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    auto m = tiny_net();
+    SGD sgd(params_of(*m), sgd_options());
+    LossScaler s;
+    StepSetup setup = dev_setup;
+    setup.scaler = &s;
+    setup.clip_grad_norm = 1.0;
+    try {
+      train_step(*m, sgd, StepBatch{good.x, good.y, Tensor()}, setup);
+      ADD_FAILURE() << "clipping with the verdict on the device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("takes no clipping (clip_grad_norm = 1)"), std::string::npos) << e.what();
+    }
   }
 }
