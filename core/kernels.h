@@ -305,6 +305,14 @@ struct Kernels {
 };
 
 // The table of `device` (core/kernels.cpp). A CUDA device in a build without CUDA is an error.
+// The argument check both backends' loss_scale_unscale/loss_scale_update start with.
+inline void check_loss_scale_state(const char* op, const Tensor& state, const Tensor& found_inf) {
+  KILN_CHECK(state.dtype() == DType::f64 && state.numel() == kLossScaleStateSize && state.is_contiguous() &&
+                 found_inf.dtype() == DType::i32 && found_inf.numel() == 1 && state.device() == found_inf.device(),
+             op, ": state must be f64 (", static_cast<int>(kLossScaleStateSize), ") and found_inf i32 [] on one device, got ",
+             state.str(), " and ", found_inf.str());
+}
+
 const Kernels& kernels(Device device);
 
 // Entry `field` of `device`'s table, or Error "<op>: no <device> kernel".

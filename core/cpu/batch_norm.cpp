@@ -204,7 +204,7 @@ inline T relu_grad(T g, T y) {
 // relu(x) as the unary kernel computes it: NaN stays NaN, -0 and negatives become +0.
 template <typename T>
 inline T relu_of(T v) {
-  return (v > 0) | (v != v) ? v : T(0);
+  return ((v > 0) | (v != v)) ? v : T(0);
 }
 
 // The fused epilogue of batch_norm_relu_forward: out[r, c] = relu(a[c] * u[r, c] + d[c] [+ res[r, c]]).

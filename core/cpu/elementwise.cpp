@@ -157,7 +157,7 @@ Tensor binary(ElementwiseBinary op, const Tensor& a, const Tensor& b) {
 Tensor unary(ElementwiseUnary op, const Tensor& a) {
   switch (op) {
     // NaN stays NaN (PyTorch's relu), so a diverged activation reaches the loss check.
-    case ElementwiseUnary::relu: return unary_impl(a, [](auto x) { return (x > 0) | (x != x) ? x : decltype(x)(0); });
+    case ElementwiseUnary::relu: return unary_impl(a, [](auto x) { return ((x > 0) | (x != x)) ? x : decltype(x)(0); });
     case ElementwiseUnary::exp: return unary_impl(a, [](auto x) { return std::exp(x); });
     case ElementwiseUnary::log: return unary_impl(a, [](auto x) { return std::log(x); });
     case ElementwiseUnary::sqrt: return unary_impl(a, [](auto x) { return std::sqrt(x); });

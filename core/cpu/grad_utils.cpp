@@ -29,24 +29,15 @@ bool scale_and_check_finite(const std::vector<Tensor>& xs, double factor) {
   return finite;
 }
 
-namespace {
-void check_scaler_state(const char* op, const Tensor& state, const Tensor& found_inf) {
-  KILN_CHECK(state.dtype() == DType::f64 && state.numel() == kLossScaleStateSize && state.is_contiguous() &&
-                 found_inf.dtype() == DType::i32 && found_inf.numel() == 1,
-             op, ": state must be f64 (", static_cast<int>(kLossScaleStateSize), ") and found_inf i32 [], got ",
-             state.str(), " and ", found_inf.str());
-}
-}  // namespace
-
 void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) {
-  check_scaler_state("loss_scale_unscale", state, found_inf);
+  check_loss_scale_state("loss_scale_unscale", state, found_inf);
   // float(1 / scale), as LossScaler::unscale_and_check passes it (the value scale_and_check_finite rounds to).
   const float inv = static_cast<float>(1.0 / state.data<double>()[kScale]);
   if (!scale_and_check_finite(grads, inv)) found_inf.data<int32_t>()[0] = 1;
 }
 
 void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule) {
-  check_scaler_state("loss_scale_update", state, found_inf);
+  check_loss_scale_state("loss_scale_update", state, found_inf);
   KILN_CHECK(scale32.dtype() == DType::f32 && scale32.numel() == 1, "loss_scale_update: scale32 must be f32 [], got ",
              scale32.str());
   double* s = state.data<double>();

@@ -279,14 +279,6 @@ bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale
 }
 
 namespace {
-void check_scaler_state(const char* op, const Tensor& state, const Tensor& found_inf) {
-  KILN_CHECK(state.dtype() == DType::f64 && state.numel() == kLossScaleStateSize && state.is_contiguous() &&
-                 found_inf.dtype() == DType::i32 && found_inf.numel() == 1,
-             op, ": state must be f64 (", static_cast<int>(kLossScaleStateSize), ") and found_inf i32 [], got ",
-             state.str(), " and ", found_inf.str());
-  same_device(op, {&state, &found_inf});
-}
-
 __global__ void loss_scale_update_kernel(double* state, float* scale32, int32_t* found_inf, LossScaleRule rule) {
   apply_loss_scale_rule(state, *found_inf != 0, rule);
   *scale32 = static_cast<float>(state[kScale]);
@@ -296,7 +288,7 @@ __global__ void loss_scale_update_kernel(double* state, float* scale32, int32_t*
 
 void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf) {
   const char* op = "loss_scale_unscale";
-  check_scaler_state(op, state, found_inf);
+  check_loss_scale_state(op, state, found_inf);
   Table t;
   for (const Tensor& g : grads) {
     if (!g.defined()) continue;
@@ -311,7 +303,7 @@ void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, c
 
 void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule) {
   const char* op = "loss_scale_update";
-  check_scaler_state(op, state, found_inf);
+  check_loss_scale_state(op, state, found_inf);
   KILN_CHECK(scale32.dtype() == DType::f32 && scale32.numel() == 1, op, ": scale32 must be f32 [], got ", scale32.str());
   int device = same_device(op, {&state, &scale32});
   DeviceGuard g(device);

@@ -91,7 +91,9 @@ TEST(MixDraw, FollowsTimmsChoiceRules) {
       MixParams p = draw_mix(o, 1, 0, b, 32, 32);
       mixed += p.mixed;
       cutmix += p.cutmix;
-      if (!p.mixed) EXPECT_EQ(p.lam, 1.0);
+      if (!p.mixed) {
+        EXPECT_EQ(p.lam, 1.0);
+      }
       EXPECT_GE(p.lam, 0.0);
       EXPECT_LE(p.lam, 1.0);
     }
