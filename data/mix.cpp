@@ -122,7 +122,7 @@ void mix_typed(const T* in, T* out, int64_t N, int64_t H, int64_t W, int64_t C, 
 }
 }  // namespace
 
-Tensor mix_images(const Tensor& images0, const MixParams& p) {
+Tensor mix_images(const Tensor& images0, const MixParams& p, Tensor out) {
   check_images("mix_images", images0);
   KILN_CHECK(images0.dtype() == DType::f32 || images0.dtype() == DType::bf16,
              "mix_images: images must be f32 or bf16, got ", images0.str());
@@ -131,7 +131,13 @@ Tensor mix_images(const Tensor& images0, const MixParams& p) {
   const int64_t N = images.size(0), H = images.size(1), W = images.size(2), C = images.size(3);
   KILN_CHECK(!p.cutmix || (p.y0 >= 0 && p.y0 <= p.y1 && p.y1 <= H && p.x0 >= 0 && p.x0 <= p.x1 && p.x1 <= W),
              "mix_images: the CutMix box does not fit ", images.str());
-  Tensor out = Tensor::empty(images.shape(), images.dtype());
+  if (out.defined())
+    KILN_CHECK(out.device().is_cpu() && out.is_contiguous() && out.shape() == images.shape() &&
+                   out.dtype() == images.dtype() && out.raw_data() != images.raw_data(),
+               "mix_images: the output ", out.str(), " must be a separate contiguous CPU tensor shaped like ",
+               images.str());
+  else
+    out = Tensor::empty(images.shape(), images.dtype());
   if (images.dtype() == DType::f32) mix_typed(images.data<float>(), out.data<float>(), N, H, W, C, p);
   else mix_typed<uint16_t>(images.data_u16(), out.data_u16(), N, H, W, C, p);
   return out;
@@ -161,7 +167,8 @@ Tensor dominant_labels(const Tensor& labels, double lam) {
   return Tensor::from_vector(out, {static_cast<int64_t>(N)}, DType::i64);
 }
 
-MixedBatch mix_batch(const MixupOptions& o, uint64_t seed, const Batch& b, int64_t num_classes, double label_smoothing) {
+MixedBatch mix_batch(const MixupOptions& o, uint64_t seed, const Batch& b, int64_t num_classes, double label_smoothing,
+                     PinnedStaging* staging) {
   MixedBatch m;
   if (!o.enabled()) {
     m.images = b.images;
@@ -170,9 +177,14 @@ MixedBatch mix_batch(const MixupOptions& o, uint64_t seed, const Batch& b, int64
   }
   check_images("mix_batch", b.images);
   m.params = draw_mix(o, seed, b.epoch, b.index, b.images.size(1), b.images.size(2));
-  m.images = mix_images(b.images, m.params);
+  m.images = mix_images(b.images, m.params,
+                        staging && m.params.mixed ? staging->buffer(b.images.shape(), b.images.dtype(), 0) : Tensor());
   m.targets = mix_targets(b.labels, num_classes, m.params.lam, label_smoothing);
   m.labels = dominant_labels(b.labels, m.params.lam);
+  if (staging) {  // small: copied into their buffers
+    m.targets = staging->stage(m.targets, 1);
+    m.labels = staging->stage(m.labels, 2);
+  }
   return m;
 }
 

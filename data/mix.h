@@ -16,6 +16,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/cuda/pinned.h"
 #include "core/json_util.h"
 #include "core/tensor.h"
 #include "data/loader.h"
@@ -53,8 +54,9 @@ struct MixParams {
 MixParams draw_mix(const MixupOptions& o, uint64_t seed, int64_t epoch, int64_t batch_index, int64_t h, int64_t w);
 
 // The images (N, H, W, C) f32 or bf16 on the CPU, mixed as `p` says, as a new tensor (the input is
-// left unchanged; a batch that is not mixed is returned as it is).
-Tensor mix_images(const Tensor& images, const MixParams& p);
+// left unchanged; a batch that is not mixed is returned as it is). `out`, when given, is written
+// instead of a new tensor: contiguous, the images' shape and dtype, not the images themselves.
+Tensor mix_images(const Tensor& images, const MixParams& p, Tensor out = Tensor());
 
 // Soft targets (N, K) f32: lam onehot_e(y_i) + (1-lam) onehot_e(y_{N-1-i}), onehot_e = (1-e) onehot + e/K.
 Tensor mix_targets(const Tensor& labels, int64_t num_classes, double lam, double label_smoothing);
@@ -71,12 +73,15 @@ double sample_beta(SampleRng& rng, double a, double b);
 // by draw_mix(o, seed, b.epoch, b.index, H, W), the soft targets (N, K) f32 on the CPU with label
 // smoothing applied as timm does, and labels = dominant_labels (for the training accuracy); with
 // mixup off: b.images, no targets (undefined: the loss uses the class labels) and b.labels.
+// With `staging` (training on a GPU) the mixed tensors are made in its pinned buffers (roles 0, 1,
+// 2: images, targets, labels), so that their upload does not wait for the device.
 // An enabled mixup draws soft targets for every batch, an unmixed one too (lam = 1: the smoothed one-hots).
 struct MixedBatch {
   Tensor images, targets, labels;
   MixParams params;
 };
-MixedBatch mix_batch(const MixupOptions& o, uint64_t seed, const Batch& b, int64_t num_classes, double label_smoothing);
+MixedBatch mix_batch(const MixupOptions& o, uint64_t seed, const Batch& b, int64_t num_classes, double label_smoothing,
+                     PinnedStaging* staging = nullptr);
 
 // Flip TTA: the images (N, H, W, C) on the CPU (any dtype) mirrored left-right (along W), a new tensor.
 Tensor flip_images_lr(const Tensor& images);

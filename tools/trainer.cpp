@@ -14,6 +14,7 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
+#include "core/cuda/pinned.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/io/safetensors.h"
@@ -487,6 +488,7 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     if (show) std::cout << (tty ? "\n" : "") << describe_budget(in, plan) << "\n";
   };
   const int64_t first_epoch = state.epoch;
+  PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
   for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
     model->train();
     train_loader.start_epoch(epoch);
@@ -535,7 +537,8 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
       optimizer->set_lr(lr);
       // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
       // for the whole batch, so that train.accumulate does not change what is mixed.
-      MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing);
+      MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing,
+                                   device.is_cuda() ? &mix_staging : nullptr);
       // The shared step (tools/train_step.h): micro-batches (train.accumulate), scaled backward,
       // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
       // count go to the epoch's statistics, accumulated on the device.

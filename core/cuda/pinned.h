@@ -4,6 +4,9 @@
 // Without CUDA (or without a visible GPU) these are ordinary CPU tensors and the wait is a no-op,
 // so callers need no #ifdef. Tests: tests/gpu/copy_test.cpp.
 #pragma once
+#include <cstddef>
+#include <vector>
+
 #include "core/tensor.h"
 
 namespace kiln {
@@ -14,5 +17,25 @@ Tensor empty_pinned(const Shape& shape, DType dtype);
 bool is_pinned(const Tensor& t);
 // Blocks until every asynchronous copy that reads t's pinned storage has finished.
 void wait_host_copies(const Tensor& t);
+
+// Pinned buffers for tensors the host makes anew every step (the trainer's MixUp/CutMix batch): a
+// copy to a GPU from ordinary memory waits for the device (core/cuda/copy_cuda.cu), one from these
+// returns at once. Each role (images, targets, labels) has `depth` buffers used in turn; before one
+// is handed out again, wait_host_copies() lets the upload that read it finish (that of `depth`
+// steps ago: done, unless the host runs that far ahead of the GPU). Without a visible GPU buffer()
+// gives ordinary tensors and stage() returns its argument. Tests: tests/gpu/copy_test.cpp.
+class PinnedStaging {
+ public:
+  explicit PinnedStaging(int depth = 2);
+  // The next buffer of `role`, shaped (shape, dtype), contiguous, free to fill.
+  Tensor buffer(const Shape& shape, DType dtype, size_t role);
+  // A copy of t in the next buffer of `role`; t itself when it is pinned already or no GPU is visible.
+  Tensor stage(const Tensor& t, size_t role);
+
+ private:
+  int depth_;
+  std::vector<std::vector<Tensor>> slots_;  // [role][depth]
+  std::vector<size_t> next_;                // [role]: the slot handed out next
+};
 
 }  // namespace kiln

@@ -185,6 +185,29 @@ TEST(MixImages, MixUpBlendsWithTheFlippedBatch) {
   }
 }
 
+// The trainer's GPU path mixes straight into a pinned buffer (mix_batch with a PinnedStaging): the
+// same values as a new tensor, the buffer itself returned; a buffer that does not fit is refused.
+// Without a visible GPU the staging hands out ordinary tensors and stage() keeps its argument.
+TEST(MixImages, IntoAGivenBufferAndThroughAStaging) {
+  Tensor x = ramp(4, 3, 2, 3);
+  MixParams p;
+  p.mixed = true;
+  p.lam = 0.6;
+  Tensor out = Tensor::empty(x.shape(), x.dtype());
+  Tensor m = mix_images(x, p, out);
+  EXPECT_TRUE(m.same(out));
+  EXPECT_EQ(m.to_double_vector(), mix_images(x, p).to_double_vector());
+  EXPECT_THROW(mix_images(x, p, Tensor::empty({4, 3, 2, 1}, x.dtype())), Error);
+  EXPECT_THROW(mix_images(x, p, Tensor::empty(x.shape(), DType::bf16)), Error);
+  EXPECT_THROW(mix_images(x, p, x), Error);  // in place would read what it already wrote
+  if (cuda_device_count() == 0) {
+    PinnedStaging staging;
+    Tensor t = Tensor::from_vector(std::vector<float>{1, 2}, {2});
+    EXPECT_TRUE(staging.stage(t, 1).same(t));
+    EXPECT_EQ(staging.buffer({2, 3}, DType::f32, 0).shape(), (Shape{2, 3}));
+  }
+}
+
 TEST(MixImages, CutMixPastesTheBoxFromThePartner) {
   for (DType dt : {DType::f32, DType::bf16})
     for (int64_t C : {1, 3}) {

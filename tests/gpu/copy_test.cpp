@@ -2,7 +2,13 @@
 // fill on a GPU: the results must equal the CPU's copy/fill bit for bit.
 #include <gtest/gtest.h>
 
+#include "core/cuda/pinned.h"
 #include "tests/gpu/gpu_test_util.h"
+
+#ifdef KILN_WITH_CUDA
+#include "core/cuda/host_wait.h"
+#include "core/ops/linear.h"
+#endif
 
 using namespace kiln;
 using kiln::gputest::gpu;
@@ -108,3 +114,31 @@ TEST(CudaCopy, AcrossDevices) {
   dst.copy_(c.to(Device::cuda(0)).transpose(0, 1));
   EXPECT_EQ(dst.to_double_vector(), c.transpose(0, 1).to(DType::bf16).to_double_vector());
 }
+
+#ifdef KILN_WITH_CUDA
+// PinnedStaging (the trainer's MixUp/CutMix batch on a GPU): tensors made on the host each step go
+// up through its pinned buffers without waiting, even behind tens of milliseconds of queued work;
+// the third batch of a role (ring depth 2) reuses the first buffer only after the first upload has
+// read it, so every upload keeps its own values.
+TEST(CudaCopy, StagedUploadsDoNotWaitAndKeepTheirValues) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  PinnedStaging staging(2);
+  Tensor a = gputest::rand_cpu({4096, 4096}, 5).to(gpu());
+  Tensor c = ops::matmul(a, a);
+  cuda::synchronize(0);
+  auto batch = [](int k) { return Tensor::full({64, 1000}, k + 1.0); };  // a new tensor each time
+  for (int k = 0; k < 40; ++k) c = ops::matmul(a, a);  // the GPU is busy for a while
+  const HostWaitStats before = host_wait_stats();
+  std::vector<Tensor> up;
+  for (int k = 0; k < 2; ++k) {
+    Tensor staged = staging.stage(batch(k), 0);
+    EXPECT_TRUE(is_pinned(staged));
+    up.push_back(staged.to(gpu()));
+  }
+  EXPECT_EQ(host_wait_stats().calls, before.calls) << "a staged upload waited for the GPU";
+  up.push_back(staging.stage(batch(2), 0).to(gpu()));  // buffer 0 again: waits for upload 0
+  for (int k = 0; k < 3; ++k) EXPECT_EQ(up[k].to_double_vector(), batch(k).to_double_vector()) << "upload " << k;
+  Tensor pinned = empty_pinned({3}, DType::f32);
+  EXPECT_TRUE(staging.stage(pinned, 1).same(pinned));  // pinned already: no copy
+}
+#endif  // KILN_WITH_CUDA
