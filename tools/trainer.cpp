@@ -14,8 +14,8 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
-#include "core/cuda/pinned.h"
 #include "core/comm.h"
+#include "core/cuda/pinned.h"
 #include "core/device.h"
 #include "core/io/safetensors.h"
 #include "core/kernels.h"

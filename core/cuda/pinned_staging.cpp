@@ -18,12 +18,8 @@ Tensor PinnedStaging::buffer(const Shape& shape, DType dtype, size_t role) {
   }
   Tensor& slot = slots_[role][next_[role]];
   next_[role] = (next_[role] + 1) % static_cast<size_t>(depth_);
-  if (slot.defined() && slot.shape() == shape && slot.dtype() == dtype) {
-    wait_host_copies(slot);  // the upload that last read it
-  } else {
-    if (slot.defined()) wait_host_copies(slot);  // freed below: nothing may still read it
-    slot = empty_pinned(shape, dtype);
-  }
+  if (slot.defined()) wait_host_copies(slot);  // the upload that last read it: done before a refill or a free
+  if (!slot.defined() || slot.shape() != shape || slot.dtype() != dtype) slot = empty_pinned(shape, dtype);
   return slot;
 }
 
