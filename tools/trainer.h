@@ -157,6 +157,11 @@ TrainResult train(const json& config, bool quiet = false);
 TrainResult train_replicas(const json& config, const std::vector<Device>& devices,
                            std::vector<std::unique_ptr<Communicator>> comms, bool quiet = false);
 
+// One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
+// the size is 1). train() and train_replicas() (tools/train_launch.cpp) start one per process or
+// per GPU; tools/trainer.cpp holds its loop.
+TrainResult train_replica(const json& config, bool quiet, Communicator& comm, Device device);
+
 struct EvalResult {
   double top1 = 0, top5 = 0, loss = 0;
   int64_t samples = 0;
