@@ -1,5 +1,5 @@
 // Communicator: the collectives data-parallel training needs. Implementations: a single-rank
-// communicator (here), MPI between processes (tools/mpi_comm.cpp, CPU tensors), NCCL between GPUs
+// communicator (here), MPI between processes (tools/engine/mpi_comm.cpp, CPU tensors), NCCL between GPUs
 // (core/cuda/, created by the functions at the end through the kernel table). Collectives are started asynchronously and return a Work to wait on, so gradient
 // buckets can be reduced while backward goes on. Every wait has a timeout: a peer that does not
 // arrive makes the collective throw an Error naming the collective and the ranks that were

@@ -1,6 +1,6 @@
 // Device names, the parsing of device=... (the trainer's train.device, `kiln bench ... device=`) and
 // the device functions, through the kernel table.
-// Tests: tests/core/tensor_test.cpp (Device.*), tests/tools/config_test.cpp (device=0, [0,1], lists on a
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/engine/config_test.cpp (device=0, [0,1], lists on a
 // machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 

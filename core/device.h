@@ -59,7 +59,7 @@ bool native_bf16(Device d);
 // nothing: returns at once).
 void synchronize(Device d);
 // (free, total) bytes of `d`'s memory (a GPU's cudaMemGetInfo). The CPU has none of its own here
-// ("memory_info: no cpu kernel"): its RAM is the machine's (tools/autobatch.h cpu_available_bytes()).
+// ("memory_info: no cpu kernel"): its RAM is the machine's (tools/engine/autobatch.h cpu_available_bytes()).
 std::pair<size_t, size_t> memory_info(Device d);
 // The convolution algorithm search of `d`'s backend (cuDNN's benchmark mode; process-wide): on, the
 // first convolution of each shape times the algorithms and keeps the fastest; off (the default), the

@@ -261,7 +261,7 @@ struct Kernels {
   Tensor (*sum)(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) = nullptr;
 
   // --- the trainer's per-step statistics, kept on the device so a step needs no host read
-  // (tools/trainer.cpp reads acc at log intervals). acc: 5 f64 on the device, zeroed by the caller;
+  // (tools/engine/trainer.cpp reads acc at log intervals). acc: 5 f64 on the device, zeroed by the caller;
   // loss: one f32; logits (N, K) floating; labels (N) i64. acc[0] += loss * weight when the loss
   // is finite; acc[1] += the rows whose first maximum is at the label (rows holding NaN: unspecified,
   // the loss is NaN then); acc[2] += 1 when the loss is not finite, and for the first such loss

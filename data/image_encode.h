@@ -1,5 +1,5 @@
 // Encoding of uint8 HWC images (RGB or one grey channel) to PNG with libpng and to JPEG with
-// libjpeg-turbo: `kiln data export`, the training plots (tools/metrics.cpp) and the tests' image
+// libjpeg-turbo: `kiln data export`, the training plots (tools/engine/metrics.cpp) and the tests' image
 // files. Errors (kiln::Error) name `what`; nothing is printed by the libraries.
 // Tests: tests/data/image_file_test.cpp (round trips through decode_image).
 #pragma once

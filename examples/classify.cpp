@@ -10,8 +10,8 @@
 #include <kiln/core/ops/loss.h>      // softmax
 #include <kiln/core/ops/reduce.h>    // topk_indices
 #include <kiln/data/image_input.h>   // load_input_image: decode + the config's validation transforms
-#include <kiln/tools/config.h>       // load_config_file
-#include <kiln/tools/model_io.h>     // load_model: build_model + load_weights (.safetensors or a run folder)
+#include <kiln/tools/deploy/config.h>       // load_config_file
+#include <kiln/tools/deploy/model_io.h>     // load_model: build_model + load_weights (.safetensors or a run folder)
 
 int main(int argc, char** argv) {
   if (argc != 4) {

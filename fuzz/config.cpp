@@ -1,4 +1,4 @@
-// Fuzzes the config reader (tools/config.h) and the option readers the trainer applies to it:
+// Fuzzes the config reader (tools/deploy/config.h) and the option readers the trainer applies to it:
 // input = the JSON config file SEP override 1 SEP override 2 ... (fuzz/fuzz_util.h), each
 // override a `key=value` argument. The config is loaded from a file, the overrides applied, and each
 // section is read as `kiln train` reads it before building anything (train, data, optim,
@@ -11,8 +11,8 @@
 #include "fuzz/fuzz_util.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
-#include "tools/config.h"
-#include "tools/trainer.h"
+#include "tools/deploy/config.h"
+#include "tools/deploy/train_options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parts = kiln::fuzz::split_parts(data, size);

@@ -13,7 +13,7 @@
 // stream. The CPU update is deterministic (bit-exact across runs and resumes).
 // The trainer owns the EMA model (a second model of the same config) and saves it beside the
 // live weights (docs/ema_accumulate.md).
-// Tests: tests/optim/ema_test.cpp, tests/tools/accumulate_test.cpp (trainer: resume, metrics).
+// Tests: tests/optim/ema_test.cpp, tests/engine/accumulate_test.cpp (trainer: resume, metrics).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -12,7 +12,7 @@
 // max_nonfinite_steps non-finite steps in a row, update() throws: fp16 cannot train this run.
 // bf16 and f32 need no scaling.
 //
-// Device mode (a GPU step, tools/train_step.cpp): the same iteration without reading anything back,
+// Device mode (a GPU step, tools/engine/train_step.cpp): the same iteration without reading anything back,
 //
 //   scaler.scale_loss(loss).backward();     // multiplied by the scale held on the device
 //   scaler.unscale_on_device(params);       // grads /= scale; found_inf() = 1 if any is inf/NaN

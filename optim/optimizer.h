@@ -14,7 +14,7 @@
 // The state lives on the parameters' device. A parameter without .grad is left alone (its state does
 // not advance), as in PyTorch.
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
-// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp; lr_mult: tests/tools/finetune_test.cpp.
+// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp; lr_mult: tests/engine/finetune_test.cpp.
 #pragma once
 #include <map>
 #include <memory>

@@ -1,4 +1,4 @@
-// The config the data-parallel equivalence tests train (tests/tools/replicas_test.cpp on thread
+// The config the data-parallel equivalence tests train (tests/engine/replicas_test.cpp on thread
 // replicas, tests/mpi/mpi_test.cpp on mpirun ranks): no batch-norm and no dropout, so N replicas
 // on a global batch of 32 take exactly the step of one replica on the 32. (With batch norm the
 // running statistics are per replica within an epoch; every replica takes rank 0's before it

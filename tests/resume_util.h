@@ -7,8 +7,8 @@
 #include <string>
 
 #include "core/io/safetensors.h"
-#include "tools/config.h"
-#include "tools/trainer.h"
+#include "tools/deploy/config.h"
+#include "tools/engine/trainer.h"
 
 namespace kiln::testing {
 

@@ -6,7 +6,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-dev libgtest-dev
       zlib1g-dev libjpeg-dev libpng-dev libwebp-dev libopenmpi-dev openmpi-bin dataset-fashion-mnist
       ocl-icd-opencl-dev  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
-      libonnx-dev         # kiln export format=onnx (tools/onnx_export.h)
+      libonnx-dev         # kiln export format=onnx (tools/onnx/onnx_export.h)
       libprotobuf-dev     # libonnx-dev's onnx_proto target links protobuf (not a dependency of the package)
       xz-utils            # tools/gpu_kit.sh packs the GPU kit as .tar.xz
       clang libclang-rt-14-dev libomp-dev)  # tools/sanitize_check.sh: ASan+UBSan and libFuzzer builds

@@ -10,7 +10,7 @@
 // allocator (counted in memory stats). Plans are keyed by the whole shape, batch included: cuDNN's
 // heuristics depend on N, and a heuristics query is cheap (no execution), so a new batch size costs a
 // query, not a search. Benchmark mode's search runs every algorithm, once per shape and batch, so
-// AutoBatch probes with benchmark mode off (tools/trainer.cpp) and only the chosen batch is searched.
+// AutoBatch probes with benchmark mode off (tools/engine/trainer.cpp) and only the chosen batch is searched.
 // A tensor of 2^31 elements or more throws TooLargeError (AutoBatch: "does not fit").
 // The kernel-table entries (core/kernels.h) are conv2d_forward and conv2d_backward below; the op is
 // core/ops/conv2d.cpp. Tests: tests/gpu/conv2d_test.cpp.

@@ -105,7 +105,7 @@ Tensor soft_cross_entropy_backward(const Tensor& grad_loss, const Tensor& logits
 // Row-wise softmax of (N, K) logits, in logits' dtype.
 Tensor softmax(const Tensor& logits);
 // A training step's statistics accumulated on the device, so the step needs no host read
-// (tools/trainer.cpp reads `acc` at log intervals). acc: 5 f64 values on the device, zeroed by the
+// (tools/engine/trainer.cpp reads `acc` at log intervals). acc: 5 f64 values on the device, zeroed by the
 // caller: [0] += loss * weight when the loss is finite; [1] += rows of `logits` (N, K) whose first
 // maximum is at `labels` (N, i64); [2] += 1 when the loss is not finite; [3] = `step` and [4] = the
 // loss, for the first non-finite loss (while [2] was 0). loss: an f32 scalar on the device.

@@ -3,7 +3,7 @@
 // call in a HostWaitTimer, which adds its duration to a process-wide counter (all threads). A
 // training step should block only at logging intervals; `kiln bench train` reports the share of
 // step time spent here. Plain C++ (no CUDA types), compiled in every build: without CUDA nothing
-// ever blocks on a device and the counter stays 0. Tests: tests/tools/bench_test.cpp.
+// ever blocks on a device and the counter stays 0. Tests: tests/cli/bench_test.cpp.
 #pragma once
 #include <chrono>
 #include <cstdint>

@@ -54,7 +54,7 @@ class NcclComm {
   std::unique_ptr<Impl> impl_;
 };
 
-// kiln::Communicator over an NcclComm, for data-parallel training on GPUs (tools/trainer.cpp): the
+// kiln::Communicator over an NcclComm, for data-parallel training on GPUs (tools/engine/trainer.cpp): the
 // collectives take tensors on the communicator's device and run on its communication stream (after
 // the kernels that produced them, beside the ones queued later); Work::wait() waits for them under
 // the communicator's timeout, and a

@@ -18,8 +18,8 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/grad_sync.h"
-#include "tools/config.h"
-#include "tools/trainer.h"
+#include "tools/deploy/config.h"
+#include "tools/engine/trainer.h"
 
 using namespace kiln;
 using kiln::gputest::gpu;

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # kiln as a C++ library (docs/library.md), end to end, in a temporary folder:
 #   1. `cmake --install` of THIS build into a fresh prefix;
-#   2. examples/ configured and built against that prefix only (find_package(kiln), kiln::kiln): the
+#   2. examples/ configured and built against that prefix only (find_package(kiln), kiln::deploy), with
+#      ONNX, protobuf and MPI hidden from CMake (the deployment library needs none of them); the
+#      base export set names none of them; every component (engine, onnx, cli) also loads; the
 #      example's compile commands and the installed package must not name the source or build tree;
 #   3. the installed `kiln` trains a tiny linear classifier on 16 synthetic 8x8 images until it fits
 #      them, and `kiln data export` writes those images as PNG files;
@@ -18,15 +20,19 @@ fail() { echo "install_test: FAILED: $*" >&2; exit 1; }
 prefix=$tmp/prefix
 cmake --install "$build" --prefix "$prefix" >"$tmp/install.log" || { cat "$tmp/install.log"; fail "cmake --install"; }
 for f in bin/kiln lib/cmake/kiln/kilnConfig.cmake lib/cmake/kiln/kilnConfigVersion.cmake \
-         lib/cmake/kiln/kilnTargets.cmake include/kiln/core/tensor.h include/kiln/core/ops/conv2d.h \
-         include/kiln/core/io/safetensors.h include/kiln/models/registry.h include/kiln/tools/commands.h; do
+         lib/cmake/kiln/kilnTargets.cmake lib/cmake/kiln/kilnEngineTargets.cmake lib/cmake/kiln/kilnOnnxTargets.cmake \
+         lib/cmake/kiln/kilnCliTargets.cmake include/kiln/core/tensor.h include/kiln/tools/deploy/predict.h include/kiln/core/ops/conv2d.h \
+         include/kiln/core/io/safetensors.h include/kiln/models/registry.h include/kiln/tools/cli/commands.h; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
-for lib in core layers optim data models tools; do
+for lib in core layers optim data models deploy engine onnx cli; do
   compgen -G "$prefix/lib*/libkiln_$lib.a" >/dev/null || fail "libkiln_$lib.a is not installed"
 done
 if grep -rlF -e "$src/" -e "$build/" "$prefix/lib/cmake" "$prefix/include"; then
   fail "the installed package names the source or build tree (files above)"
+fi
+if grep -nE "onnx|[Pp]rotobuf|MPI" "$prefix"/lib/cmake/kiln/kilnTargets*.cmake | grep -v -e kilnEngineTargets -e kilnOnnxTargets -e kilnCliTargets; then
+  fail "the base export set (kilnTargets.cmake: core .. deploy) names ONNX, protobuf or MPI (lines above)"
 fi
 
 # 2. build the example against the installed package only (a copy of examples/, away from the tree)
@@ -35,7 +41,8 @@ gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S "$tmp/examples" -B "$tmp/ex" "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_CXX_COMPILER="$cxx" ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER="$launcher"} \
-  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure examples/"; }
+  -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON -DCMAKE_DISABLE_FIND_PACKAGE_Protobuf=ON \
+  -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON >"$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; fail "configure examples/ without ONNX, protobuf and MPI"; }
 grep -qxF "kiln_DIR:PATH=$prefix/lib/cmake/kiln" "$tmp/ex/CMakeCache.txt" ||
   fail "find_package(kiln) did not take the installed package: $(grep kiln_DIR "$tmp/ex/CMakeCache.txt")"
 cmake --build "$tmp/ex" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; fail "build examples/"; }
@@ -44,6 +51,24 @@ grep -qE -- "(-I|-isystem )$prefix/include/kiln " "$tmp/ex/compile_commands.json
 if grep -F -e "$src/" -e "$build/" "$tmp/ex/compile_commands.json"; then
   fail "the example's compile command names the source or build tree"
 fi
+
+# 2b. every component loads (and links its dependencies) for a consumer that asks for it
+mkdir -p "$tmp/components"
+cat >"$tmp/components/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(kiln_components LANGUAGES CXX)
+find_package(kiln 0.1 REQUIRED COMPONENTS engine onnx cli)
+foreach(t kiln::deploy kiln::engine kiln::onnx kiln::cli kiln::kiln)
+  if(NOT TARGET ${t})
+    message(FATAL_ERROR "find_package(kiln COMPONENTS engine onnx cli) gave no ${t}")
+  endif()
+endforeach()
+CMAKE
+cmake -S "$tmp/components" -B "$tmp/components/b" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
+  >"$tmp/components.log" 2>&1 || { cat "$tmp/components.log"; fail "find_package(kiln COMPONENTS engine onnx cli)"; }
+cmake -S "$tmp/components" -B "$tmp/components/b2" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_ONNX=ON >"$tmp/components2.log" 2>&1 &&
+  fail "find_package(kiln COMPONENTS onnx) passed with ONNX hidden: the onnx component must find ONNX"
 
 # 3. a model that fits its 16 training images, trained by the installed kiln; the images as PNG files
 cd "$tmp"
@@ -84,4 +109,4 @@ done
 [ "$n" -eq 16 ] || fail "expected 16 exported images, classified $n"
 "$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors missing.png 2>err.txt && fail "a missing image passed"
 grep -q "missing.png" err.txt || { cat err.txt; fail "the error does not name the missing image"; }
-echo "install_test: installed into a temporary prefix, built examples/classify against it, classified $n images correctly"
+echo "install_test: installed into a temporary prefix, built examples/classify against kiln::deploy alone (ONNX, protobuf, MPI hidden), loaded every component, classified $n images correctly"

@@ -12,7 +12,7 @@
 #include <string>
 #include <thread>
 
-#include "tools/mpi_comm.h"
+#include "tools/engine/mpi_comm.h"
 
 int main(int argc, char** argv) {
   const bool die = argc > 1 && std::string(argv[1]) == "die";

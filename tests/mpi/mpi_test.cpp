@@ -13,8 +13,8 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
-#include "tools/mpi_comm.h"
-#include "tools/trainer.h"
+#include "tools/engine/mpi_comm.h"
+#include "tools/engine/trainer.h"
 
 #include <filesystem>
 #include <fstream>

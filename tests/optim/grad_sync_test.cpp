@@ -2,7 +2,7 @@
 // always_reduce it runs the whole bucket path (what tests/gpu/data_parallel_test.cpp does over a
 // one-rank NCCL communicator): every bucket launched exactly once during backward, and the averaged
 // gradients, over one rank, equal the plain ones bit for bit. The 2-rank cases are tests/mpi/ and
-// tests/tools/replicas_test.cpp.
+// tests/engine/replicas_test.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

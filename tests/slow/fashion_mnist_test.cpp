@@ -4,8 +4,8 @@
 
 #include <filesystem>
 
-#include "tools/config.h"
-#include "tools/trainer.h"
+#include "tools/deploy/config.h"
+#include "tools/engine/trainer.h"
 
 using namespace kiln;
 

@@ -1,0 +1,314 @@
+// The shared training step (tools/engine/train_step.h), on a tiny conv net without batch norm:
+//  - N micro-batches take the step of the whole batch; the loss read is the batch's mean loss;
+//  - update = false (AutoBatch's probe) leaves the weights alone and the gradients in place;
+//  - a non-finite loss takes no step: without a scaler it is reported (finite = false), with one
+//    the step is skipped and the scale backs off; with the scaler's verdict kept on the device (a
+//    GPU step's way) the steps taken are the same;
+//  - the step is deterministic (bit-exact twice from the same weights);
+//  - the optimizer's state size (AutoBatch adds it to the probe) is what its state_dict holds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "core/ops/loss.h"
+#include "core/rng.h"
+#include "models/registry.h"
+#include "optim/adamw.h"
+#include "optim/sgd.h"
+#include "tools/engine/train_step.h"
+
+using namespace kiln;
+
+namespace {
+
+std::shared_ptr<Module> tiny_net() {
+  manual_seed(7);
+  return models::build_model(json::parse(R"({"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 4, "kernel_size": 3, "padding": 1},
+      {"type": "relu"},
+      {"type": "max_pool2d", "kernel_size": 2},
+      {"type": "flatten"},
+      {"type": "linear", "in_features": 64, "out_features": 5}]})"),
+                             "model");
+}
+
+std::vector<ParamRef> params_of(Module& m) {
+  std::vector<ParamRef> ps;
+  for (auto& [name, p] : m.named_parameters()) ps.push_back({name, p, false});
+  return ps;
+}
+
+struct Problem {
+  Tensor x, y;
+};
+
+Problem problem(int64_t n) {
+  Generator g(11);
+  Problem p;
+  p.x = rand_normal({n, 8, 8, 3}, 0, 1, DType::f32, Device::cpu(), &g);
+  std::vector<int64_t> labels;
+  for (int64_t i = 0; i < n; ++i) labels.push_back((i * 3) % 5);
+  p.y = Tensor::from_vector(labels, {n});
+  return p;
+}
+
+std::vector<double> flat_weights(Module& m) {
+  std::vector<double> w;
+  for (auto& [name, p] : m.named_parameters())
+    for (double v : p.to_double_vector()) w.push_back(v);
+  return w;
+}
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+SGDOptions sgd_options() {
+  SGDOptions o;
+  o.lr = 0.5;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 1e-3;
+  return o;
+}
+
+}  // namespace
+
+TEST(TrainStep, MicroBatchesTakeTheStepOfTheWholeBatch) {
+  const Problem pb = problem(12);
+  std::vector<std::vector<double>> after;
+  std::vector<double> losses;
+  for (int64_t n : {1, 3, 5}) {  // 5 does not divide 12: micro-batches of 3,3,2,2,2
+    auto m = tiny_net();
+    SGD opt(params_of(*m), sgd_options());
+    StepSetup s;
+    s.accumulate = n;
+    s.label_smoothing = 0.1;
+    s.clip_grad_norm = 0.5;
+    int64_t calls = 0, samples = 0;
+    double shares = 0;
+    StepResult r{};
+    for (int step = 0; step < 3; ++step)
+      r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s, [&](const MicroBatchOut& mo) {
+        EXPECT_EQ(mo.index, calls % n);
+        ++calls;
+        samples += mo.size;
+        shares += mo.share;
+      });
+    EXPECT_TRUE(r.stepped && r.finite);
+    EXPECT_EQ(calls, 3 * n);
+    EXPECT_EQ(samples, 3 * 12);
+    EXPECT_NEAR(shares, 3.0, 1e-12);
+    after.push_back(flat_weights(*m));
+    losses.push_back(r.loss);
+  }
+  EXPECT_LT(max_diff(after[0], after[1]), 1e-5);
+  EXPECT_LT(max_diff(after[0], after[2]), 1e-5);
+  EXPECT_NEAR(losses[0], losses[1], 1e-5);
+  EXPECT_NEAR(losses[0], losses[2], 1e-5);
+  // The weights moved, and the loss read is the batch's label-smoothed cross-entropy after two steps.
+  auto fresh = tiny_net();
+  EXPECT_GT(max_diff(after[0], flat_weights(*fresh)), 1e-3);
+}
+
+TEST(TrainStep, TheLossReadIsTheBatchMeanBeforeTheUpdate) {
+  const Problem pb = problem(10);
+  auto m = tiny_net();
+  const double expected = ops::cross_entropy(m->forward(pb.x), pb.y, 0.1).item();
+  SGD opt(params_of(*m), sgd_options());
+  StepSetup s;
+  s.label_smoothing = 0.1;
+  s.accumulate = 4;
+  StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s);
+  EXPECT_NEAR(r.loss, expected, 1e-5);
+  ASSERT_TRUE(r.last_loss.defined());
+}
+
+TEST(TrainStep, TheStepIsBitExactFromTheSameWeights) {
+  const Problem pb = problem(9);
+  std::vector<std::vector<double>> runs;
+  for (int k = 0; k < 2; ++k) {
+    auto m = tiny_net();
+    AdamW opt(params_of(*m), AdamWOptions{});
+    StepSetup s;
+    s.accumulate = 2;
+    for (int step = 0; step < 2; ++step) train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s);
+    runs.push_back(flat_weights(*m));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(TrainStep, WithoutUpdateTheGradientsStayAndTheWeightsDoNot) {
+  const Problem pb = problem(6);
+  auto m = tiny_net();
+  const std::vector<double> before = flat_weights(*m);
+  SGD opt(params_of(*m), sgd_options());
+  StepSetup s;
+  s.update = false;
+  s.read_loss = false;
+  StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s);
+  EXPECT_FALSE(r.stepped);
+  EXPECT_EQ(flat_weights(*m), before);
+  double g2 = 0;
+  for (const ParamRef& p : opt.params()) {
+    ASSERT_TRUE(p.param.grad().defined()) << p.name;
+    for (double v : p.param.grad().to_double_vector()) g2 += v * v;
+  }
+  EXPECT_GT(g2, 0);
+}
+
+TEST(TrainStep, ANonFiniteLossTakesNoStep) {
+  Problem pb = problem(6);
+  std::vector<float> bad(static_cast<size_t>(pb.x.numel()), 1.0f);
+  bad[5] = std::numeric_limits<float>::infinity();
+  pb.x = Tensor::from_vector(bad, pb.x.shape());
+  {  // no scaler: reported to the caller, no step
+    auto m = tiny_net();
+    const std::vector<double> before = flat_weights(*m);
+    SGD opt(params_of(*m), sgd_options());
+    StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, StepSetup{});
+    EXPECT_FALSE(r.finite);
+    EXPECT_FALSE(r.stepped);
+    EXPECT_FALSE(std::isfinite(r.loss));
+    EXPECT_EQ(flat_weights(*m), before);
+  }
+  {  // fp16 loss scaler: the step is skipped, counted, and the scale backs off
+    auto m = tiny_net();
+    const std::vector<double> before = flat_weights(*m);
+    SGD opt(params_of(*m), sgd_options());
+    LossScaler scaler;
+    StepSetup s;
+    s.scaler = &scaler;
+    StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s);
+    EXPECT_FALSE(r.finite);
+    EXPECT_FALSE(r.stepped);
+    EXPECT_EQ(scaler.skipped_steps(), 1);
+    EXPECT_EQ(scaler.scale(), 32768.0);
+    EXPECT_EQ(flat_weights(*m), before);
+    // A finite batch then steps, with the gradients unscaled (the same weights as without a scaler).
+    const Problem good = problem(6);
+    r = train_step(*m, opt, StepBatch{good.x, good.y, Tensor()}, s);
+    EXPECT_TRUE(r.stepped);
+    auto ref = tiny_net();
+    SGD ref_opt(params_of(*ref), sgd_options());
+    train_step(*ref, ref_opt, StepBatch{good.x, good.y, Tensor()}, StepSetup{});
+    EXPECT_LT(max_diff(flat_weights(*m), flat_weights(*ref)), 1e-6);
+  }
+}
+
+TEST(TrainStep, SoftTargetsReplaceTheLabelsInTheLoss) {
+  const Problem pb = problem(4);
+  std::vector<float> t(4 * 5, 0.0f);
+  for (int i = 0; i < 4; ++i) t[static_cast<size_t>(i * 5 + (i + 1) % 5)] = 1.0f;  // not the labels
+  Tensor targets = Tensor::from_vector(t, {4, 5});
+  auto m = tiny_net();
+  const double expected = ops::soft_cross_entropy(m->forward(pb.x), targets).item();
+  SGD opt(params_of(*m), sgd_options());
+  StepSetup s;
+  s.label_smoothing = 0.3;  // soft targets carry their own smoothing: not applied again
+  StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, targets}, s);
+  EXPECT_NEAR(r.loss, expected, 1e-5);
+}
+
+TEST(OptimizerState, StateBytesIsWhatTheStateDictHolds) {
+  const Problem pb = problem(4);
+  auto state_dict_bytes = [](const Optimizer& o) {
+    double b = 0;
+    for (auto& [k, t] : o.state_dict().tensors) b += static_cast<double>(t.nbytes());
+    return b;
+  };
+  auto check = [&](Optimizer& o, int slots) {
+    EXPECT_EQ(o.state_slots(), slots);
+    double numel = 0;
+    for (const ParamRef& p : o.params()) numel += static_cast<double>(p.param.numel());
+    EXPECT_EQ(o.state_bytes(), 4.0 * slots * numel);
+  };
+  auto m = tiny_net();
+  SGDOptions plain = sgd_options();
+  plain.momentum = 0;
+  plain.nesterov = false;
+  SGD sgd0(params_of(*m), plain);
+  check(sgd0, 0);
+  SGD sgd(params_of(*m), sgd_options());
+  check(sgd, 1);
+  AdamW adam(params_of(*m), AdamWOptions{});
+  check(adam, 2);
+  AdamWOptions ams;
+  ams.amsgrad = true;
+  AdamW adam_ams(params_of(*m), ams);
+  check(adam_ams, 3);
+  for (Optimizer* o : std::initializer_list<Optimizer*>{&sgd0, &sgd, &adam, &adam_ams}) {
+    train_step(*m, *o, StepBatch{pb.x, pb.y, Tensor()}, StepSetup{});
+    EXPECT_EQ(state_dict_bytes(*o), o->state_bytes()) << o->type() << " slots " << o->state_slots();
+  }
+}
+
+// scaler_on_device (how an fp16 step runs on a GPU, here on CPU tensors): the skip decision stays
+// with the tensors, and the steps taken, the weights and the scaler's state equal those of the
+// host-mode step, batch after batch, over non-finite batches (the first one included). AdamW
+// (host-side step counts) and clipping (the norm is read back) are refused with the reason.
+TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
+  Problem bad = problem(6);
+  std::vector<float> v(static_cast<size_t>(bad.x.numel()), 1.0f);
+  v[5] = std::numeric_limits<float>::infinity();
+  bad.x = Tensor::from_vector(v, bad.x.shape());
+  auto host_net = tiny_net(), dev_net = tiny_net();
+  SGDOptions o = sgd_options();
+  o.nesterov = false;
+  o.dampening = 0.1;
+  SGD host_opt(params_of(*host_net), o), dev_opt(params_of(*dev_net), o);
+  LossScalerOptions so;
+  so.growth_interval = 2;
+  LossScaler host_scaler(so), dev_scaler(so);
+  StepSetup host_setup, dev_setup;
+  host_setup.scaler = &host_scaler;
+  host_setup.read_loss = false;
+  dev_setup = host_setup;
+  dev_setup.scaler = &dev_scaler;
+  dev_setup.scaler_on_device = true;
+  int k = 0;
+  for (bool is_bad : {true, false, false, true, false, false, false}) {
+    const Problem pb = is_bad ? bad : problem(6 + k++);
+    StepResult rh = train_step(*host_net, host_opt, StepBatch{pb.x, pb.y, Tensor()}, host_setup);
+    StepResult rd = train_step(*dev_net, dev_opt, StepBatch{pb.x, pb.y, Tensor()}, dev_setup);
+    EXPECT_EQ(rh.stepped, !is_bad);
+    EXPECT_FALSE(rh.verdict_on_device);
+    EXPECT_TRUE(rd.verdict_on_device);
+    EXPECT_EQ(flat_weights(*dev_net), flat_weights(*host_net));
+    EXPECT_EQ(dev_scaler.state_dict(), host_scaler.state_dict());
+  }
+  EXPECT_EQ(dev_scaler.skipped_steps(), 2);
+  const Problem good = problem(6);
+  {
+    auto m = tiny_net();
+    AdamW adamw(params_of(*m));
+    LossScaler s;
+    StepSetup setup = dev_setup;
+    setup.scaler = &s;
+    try {
+      train_step(*m, adamw, StepBatch{good.x, good.y, Tensor()}, setup);
+      ADD_FAILURE() << "AdamW with the verdict on the device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("adamw reads the loss scaler's verdict instead"), std::string::npos)
+          << e.what();
+    }
+  }
+  {
+    auto m = tiny_net();
+    SGD sgd(params_of(*m), sgd_options());
+    LossScaler s;
+    StepSetup setup = dev_setup;
+    setup.scaler = &s;
+    setup.clip_grad_norm = 1.0;
+    try {
+      train_step(*m, sgd, StepBatch{good.x, good.y, Tensor()}, setup);
+      ADD_FAILURE() << "clipping with the verdict on the device";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("takes no clipping (clip_grad_norm = 1)"), std::string::npos) << e.what();
+    }
+  }
+}

@@ -1,0 +1,175 @@
+// `kiln data export` (any data source written out as an image folder) and `kiln bench data`
+// (images/s of a config's input pipeline). See docs/data.md.
+//
+//   kiln data export CONFIG|FOLDER out=DIR [format=png|jpeg] [quality=95] [split=train|val|both]
+//                    [limit=N] [key=value ...]
+// writes DIR/<split>/<class>/<index>.<ext> for the raw images of the source (no transforms). Class
+// folders are the labels zero-padded to one width ("0".."9", "000".."999"), so that ImageFolder's
+// sorted class order gives back the same labels; <index> is the dataset index. limit=N takes N
+// samples evenly spaced over the split. A FOLDER argument is read as an image_folder root.
+//
+//   kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]
+// prints the loader's images/s for the split's transforms (no model), and images/s per thread.
+// Other key=value arguments are config overrides, as for kiln train (data.root=..., batch=...).
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <map>
+
+#include "core/check.h"
+#include "data/bench.h"
+#include "data/config.h"
+#include "data/image_encode.h"
+#include "tools/cli/commands.h"
+#include "tools/deploy/config.h"
+#include "tools/cli/kv_args.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::cli {
+
+namespace {
+
+// CONFIG (a JSON file) or FOLDER (an image_folder root), then overrides.
+json load_data_source(const std::string& arg) {
+  std::error_code ec;
+  if (fs::is_directory(arg, ec)) return json{{"data", {{"source", "image_folder"}, {"root", arg}}}};
+  return load_config_file(arg);
+}
+
+int64_t parse_count(const std::string& key, const std::string& v, int64_t min) {
+  try {
+    size_t used = 0;
+    int64_t n = std::stoll(v, &used);
+    if (used == v.size() && n >= min) return n;
+  } catch (const std::exception&) {
+  }
+  KILN_FAIL(key, "=", v, ": expected a whole number >= ", min);
+}
+
+struct CmdArgs {
+  std::map<std::string, std::string> own;  // the command's keys
+  std::vector<std::string> overrides;      // the rest: config overrides
+};
+CmdArgs split_args(const Args& args, size_t from, const std::vector<std::string>& keys) {
+  std::map<std::string, std::string> defaults;
+  for (const std::string& k : keys) defaults[k] = "";
+  const KeyValueArgs kv("kiln data", Args(args.begin() + static_cast<std::ptrdiff_t>(std::min(from, args.size())), args.end()),
+                        defaults, KeyValueArgs::Mode::overrides);
+  CmdArgs a;
+  for (const std::string& k : keys)
+    if (kv.given(k)) a.own[k] = kv.str(k);
+  a.overrides = kv.overrides();
+  return a;
+}
+
+std::vector<Split> parse_splits(const std::string& s, bool both_ok) {
+  if (s == "train") return {Split::train};
+  if (s == "val") return {Split::val};
+  if (s == "both" && both_ok) return {Split::train, Split::val};
+  KILN_FAIL("split=", s, ": accepted: train, val", both_ok ? ", both" : "");
+}
+
+int data_export(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln data export CONFIG|FOLDER out=DIR [format=png|jpeg] [quality=95] [split=train|val|both] "
+      "[limit=N] [key=value ...]";
+  if (wants_help(args, kUsage)) return 0;
+  KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, kUsage);
+  CmdArgs a = split_args(args, 1, {"out", "format", "quality", "split", "limit"});
+  KILN_CHECK(a.own.count("out") && !a.own["out"].empty(), "kiln data export needs out=DIR; ", kUsage);
+  const std::string out = a.own["out"];
+  const std::string format = a.own.count("format") ? a.own["format"] : "png";
+  check_choice(format, {"png", "jpeg"}, "format");
+  const int64_t quality = a.own.count("quality") ? parse_count("quality", a.own["quality"], 1) : 95;
+  KILN_CHECK(quality <= 100, "quality=", quality, ": accepted 1..100");
+  const int64_t limit = a.own.count("limit") ? parse_count("limit", a.own["limit"], 1) : 0;
+  const std::vector<Split> splits = parse_splits(a.own.count("split") ? a.own["split"] : "both", true);
+
+  json config = load_data_source(args[0]);
+  apply_overrides(config, a.overrides);
+  KILN_CHECK(config.contains("data"), args[0], ": no \"data\" section");
+  json dj = config["data"];
+  dj.erase("train_transforms");  // the raw images; no reduced decoding
+  dj.erase("val_transforms");
+  DataConfig dc = DataConfig::from_json(dj, "data", false);
+
+  JpegEncodeOptions jpeg;
+  jpeg.quality = static_cast<int>(quality);
+  const std::string ext = format == "png" ? ".png" : ".jpg";
+  for (Split split : splits) {
+    auto ds = make_dataset(dc, split);
+    const int64_t n = ds->size(), k = ds->num_classes();
+    const int64_t count = limit > 0 ? std::min(limit, n) : n;
+    const int width = static_cast<int>(std::to_string(std::max<int64_t>(k - 1, 0)).size());
+    const int iwidth = static_cast<int>(std::to_string(std::max<int64_t>(n - 1, 0)).size());
+    auto padded = [](int64_t v, int w) {
+      std::string s = std::to_string(v);
+      return std::string(static_cast<size_t>(std::max<int>(0, w - static_cast<int>(s.size()))), '0') + s;
+    };
+    std::vector<int64_t> per_class(static_cast<size_t>(k), 0);
+    Sample s;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t idx = limit > 0 ? i * n / count : i;
+      ds->get_into(idx, s);
+      KILN_CHECK(s.image.c == 1 || s.image.c == 3, ds->name(), ": sample ", idx, " has ", s.image.c,
+                 " channels; export writes 1 or 3");
+      const fs::path dir = fs::path(out) / split_name(split) / padded(s.label, width);
+      if (per_class[static_cast<size_t>(s.label)]++ == 0) fs::create_directories(dir);
+      const std::string what = ds->name() + ": sample " + std::to_string(idx);
+      const std::string file = (dir / (padded(idx, iwidth) + ext)).string();
+      write_file(file, format == "png" ? encode_png(s.image.data(), s.image.h, s.image.w, s.image.c, 3, what)
+                                       : encode_jpeg(s.image.data(), s.image.h, s.image.w, s.image.c, jpeg, what));
+    }
+    int64_t empty = 0;
+    for (int64_t c : per_class) empty += c == 0;
+    std::printf("%s: %lld images of %lld classes -> %s/%s\n", ds->name().c_str(), static_cast<long long>(count),
+                static_cast<long long>(k), out.c_str(), split_name(split));
+    if (empty > 0)
+      std::printf("warning: %lld of %lld classes got no image (raise limit=); reading the folder back would "
+                  "number the classes differently\n", static_cast<long long>(empty), static_cast<long long>(k));
+  }
+  return 0;
+}
+
+}  // namespace
+
+const std::vector<Command>& data_commands() {
+  static const std::vector<Command> kCommands = {
+      {"export", "CONFIG|FOLDER out=DIR", "write a data source as an image folder DIR/<split>/<class>/<i>.png",
+       data_export},
+  };
+  return kCommands;
+}
+
+int cmd_data(const Args& args) { return dispatch(data_commands(), args, "data"); }
+
+int bench_data_cmd(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]";
+  if (wants_help(args, kUsage)) return 0;
+  KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, kUsage);
+  CmdArgs a = split_args(args, 1, {"threads", "batches", "warmup", "split"});
+  json config = load_data_source(args[0]);
+  apply_overrides(config, a.overrides);
+  KILN_CHECK(config.contains("data"), args[0], ": no \"data\" section");
+  DataConfig dc = DataConfig::from_json(config["data"], "data");
+  if (a.own.count("threads")) dc.loader.workers = parse_count("threads", a.own["threads"], 0);
+  const int64_t batches = a.own.count("batches") ? parse_count("batches", a.own["batches"], 1) : 50;
+  const int64_t warmup = a.own.count("warmup") ? parse_count("warmup", a.own["warmup"], 0) : 3;
+  const Split split = parse_splits(a.own.count("split") ? a.own["split"] : "train", false)[0];
+  auto loader = make_loader(dc, split);
+  const ImageShape s = loader->epoch_image_shape(0);  // what bench_loader's epoch 0 delivers (progressive_resize)
+  std::printf("# kiln bench data: %s, %lld samples, batch %lld, %lld threads, output %s %s, transforms %s\n",
+              loader->dataset().name().c_str(), static_cast<long long>(loader->dataset().size()),
+              static_cast<long long>(loader->options().batch_size), static_cast<long long>(dc.loader.workers),
+              s.str().c_str(), dc.loader.dtype.c_str(), dc.transforms(split).to_json().dump().c_str());
+  DataBenchResult r = bench_loader(*loader, batches, warmup);
+  const double per_thread = r.images_per_second / static_cast<double>(std::max<int64_t>(dc.loader.workers, 1));
+  std::printf("images_per_s %.1f\nimages_per_s_per_thread %.1f\nimages %lld\nseconds %.3f\n", r.images_per_second,
+              per_thread, static_cast<long long>(r.images), r.seconds);
+  return 0;
+}
+
+}  // namespace kiln::cli

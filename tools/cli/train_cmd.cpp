@@ -1,0 +1,101 @@
+// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]`
+// (the classification report: tools/engine/report.h, docs/reports.md). Tests: tests/engine/report_test.cpp.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "tools/cli/commands.h"
+#include "tools/deploy/config.h"
+#include "tools/engine/metrics.h"
+#include "tools/deploy/model_io.h"
+#include "tools/engine/mpi_comm.h"
+#include "tools/engine/report.h"
+#include "tools/engine/trainer.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln::cli {
+
+namespace {
+json config_from_args(const char* command, const Args& args, const char* usage, std::string* weights) {
+  KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, usage);
+  // CONFIG may be a run folder: its config.json, the config as run.
+  json config = load_config_file(resolve_run_or_config(std::string("kiln ") + command, args[0]).config_file);
+  std::vector<std::string> overrides;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (weights && args[i].rfind("weights=", 0) == 0) *weights = args[i].substr(8);
+    else overrides.push_back(args[i]);
+  }
+  apply_overrides(config, overrides);
+  return config;
+}
+
+// Where `kiln eval` writes its report without out=: the run folder `first` is, else the run folder
+// the weights lie in (the weights path itself, its parent or grandparent, as written: runs/x,
+// runs/x/best, runs/x/last.safetensors, runs/x/last-12/last.safetensors), else a new folder
+// <train.runs_dir>/<name>-eval (-eval-2, ...).
+std::string eval_output_folder(const std::string& first, const std::string& weights, const json& config) {
+  if (is_run_folder(first)) return first;
+  fs::path p = fs::path(weights).lexically_normal();
+  if (!p.has_filename()) p = p.parent_path();  // "runs/x/" -> "runs/x"
+  for (int up = 0; up < 3 && !p.empty(); ++up, p = p.parent_path())
+    if (is_run_folder(p)) return p.string();
+  const TrainOptions t = TrainOptions::from_json(config.value("train", json::object()), "train");
+  return make_run_dir(t.runs_dir, config.value("name", std::string("run")) + "-eval");
+}
+}  // namespace
+
+int cmd_train(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln train CONFIG [key=value ...]  (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 "
+      "device=cpu)";
+  if (wants_help(args, kUsage)) return 0;
+  json config = config_from_args("train", args, kUsage, nullptr);
+  TrainResult r = train(config);
+  if (!r.run_dir.empty()) {
+    std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,
+                r.val_loss, r.images_per_s);
+    if (r.ema_val_top1 > 0)
+      std::printf("final: ema top1 %.2f%%  top5 %.2f%%  loss %.4f\n", 100 * r.ema_val_top1, 100 * r.ema_val_top5,
+                  r.ema_val_loss);
+    std::printf("memory: peak %.0f MiB during training, above the weights", r.peak_bytes / (1 << 20));
+    if (r.autobatch_target_bytes > 0)
+      std::printf(" (AutoBatch's target %.0f MiB: %.0f%%)", r.autobatch_target_bytes / (1 << 20),
+                  100 * r.peak_bytes / r.autobatch_target_bytes);
+    std::printf("\n");
+  }
+  return 0;
+}
+
+int cmd_eval(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]\n"
+      "  Evaluates the weights on the validation split; prints top-1/top-5, the loss and the per-class\n"
+      "  report, and writes report.csv, report.json, confusion.csv, confusion.png and confused_pairs.csv\n"
+      "  (docs/reports.md) into DIR; without out=: the run folder when RUN is one or the weights lie in\n"
+      "  one (runs/<name>/best, runs/<name>/last-12/last.safetensors), else a new runs/<name>-eval.\n"
+      "  tta=flip (train.tta): each prediction is the mean of the softmax of the image and of its\n"
+      "  left-right mirror (docs/mixup_tta.md); the printed figures and the report files use it.";
+  if (wants_help(args, kUsage)) return 0;
+  std::string weights, out;
+  Args rest;
+  for (const std::string& a : args) {
+    if (a.rfind("out=", 0) == 0) out = a.substr(4);
+    else if (a.rfind("tta=", 0) == 0) rest.push_back("train." + a);  // checked with train.tta's choices
+    else rest.push_back(a);
+  }
+  json config = config_from_args("eval", rest, kUsage, &weights);
+  KILN_CHECK(!weights.empty(), "kiln eval needs weights=FILE (a .safetensors file or a run folder such as runs/<name>)");
+  EvalResult r = evaluate(config, weights);
+  std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n\n", static_cast<long long>(r.samples), 100 * r.top1,
+              100 * r.top5, r.loss);
+  ClassificationReport rep = classification_report(r.confusion, r.class_names);
+  std::printf("%s", format_report(rep).c_str());
+  if (out.empty()) out = eval_output_folder(rest[0], weights, config);
+  write_report_files(rep, out);
+  std::printf("report files (report.csv, report.json, confusion.csv, confusion.png, confused_pairs.csv) in %s\n",
+              out.c_str());
+  return 0;
+}
+
+}  // namespace kiln::cli

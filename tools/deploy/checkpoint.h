@@ -1,0 +1,72 @@
+// Checkpoints. A checkpoint named `<run>/last` is a folder holding a pair of files:
+//   `last.safetensors`        the model's weights in PyTorch's layout and torchvision's names
+//                             (safetensors.torch.load_file + model.load_state_dict reads it);
+//   `last.state.safetensors`  the training state: the optimizer's tensors (in kiln's layout: conv
+//                             state (out, kh, kw, in)) plus, in its metadata, the epoch, step, RNG,
+//                             loss scaler, best accuracy, the config as run and "flatten_order":
+//                             "chw" (a state without it, from an earlier kiln, has a flattened
+//                             Linear's tensors in (h, w, c) column order: converted on load,
+//                             tools/deploy/checkpoint_legacy.h).
+//   `last.ema.safetensors`    with train.ema: the EMA of the weights (tools/engine/train_ema.h), same layout
+//                             and names as the weights file (docs/ema_accumulate.md).
+// On disk (one save of step 12):
+//   <run>/last-12/last.safetensors, last-12/last.state.safetensors   the pair
+//   <run>/last -> last-12                                           the one switch (a symlink)
+//   <run>/last.safetensors -> last/last.safetensors                 fixed links, for readers of
+//   <run>/last.state.safetensors -> last/last.state.safetensors     the older flat layout
+//   <run>/last.ema.safetensors -> last/last.ema.safetensors         with train.ema
+// A save writes both files into a new folder `<run>/ckpt.tmp-XXXXXX/`, fsyncs them, renames the
+// folder to `last-<step>` and then switches `last` to it with one rename of a symlink: a kill at any
+// moment leaves `last` naming a complete pair (the previous one or the new one). The previous folder
+// and any temporaries a killed save left behind are removed by the save (and the next one).
+// Loading refuses a pair from different steps, a state with a missing or out-of-range field,
+// non-finite tensors (weights, batch-norm buffers, optimizer state) and integer tensors for floating
+// parameters, naming the file and the field or tensor. Flat pairs (`<base>.safetensors` +
+// `<base>.state.safetensors`, written by earlier kiln) still load.
+// Tests: tests/engine/checkpoint_test.cpp (validation, layout), tests/deploy/checkpoint_kill_test.cpp
+// (kill -9 during saves, then resume), tests/engine/trainer_test.cpp (exact resume).
+#pragma once
+#include <map>
+#include <string>
+
+#include "core/json_util.h"
+#include "core/rng.h"
+#include "layers/module.h"
+#include "optim/optimizer.h"
+
+namespace kiln {
+
+struct TrainingState {
+  int64_t epoch = 0;  // epochs completed
+  int64_t step = 0;   // optimizer steps completed
+  RngState rng;       // the default generator after `step`
+  double best_top1 = -1;
+  std::map<std::string, double> scaler;  // LossScaler::state_dict() (empty without fp16)
+  OptimizerState optimizer;
+  json config;  // the config as run
+  bool ema_loaded = false;  // load_checkpoint: the checkpoint had EMA weights and they were loaded
+};
+
+// Saves the pair as checkpoint `base` (`<run>/last`: the folder layout above).
+// With `ema`, its weights are saved in the same folder as `<name>.ema.safetensors` (same step).
+void save_checkpoint(const std::string& base, Module& model, const TrainingState& state, Module* ema = nullptr);
+// Loads the weights into `model` and returns the training state. `base` is what
+// resolve_checkpoint() returns: a checkpoint folder (or the symlink naming one), or a flat base.
+// With `ema`: the checkpoint's EMA weights go into it when it has them (state.ema_loaded), checked
+// like the weights (same step, finite, fitting the model); a checkpoint without them leaves `ema` alone.
+TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema = nullptr);
+// Loads only weights (PyTorch layout) into `model`: FILE.safetensors, or a checkpoint.
+void load_weights(const std::string& path, Module& model);
+// Accepts a run folder (-> its last checkpoint), `runs/x/last`, `runs/x/last.safetensors`,
+// `runs/x/last.state.safetensors`, a checkpoint folder `runs/x/last-12` or a file inside it; returns
+// the checkpoint (its parent is the run folder), or throws naming what is missing.
+std::string resolve_checkpoint(const std::string& path);
+
+// The two files of the checkpoint `base` (as load_checkpoint reads them).
+struct CheckpointFiles {
+  std::string weights, state;
+  std::string ema;  // where the EMA weights are, if the checkpoint has them (check that it exists)
+};
+CheckpointFiles checkpoint_files(const std::string& base);
+
+}  // namespace kiln

@@ -1,0 +1,148 @@
+// TrainOptions (the config's "train" section) read from and written to JSON, the precision names
+// (train.precision, "auto" included) and the option parsers declared in tools/deploy/train_options.h.
+#include "tools/deploy/train_options.h"
+
+#include <cmath>
+
+#include "core/check.h"
+#include "core/device.h"
+#include "core/json_read.h"
+
+namespace kiln {
+
+namespace {
+const char* kAccepted = "accepted: \"balanced\" (n_samples / (n_classes * count) per class) or a list of one number "
+                        ">= 0 per class, not all 0";
+}
+
+int64_t accumulate_from_json(const json& j, const std::string& path) {
+  const char* accepted = "; accepted: a positive integer N (N micro-batches per optimizer step; default 1) or \"auto\" "
+                         "(AutoBatch picks the smallest N whose micro-batch fits)";
+  if (j.is_null()) return 1;
+  if (j.is_string()) {
+    KILN_CHECK(j.get<std::string>() == "auto", "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+    return 0;
+  }
+  int64_t n = 0;
+  KILN_CHECK(json_integer(j, 1, int64_t{1} << 20, n) == IntegerCheck::ok, "config: ", path, " = ", j.dump(),
+             " is not accepted", accepted);
+  return n;
+}
+
+json accumulate_to_json(int64_t n) { return n == 0 ? json("auto") : json(n); }
+
+void check_class_weights_option(const json& option, const std::string& path) {
+  if (option.is_null()) return;
+  if (option.is_string()) {
+    KILN_CHECK(option.get<std::string>() == "balanced", path, " = ", option.dump(), " is not accepted; ", kAccepted);
+    return;
+  }
+  KILN_CHECK(option.is_array() && !option.empty(), path, " = ", option.dump(), " is not accepted; ", kAccepted);
+  bool any = false;
+  for (size_t i = 0; i < option.size(); ++i) {
+    const json& v = option[i];
+    KILN_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0, path, "[", i, "] = ", v.dump(),
+               " is not accepted; each weight must be a finite number >= 0 (", kAccepted, ")");
+    any = any || v.get<double>() > 0;
+  }
+  KILN_CHECK(any, path, ": every weight is 0, so no sample would count; ", kAccepted);
+}
+
+std::vector<std::string> freeze_list_from_json(const json& j, const std::string& path) {
+  const char* accepted = "; accepted: a list of parameter-name prefixes, e.g. [\"conv1\", \"bn1\", \"layer1\"]";
+  KILN_CHECK(j.is_array(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    KILN_CHECK(j[i].is_string() && !j[i].get<std::string>().empty(), "config: ", path, "[", i, "] = ", j[i].dump(),
+               " is not accepted", accepted);
+    out.push_back(j[i].get<std::string>());
+  }
+  return out;
+}
+
+
+TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
+  TrainOptions o;
+  JsonReader r(j, path);
+  o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
+  o.time_budget_minutes = r.get("time_budget_minutes", o.time_budget_minutes, 0.0, 1e7);
+  o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
+  o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
+  o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16", "auto"});
+  o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
+  o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
+  o.class_weights = r.raw("class_weights");  // null when absent
+  check_class_weights_option(o.class_weights, r.path_of("class_weights"));
+  o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
+  o.checkpoint = r.get("checkpoint", o.checkpoint);
+  o.resume = r.get("resume", o.resume);
+  o.init = r.get("init", o.init);
+  if (r.has("freeze")) o.freeze = freeze_list_from_json(r.raw("freeze"), r.path_of("freeze"));
+  else r.allow("freeze");
+  if (r.has("init_fresh")) o.init_fresh = freeze_list_from_json(r.raw("init_fresh"), r.path_of("init_fresh"));
+  else r.allow("init_fresh");
+  o.runs_dir = r.get("runs_dir", o.runs_dir);
+  o.log_every = r.get("log_every", o.log_every, int64_t{0}, INT64_MAX);
+  o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
+  o.stop_after = r.get("stop_after", o.stop_after, int64_t{0}, int64_t{100000});
+  o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
+  o.plots = r.get("plots", o.plots);
+  o.reuse_first_batch = r.get("reuse_first_batch", o.reuse_first_batch);
+  o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
+  o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
+  if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
+  else r.allow("loss_scaler");
+  o.ema = EmaOptions::from_json(r.raw("ema"), r.path_of("ema"));
+  o.accumulate = accumulate_from_json(r.raw("accumulate"), r.path_of("accumulate"));
+  if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
+  else r.allow("mixup");
+  o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
+  r.finish();
+  return o;
+}
+
+json TrainOptions::to_json() const {
+  return json{{"epochs", epochs},
+              {"time_budget_minutes", time_budget_minutes},
+              {"device", device},
+              {"cudnn_benchmark", cudnn_benchmark},
+              {"precision", precision},
+              {"seed", seed},
+              {"label_smoothing", label_smoothing},
+              {"class_weights", class_weights},
+              {"clip_grad_norm", clip_grad_norm},
+              {"checkpoint", checkpoint},
+              {"resume", resume},
+              {"init", init},
+              {"freeze", freeze},
+              {"init_fresh", init_fresh},
+              {"runs_dir", runs_dir},
+              {"log_every", log_every},
+              {"max_steps_per_epoch", max_steps_per_epoch},
+              {"stop_after", stop_after},
+              {"eval_every", eval_every},
+              {"plots", plots},
+              {"reuse_first_batch", reuse_first_batch},
+              {"comm_timeout_s", comm_timeout_s},
+              {"autobatch_fraction", autobatch_fraction},
+              {"loss_scaler", loss_scaler.to_json()},
+              {"ema", ema.to_json()},
+              {"accumulate", accumulate_to_json(accumulate)},
+              {"mixup", mixup.to_json()},
+              {"tta", tta}};
+}
+
+std::string resolve_precision(const std::string& precision, Device device) {
+  if (precision != "auto") return precision;
+  return native_bf16(device) ? "bf16" : "fp32";
+}
+
+DType compute_dtype_of(const std::string& precision, Device device) {
+  const std::string p = resolve_precision(precision, device);
+  if (p == "bf16") return DType::bf16;
+  if (p == "fp16") return DType::f16;
+  KILN_CHECK(p == "fp32", "precision \"", precision, "\" is not accepted; accepted: fp32, bf16, fp16, auto");
+  return DType::f32;
+}
+
+}  // namespace kiln

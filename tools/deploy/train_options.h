@@ -1,0 +1,129 @@
+// The config's "train" section (TrainOptions) and the precision names: how a run was configured, which
+// both the training engine (tools/engine/trainer.h) and deployment (predict, evaluation of a run's
+// weights) read. The small parsers of its options that need no training code live here too:
+// train.accumulate, train.class_weights' form and the name-prefix lists (train.freeze,
+// train.init_fresh). Tests: tests/engine/config_test.cpp, tests/engine/accumulate_test.cpp,
+// tests/engine/finetune_test.cpp.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/json_util.h"
+#include "data/mix.h"
+#include "optim/ema.h"
+#include "optim/loss_scaler.h"
+
+namespace kiln {
+
+struct TrainOptions {
+  /// epochs to train (default 1); with time_budget_minutes, the most epochs to train
+  int64_t epochs = 1;
+  /// a wall-clock budget for the whole run, in minutes: early in the first epoch the trainer
+  /// measures this machine's step and evaluation times and lowers `epochs` to the most that fit, so
+  /// the schedule still ends within it (tools/engine/time_budget.h, docs/training.md); needs a schedule
+  /// whose length follows the epochs (constant, cosine) and no data.progressive_resize; 0 = off (default 0)
+  double time_budget_minutes = 0;
+  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
+  std::string device;
+  /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
+  /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
+  bool cudnn_benchmark = false;
+  /// "fp32", "bf16", "fp16" or "auto" (default "fp32"): the dtype of activations, conv and matmul;
+  /// master weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic
+  /// loss scaling; "auto" is bf16 where the device has bf16 units (a GPU of compute capability 8.0+;
+  /// a CPU with AVX-512 BF16 or AMX), else fp32, and the run folder's config records the choice
+  /// (docs/precision.md)
+  std::string precision = "fp32";
+  /// seed of the initial weights, the data order, augmentation and dropout (default 0)
+  int64_t seed = 0;
+  /// label smoothing of the cross-entropy loss, in [0, 1) (default 0)
+  double label_smoothing = 0.0;
+  /// class weights of the loss, for imbalanced data: "balanced" (n_samples / (n_classes * count_c),
+  /// counted on the training split), a list of one number >= 0 per class, or null (default null:
+  /// unweighted). PyTorch's weighted mean (F.cross_entropy(weight=...)); docs/reports.md
+  json class_weights;
+  /// clip the global gradient norm to this value; 0 = no clipping (default 0)
+  double clip_grad_norm = 0.0;
+  /// gradient checkpointing, passed to the model: "none", "blocks", "every:K" (default: the model's)
+  std::string checkpoint;
+  /// checkpoint to resume from: a run folder, or runs/x/last (default "": a fresh run)
+  std::string resume;
+  /// fine-tuning: start from these weights (docs/finetune.md): a safetensors file in PyTorch layout
+  /// (a kiln run's, or tools/convert_weights.py's), a run folder (its best checkpoint, else its last)
+  /// or a checkpoint (runs/x/last); tensors with the model's names and shapes load, a classifier head
+  /// of another num_classes starts fresh, any other mismatch is an error. Not read when resuming: the
+  /// checkpoint's weights win (default "": the model's own initialisation)
+  std::string init;
+  /// fine-tuning: what train.init does not load, as dotted name prefixes (["fc"]): these keep the fresh
+  /// model's initial values, e.g. a new classifier head for other classes of the same number
+  /// (default []: everything that fits is loaded)
+  std::vector<std::string> init_fresh;
+  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]):
+  /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
+  /// statistics (default []: nothing frozen)
+  std::vector<std::string> freeze;
+  /// folder that holds the run folders (default "runs")
+  std::string runs_dir = "runs";
+  /// progress: print a plain line every N steps when not on a terminal; 0 = ten per epoch (default 0)
+  int64_t log_every = 0;
+  /// stop each epoch after this many steps; 0 = the whole epoch (default 0; for benchmarks and tests)
+  int64_t max_steps_per_epoch = 0;
+  /// every step of an epoch trains on the epoch's first batch, held in memory, instead of reading the
+  /// loader: training at zero input-pipeline cost, to measure what the pipeline costs (compare the
+  /// images/s; tools/bench/bench_pipeline.sh); not a way to train (default false)
+  bool reuse_first_batch = false;
+  /// end this invocation after N epochs in total, keeping the schedule of `epochs`; `resume=` continues
+  /// (for time-limited jobs); 0 = run to `epochs` (default 0)
+  int64_t stop_after = 0;
+  /// evaluate on the validation split every N epochs and after the last (default 1)
+  int64_t eval_every = 1;
+  /// write PNG plots of loss, accuracy and lr at the end (default true)
+  bool plots = true;
+  /// seconds a collective may wait for the other ranks before the job is aborted (default 600)
+  double comm_timeout_s = 600;
+  /// AutoBatch's share of free memory when data.batch_size is -1 (default 0.6)
+  double autobatch_fraction = 0.6;
+  /// fp16 dynamic loss scaling (optim/loss_scaler.h)
+  LossScalerOptions loss_scaler;
+  /// EMA of the weights, evaluated and saved beside them: false/null (default), true, or
+  /// {"decay": 0.9998, "warmup": true, "best_by": "live"|"ema"} (optim/ema.h, docs/ema_accumulate.md)
+  EmaOptions ema;
+  /// gradient accumulation: N micro-batches per optimizer step (data.batch_size stays the global
+  /// batch of a step), or "auto" (stored as 0): AutoBatch picks the smallest N that fits (default 1;
+  /// tools/engine/accumulate.h, docs/ema_accumulate.md)
+  int64_t accumulate = 1;
+  /// batch-level MixUp/CutMix with soft targets (data/mix.h, docs/mixup_tta.md): {"mixup_alpha",
+  /// "cutmix_alpha", "prob", "switch_prob"} as timm's Mixup (default: off)
+  MixupOptions mixup;
+  /// test-time augmentation of the evaluations: "none" or "flip" (the mean of the softmax of the
+  /// image and of its left-right mirror; docs/mixup_tta.md) (default "none")
+  std::string tta = "none";
+
+  static TrainOptions from_json(const json& j, const std::string& path = "train");
+  json to_json() const;
+};
+
+// The dtype a model computes in for a precision name ("fp32", "bf16", "fp16"; master weights stay
+// f32, docs/precision.md) on `device`; "auto" is resolve_precision's; throws for any other name.
+DType compute_dtype_of(const std::string& precision, Device device);
+// train.precision = "auto" on `device`: "bf16" where it has bf16 arithmetic units (native_bf16: a
+// GPU of compute capability 8.0 or newer, a CPU with AVX-512 BF16 or AMX), else "fp32" (bf16 would
+// compute in f32 with conversions, or by emulation, there: slower). Other names are returned as
+// they are. The trainer takes bf16 only when every rank's device has the units.
+std::string resolve_precision(const std::string& precision, Device device);
+
+// train.accumulate: a positive integer N, or "auto" (returned as 0); null is 1.
+int64_t accumulate_from_json(const json& j, const std::string& path = "train.accumulate");
+json accumulate_to_json(int64_t n);  // 0 -> "auto"
+
+// train.class_weights' form: null, "balanced", or a non-empty list of finite numbers >= 0, not all 0;
+// errors name `path` and what is accepted.
+void check_class_weights_option(const json& option, const std::string& path);
+
+// A config list of dotted name prefixes (train.freeze, train.init_fresh); errors name `path`.
+std::vector<std::string> freeze_list_from_json(const json& j, const std::string& path);
+
+}  // namespace kiln

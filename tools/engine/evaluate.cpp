@@ -1,0 +1,65 @@
+// The evaluation pass (see evaluate.h).
+#include "tools/engine/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/autograd.h"
+#include "core/ops/loss.h"
+#include "core/ops/reduce.h"
+#include "tools/deploy/tta.h"
+
+namespace kiln {
+
+namespace {
+
+double top_k_correct(const Tensor& logits, const Tensor& labels, int64_t k, int64_t count) {
+  Tensor idx = ops::topk_indices(logits, k);
+  std::vector<int64_t> top = idx.to_int_vector(), y = labels.to_int_vector();
+  int64_t kk = idx.size(1), correct = 0;
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t j = 0; j < kk; ++j)
+      if (top[i * kk + j] == y[i]) {
+        ++correct;
+        break;
+      }
+  return static_cast<double>(correct);
+}
+
+}  // namespace
+
+EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta) {
+  NoGradGuard ng;
+  model.eval();
+  loader.start_epoch(epoch);
+  EvalCounts c;
+  Batch b;
+  while (loader.next(b)) {
+    int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
+    Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
+    if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
+    Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
+    c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
+    c.top1 += top_k_correct(logits, labels, 1, n);
+    c.top5 += top_k_correct(logits, labels, std::min<int64_t>(5, num_classes), n);
+    c.samples += n;
+    if (confusion) {
+      std::vector<int64_t> pred = ops::argmax(logits, 1).to_int_vector(), y = labels.to_int_vector();
+      for (int64_t i = 0; i < n; ++i) (*confusion)[y[i]][pred[i]] += 1;
+    }
+  }
+  model.train();
+  return c;
+}
+
+void all_reduce_confusion(Communicator& comm, std::vector<std::vector<int64_t>>& confusion) {
+  std::vector<double> flat;
+  for (const auto& row : confusion) flat.insert(flat.end(), row.begin(), row.end());
+  comm.all_reduce_doubles(flat);
+  size_t i = 0;
+  for (auto& row : confusion)
+    for (int64_t& v : row) v = static_cast<int64_t>(std::llround(flat[i++]));
+}
+
+}  // namespace kiln

@@ -1,0 +1,26 @@
+// The evaluation pass of `kiln train` and `kiln eval`: one pass over a loader's epoch in evaluation
+// mode, counting the loss, top-1 and top-5 hits and optionally the confusion matrix; padded samples
+// (a sharded loader's last batch) count once. Counts are this rank's; the callers sum them over ranks.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "data/loader.h"
+#include "layers/module.h"
+
+namespace kiln {
+
+struct EvalCounts {
+  double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
+};
+
+// `tta`: "none", or "flip" (tools/deploy/tta.h). `confusion`, when given, is K x K and gains [label][prediction].
+// Leaves the model in training mode.
+EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta);
+
+// The confusion matrix summed over ranks (every rank evaluates its shard).
+void all_reduce_confusion(Communicator& comm, std::vector<std::vector<int64_t>>& confusion);
+
+}  // namespace kiln

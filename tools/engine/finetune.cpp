@@ -1,0 +1,55 @@
+#include "tools/engine/finetune.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+
+#include "core/io/safetensors.h"
+#include "core/json_read.h"
+#include "layers/interop.h"
+#include "tools/deploy/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace kiln {
+
+void load_init_weights(Module& model, const std::string& init, const std::vector<std::string>& fresh, bool show) {
+  const StateDict own = model.state_dict();
+  for (size_t i = 0; i < fresh.size(); ++i) {
+    const bool used = std::any_of(own.begin(), own.end(), [&](const auto& kv) { return name_under(kv.first, fresh[i]); });
+    std::vector<std::string> tops;  // the top-level modules, which is what a prefix usually is
+    for (auto& [name, child] : model.named_children()) tops.push_back(name);
+    KILN_CHECK(used, "config: train.init_fresh[", i, "] = \"", fresh[i], "\" matches no tensor of ", model.type(),
+               "; accepted: a module path or a tensor name (dotted, e.g. \"fc\", \"layer4.1\", \"fc.bias\"); the model's "
+               "top-level modules are: ", tops.empty() ? "none" : join(tops));
+  }
+  std::string file = init;
+  if (!fs::is_regular_file(file)) {
+    std::string p = init;
+    while (p.size() > 1 && p.back() == '/') p.pop_back();
+    // A run folder: its best checkpoint (the weights a fine-tuning wants), else its last.
+    if (fs::is_directory(p) && (fs::exists(p + "/best") || fs::exists(p + "/best.safetensors"))) p += "/best";
+    file = checkpoint_files(resolve_checkpoint(p)).weights;
+  }
+  SafetensorsContents c = load_safetensors(file);
+  InitReport r = import_pytorch_for_finetuning(model, c.tensors, file, fresh);
+  if (!show) return;
+  std::cout << "init: " << r.loaded.size() << " tensors loaded from " << file << "\n";
+  if (!r.fresh.empty()) std::cout << "init: new (initialised as a fresh model): " << join(r.fresh) << "\n";
+  if (!r.ignored.empty()) std::cout << "init: ignored (in the file, not in the model): " << join(r.ignored) << "\n";
+}
+
+std::vector<ParamRef> trainable_params(Module& model, const std::vector<std::string>& freeze_prefixes, bool show) {
+  std::vector<std::string> frozen = freeze(model, freeze_prefixes, "config: train.freeze");
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : model.named_parameters())
+    if (p.requires_grad()) params.push_back({name, p, false});
+  KILN_CHECK(!params.empty() || model.named_parameters().empty(), "config: train.freeze = [", join(freeze_prefixes),
+             "] freezes every parameter of ", model.type(), "; nothing would train: leave at least the head out");
+  if (show && !frozen.empty())
+    std::cout << "freeze: " << frozen.size() << " parameters frozen (" << join(freeze_prefixes) << "), "
+              << params.size() << " trained\n";
+  return params;
+}
+
+}  // namespace kiln

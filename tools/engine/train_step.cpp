@@ -1,0 +1,89 @@
+// One training step (see train_step.h).
+#include "tools/engine/train_step.h"
+
+#include <cmath>
+#include <vector>
+
+#include "core/check.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/loss.h"
+#include "optim/param.h"
+#include "tools/engine/accumulate.h"
+
+namespace kiln {
+
+StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, const StepSetup& setup,
+                      const std::function<void(const MicroBatchOut&)>& on_micro) {
+  const int64_t n = batch.images.size(0);
+  KILN_CHECK(n > 0 && batch.labels.numel() == n, "train_step: ", n, " images and ", batch.labels.numel(), " labels");
+  KILN_CHECK(setup.accumulate >= 1, "train_step: accumulate = ", setup.accumulate, "; accepted: >= 1");
+  StepResult r;
+  opt.zero_grad();
+  const std::vector<int64_t> micro = micro_batch_sizes(n, setup.accumulate);
+  const bool whole = micro.size() == 1;
+  double loss_sum = 0;
+  int64_t start = 0;
+  for (size_t k = 0; k < micro.size(); start += micro[k], ++k) {
+    const int64_t m = micro[k];
+    auto part_of = [&](const Tensor& t) { return whole ? t : t.slice(0, start, start + m).contiguous(); };
+    Tensor x = part_of(batch.images).to(setup.device).to(setup.compute);
+    Tensor y = part_of(batch.labels).to(setup.device);
+    Tensor logits = model.forward(x);
+    Tensor logits32 = logits.to(DType::f32);  // softmax and the loss in f32 whatever the compute dtype
+    Tensor loss = batch.targets.defined()
+                      ? ops::soft_cross_entropy(logits32, part_of(batch.targets).to(setup.device), 0.0,
+                                                setup.class_weights)
+                      : ops::cross_entropy(logits32, y, setup.label_smoothing, setup.class_weights);
+    const double share = static_cast<double>(m) / static_cast<double>(n);
+    Tensor part = whole ? loss : ops::mul_scalar(loss, share);
+    if (setup.sync) setup.sync->set_deferred(k + 1 < micro.size());
+    (setup.scaler ? setup.scaler->scale_loss(part) : part).backward();
+    if (setup.read_loss) loss_sum += loss.item() * share;
+    if (on_micro) on_micro(MicroBatchOut{loss, logits, logits32, y, m, share, static_cast<int64_t>(k)});
+    r.last_loss = loss;
+  }
+  if (setup.sync) setup.sync->finish();
+  r.loss = loss_sum;
+  const bool loss_finite = !setup.read_loss || std::isfinite(loss_sum);
+  if (!setup.update) {
+    r.finite = loss_finite;
+    return r;
+  }
+  const std::vector<ParamRef>& params = opt.params();
+  if (setup.scaler && setup.scaler_on_device) {
+    // The verdict stays where the gradients are: the optimizer's kernels read the flag, the
+    // scaler's update runs there; the scaler's getters tell the skips when asked.
+    KILN_CHECK(opt.can_skip_on_device(), "train_step: scaler_on_device needs an optimizer that skips its step on ",
+               "the device (sgd); ", opt.type(), " reads the loss scaler's verdict instead");
+    KILN_CHECK(setup.clip_grad_norm <= 0, "train_step: scaler_on_device takes no clipping (clip_grad_norm = ",
+               setup.clip_grad_norm, "): the norm is read back, and the verdict with it");
+    setup.scaler->unscale_on_device(params);
+    opt.step_unless(setup.scaler->found_inf());
+    setup.scaler->update_on_device();
+    r.finite = loss_finite;
+    r.stepped = true;
+    r.verdict_on_device = true;
+    return r;
+  }
+  if (setup.scaler) {
+    // A non-finite loss or gradient skips the step and backs the scale off; the scaler aborts after
+    // loss_scaler.max_nonfinite_steps such steps in a row. Without read_loss (a GPU) the gradients'
+    // check alone decides: a non-finite loss has non-finite gradients.
+    r.finite = setup.scaler->unscale_and_check(params) && loss_finite;
+    if (r.finite) {
+      if (setup.clip_grad_norm > 0) clip_grad_norm(params, setup.clip_grad_norm);
+      opt.step();
+      r.stepped = true;
+    }
+    setup.scaler->update(!r.finite);
+    return r;
+  }
+  r.finite = loss_finite;
+  if (!r.finite) return r;  // the caller reports it, with the epoch and step
+  if (setup.clip_grad_norm > 0) clip_grad_norm(params, setup.clip_grad_norm);
+  opt.step();
+  r.stepped = true;
+  return r;
+}
+
+}  // namespace kiln
