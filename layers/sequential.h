@@ -14,7 +14,7 @@ namespace kiln {
 
 // Runs `layers` in order on x; a BatchNorm2d followed by a ReLU layer runs as one fused call
 // (BatchNorm2d::forward_relu: the same values and gradients, one pass fewer over the activations).
-// Sequential::forward and the checkpointed layer lists (layers/checkpoint.h) run through it.
+// Sequential::forward and the checkpointed layer lists (layers/recompute.h) run through it.
 Tensor run_layers(const std::vector<std::shared_ptr<Module>>& layers, const Tensor& x);
 
 class Sequential : public Module {

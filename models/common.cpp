@@ -8,7 +8,7 @@ void CommonOptions::read(JsonReader& r) {
   in_channels = r.get("in_channels", in_channels, int64_t{1}, kMaxSize);
   num_classes = r.get("num_classes", num_classes, int64_t{1}, kMaxSize);
   checkpoint = r.get("checkpoint", checkpoint);
-  CheckpointPolicy::parse(checkpoint, r.path_of("checkpoint"));
+  RecomputePolicy::parse(checkpoint, r.path_of("checkpoint"));
 }
 
 void CommonOptions::write(json& j) const {

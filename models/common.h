@@ -5,7 +5,7 @@
 #include <string>
 
 #include "layers/activation.h"
-#include "layers/checkpoint.h"
+#include "layers/recompute.h"
 #include "layers/conv.h"
 #include "layers/linear.h"
 #include "layers/norm.h"
@@ -17,13 +17,13 @@ namespace kiln::models {
 struct CommonOptions {
   int64_t in_channels = 3;         /// channels of the input images (default: the model's, 3 or 1)
   int64_t num_classes = 1000;      /// classes (default: the model's, 1000 or 10)
-  std::string checkpoint = "none";  /// gradient checkpointing: "none" | "blocks" | "every:K" (layers/checkpoint.h)
+  std::string checkpoint = "none";  /// gradient checkpointing: "none" | "blocks" | "every:K" (layers/recompute.h)
 
   // Reads the three keys (defaults as given in *this); validates checkpoint.
   void read(JsonReader& r);
   void write(json& j) const;
-  CheckpointPolicy policy(const std::string& path = "model.checkpoint") const {
-    return CheckpointPolicy::parse(checkpoint, path);
+  RecomputePolicy policy(const std::string& path = "model.checkpoint") const {
+    return RecomputePolicy::parse(checkpoint, path);
   }
 };
 
@@ -62,7 +62,7 @@ class FeatureClassifier : public Module {
   std::shared_ptr<Flatten> flatten_;  // not a child: torchvision flattens in forward()
   int64_t built_for_c_ = 0, built_for_h_ = 0, built_for_w_ = 0;  // the features the classifier takes
   std::vector<Unit> units_;
-  CheckpointPolicy policy_;
+  RecomputePolicy policy_;
 };
 
 }  // namespace kiln::models

@@ -69,7 +69,7 @@ std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
 LayerListModel::LayerListModel(const json& layers, const std::string& path, const std::string& checkpoint)
     : Sequential("custom") {
   std::string cp_path = path.substr(0, path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1) + "checkpoint";
-  policy_ = CheckpointPolicy::parse(checkpoint, cp_path);
+  policy_ = RecomputePolicy::parse(checkpoint, cp_path);
   KILN_CHECK(layers.is_array() && !layers.empty(), "config: ", path, " must be a non-empty array of layers");
   for (size_t i = 0; i < layers.size(); ++i) push_back(build_layer(layers[i], path + "[" + std::to_string(i) + "]"));
   units_ = split_units(this->layers());

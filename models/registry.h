@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "layers/checkpoint.h"
+#include "layers/recompute.h"
 #include "layers/sequential.h"
 
 namespace kiln::models {
@@ -28,7 +28,7 @@ class LayerListModel : public Sequential {
   json to_json() const override;  // {"layers": [...], "checkpoint": ...}
 
  private:
-  CheckpointPolicy policy_;
+  RecomputePolicy policy_;
   std::vector<Unit> units_;
 };
 

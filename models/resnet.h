@@ -55,7 +55,7 @@ class ResNet : public Module {
   std::shared_ptr<GlobalAvgPool> avgpool_;
   std::shared_ptr<Linear> fc_;
   std::vector<Unit> units_;
-  CheckpointPolicy policy_;
+  RecomputePolicy policy_;
 };
 
 }  // namespace kiln::models

@@ -73,7 +73,7 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
     cli::cmd_bench({"train", "modle=lenet"});
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bench train: unknown argument 'modle=lenet'; accepted: batch"),
+    EXPECT_NE(std::string(e.what()).find("bench train: unknown argument 'modle=lenet' (did you mean model=?); accepted: batch"),
               std::string::npos)
         << e.what();
   }

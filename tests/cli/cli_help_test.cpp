@@ -116,6 +116,14 @@ TEST(CliHelp, KilnHelpListsEveryCommand) {
   EXPECT_EQ(none.out, run_kiln(fresh_dir("top"), "--help").out);
 }
 
+TEST(CliHelp, AMistypedCommandGetsADidYouMean) {
+  KilnRun r = run_kiln(fresh_dir("typo"), "trian x.json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err.rfind("kiln: error: unknown command 'trian' (did you mean 'train'?); accepted: train, eval", 0), 0u) << r.err;
+  r = run_kiln(fresh_dir("typo"), "bench trian");
+  EXPECT_EQ(r.err.rfind("kiln: error: bench: unknown command 'trian' (did you mean 'train'?); accepted: ", 0), 0u) << r.err;
+}
+
 TEST(CliHelp, AnUnknownCommandListsTheAcceptedOnes) {
   const std::vector<std::string> names = kiln::cli::command_names();
   for (const std::string group : {"", "bench", "data"}) {

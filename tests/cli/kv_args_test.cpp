@@ -28,9 +28,11 @@ TEST(KeyValueArgs, ValuesDefaultsAndNumbers) {
 
 TEST(KeyValueArgs, ErrorsNameTheCommandAndTheArgument) {
   EXPECT_EQ(error_text_of([] { KeyValueArgs("bench x", {"modle=a"}, {{"model", ""}, {"batch", "1"}}); }),
-            "bench x: unknown argument 'modle=a'; accepted: batch, model (as key=value)");
+            "bench x: unknown argument 'modle=a' (did you mean model=?); accepted: batch, model (as key=value)");
   EXPECT_EQ(error_text_of([] { KeyValueArgs("bench x", {"model"}, {{"model", ""}}); }),
-            "bench x: unknown argument 'model'; accepted: model (as key=value)");
+            "bench x: unknown argument 'model' (did you mean model=?); accepted: model (as key=value)");
+  EXPECT_EQ(error_text_of([] { KeyValueArgs("bench x", {"zzz=1"}, {{"model", ""}}); }),
+            "bench x: unknown argument 'zzz=1'; accepted: model (as key=value)");  // nothing close: no guess
   for (const char* bad : {"batch=0", "batch=1.5", "batch=", "batch=ten", "batch=99999999999999999999", "batch= 3"}) {
     const KeyValueArgs kv("bench x", {bad}, {{"batch", "1"}});
     EXPECT_EQ(error_text_of([&] { kv.integer("batch", 1); }),

@@ -4,18 +4,12 @@
 #include <cstdlib>
 #include <limits>
 
+#include "tests/expect_error.h"
 #include "core/json_util.h"
 
 using namespace kiln;
 
-static std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 TEST(JsonReader, TypedGettersAndDefaults) {
   json j = json::parse(R"({"lr": 0.1, "epochs": 3, "nesterov": true, "name": "sgd", "milestones": [30, 60]})");

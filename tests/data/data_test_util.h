@@ -12,19 +12,10 @@
 #include <vector>
 
 #include "core/check.h"
+#include "tests/expect_error.h"  // error_of
 
 namespace kiln::testing {
 
-// The message of the kiln::Error that f() throws, or "(no error)".
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 #define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
 
 // A fresh folder under the system temp dir, removed with everything in it at the end of the test.

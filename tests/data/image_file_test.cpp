@@ -135,7 +135,7 @@ TEST(ImageDecode, DamagedFilesAreNamed) {
   EXPECT_HAS(decode_error(std::vector<uint8_t>(png.begin(), png.end() - 20)), "truncated PNG");
   // Bytes after the end-of-image marker are harmless.
   jpg.insert(jpg.end(), {0, 0, 0});
-  EXPECT_EQ(decode_error(jpg), "(no error)");
+  EXPECT_EQ(decode_error(jpg), "");  // no error
 }
 
 TEST(ImageDecode, ReducedDecodingRule) {
@@ -195,7 +195,7 @@ TEST(ImageDecode, RegionEqualsFullDecode) {
   Image img;
   CropBox got;
   std::string e = kt::error_of([&] { decode_jpeg_region(jpg.data(), jpg.size(), "d.jpg", {}, header(jpg), {0, 0, 40, 40}, img, got); });
-  EXPECT_TRUE(e == "(no error)" || e.find("d.jpg: damaged JPEG") != std::string::npos) << e;
+  EXPECT_TRUE(e.empty() || e.find("d.jpg: damaged JPEG") != std::string::npos) << e;
 }
 
 TEST(ImageFolder, ClassesAndFilesSortedAsTorchvision) {

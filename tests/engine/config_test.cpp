@@ -15,14 +15,7 @@
 
 using namespace kiln;
 
-static std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using kiln::testing::error_of;
 
 TEST(Config, OverridesShortFormsAndDottedPaths) {
   json c = json::parse(R"({"train": {"epochs": 10}, "optim": {"lr": 0.1},

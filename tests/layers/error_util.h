@@ -5,19 +5,10 @@
 #include <string>
 
 #include "core/check.h"
+#include "tests/expect_error.h"  // error_of
 
 namespace kiln::testing {
 
-// The message of the kiln::Error that f throws ("" when it throws none).
-template <class F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 inline void expect_has(const std::string& msg, const std::string& part) {
   EXPECT_NE(msg.find(part), std::string::npos) << "message: " << msg << "\nexpected to contain: " << part;

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/json_read.h"  // closest_match
 #include "tools/cli/commands.h"
 
 namespace kiln::cli {
@@ -81,11 +82,15 @@ int dispatch(const std::vector<Command>& table, const Args& args, const std::str
   }
   Args rest(args.begin() + 1, args.end());
   std::string accepted;
+  std::vector<std::string> names;
   for (const Command& c : table) {
     if (args[0] == c.name) return c.run(rest);
     accepted += (accepted.empty() ? "" : ", ") + std::string(c.name);
+    names.emplace_back(c.name);
   }
-  KILN_FAIL(group.empty() ? "" : group + ": ", "unknown command '", args[0], "'; accepted: ", accepted, " (see kiln ",
+  const std::string near = closest_match(args[0], names);
+  KILN_FAIL(group.empty() ? "" : group + ": ", "unknown command '", args[0], "'",
+            near.empty() ? "" : " (did you mean '" + near + "'?)", "; accepted: ", accepted, " (see kiln ",
             group.empty() ? "" : group + " ", "--help)");
 }
 

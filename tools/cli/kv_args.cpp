@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "core/check.h"
+#include "core/json_read.h"
+#include "tools/deploy/config.h"
 
 namespace kiln::cli {
 
@@ -12,20 +14,23 @@ KeyValueArgs::KeyValueArgs(std::string cmd, const std::vector<std::string>& args
                            std::map<std::string, std::string> defaults, Mode mode)
     : cmd_(std::move(cmd)), values_(std::move(defaults)) {
   for (const std::string& a : args) {
-    const auto eq = a.find('=');
-    const std::string k = eq == std::string::npos ? a : a.substr(0, eq);
-    if (eq != std::string::npos && values_.count(k)) {
-      values_[k] = a.substr(eq + 1);
-      given_[k] = true;
+    const std::optional<KeyValue> kv = split_key_value(a);
+    if (kv && values_.count(kv->key)) {
+      values_[kv->key] = kv->value;
+      given_[kv->key] = true;
       continue;
     }
     if (mode == Mode::overrides) {
-      KILN_CHECK(eq != std::string::npos && eq > 0, cmd_, ": '", a, "' is not key=value; accepted keys: ", accepted(),
+      KILN_CHECK(kv.has_value(), cmd_, ": '", a, "' is not key=value; accepted keys: ", accepted(),
                  ", or config overrides such as train.epochs=3");
       overrides_.push_back(a);
       continue;
     }
-    KILN_FAIL(cmd_, ": unknown argument '", a, "'; accepted: ", accepted(), " (as key=value)");
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : values_) keys.push_back(key);
+    const std::string near = closest_match(kv ? kv->key : a, keys);
+    KILN_FAIL(cmd_, ": unknown argument '", a, "'", near.empty() ? "" : " (did you mean " + near + "=?)",
+              "; accepted: ", accepted(), " (as key=value)");
   }
 }
 

@@ -162,22 +162,27 @@ json load_config_file(const std::string& path) {
   return j;
 }
 
+std::optional<KeyValue> split_key_value(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0) return std::nullopt;
+  return KeyValue{arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
 void apply_overrides(json& config, const std::vector<std::string>& overrides) {
   for (const std::string& arg : overrides) {
-    auto eq = arg.find('=');
-    KILN_CHECK(eq != std::string::npos && eq > 0, "argument '", arg,
-               "' is not key=value; e.g. epochs=3, batch=-1, device=0,1, optim.lr=0.05");
+    const std::optional<KeyValue> kv = split_key_value(arg);
+    KILN_CHECK(kv.has_value(), "argument '", arg, "' is not key=value; e.g. epochs=3, batch=-1, device=0,1, optim.lr=0.05");
     try {  // the config is written back as JSON (config.json, messages): only UTF-8 text fits
       (void)json(arg).dump();
     } catch (const json::type_error&) {
       KILN_FAIL("argument '", arg, "' is not valid UTF-8 text");
     }
-    const std::string short_key = arg.substr(0, eq);
+    const std::string& short_key = kv->key;
     std::string key = expand_short_form(short_key);
     bool text_key = false;
     for (const ShortForm& s : kShortForms)
       if (short_key == s.key) text_key = s.text;
-    std::string text = arg.substr(eq + 1);
+    std::string text = kv->value;
     std::vector<std::string> parts = split(key, '.');
     json* node = &config;
     std::string path;

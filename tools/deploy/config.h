@@ -15,6 +15,7 @@
 // naming the file (or argument) and the JSON path.
 // Tests: tests/engine/config_test.cpp.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@ json load_config_file(const std::string& path);
 
 // Applies each `key=value` to `config`; errors name the argument and what is accepted.
 void apply_overrides(json& config, const std::vector<std::string>& overrides);
+
+// The one reading of a `key=value` argument (config overrides and every command's own keys, tools/cli/kv_args.h):
+// the key before the first '=' and the value after it (which may be empty and may hold '='); nullopt when
+// the argument holds no '=' or the key is empty.
+struct KeyValue {
+  std::string key, value;
+};
+std::optional<KeyValue> split_key_value(const std::string& arg);
 
 // The long path a short form stands for ("lr" -> "optim.lr"), or the key itself.
 std::string expand_short_form(const std::string& key);

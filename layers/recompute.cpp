@@ -1,4 +1,4 @@
-#include "layers/checkpoint.h"
+#include "layers/recompute.h"
 
 #include <algorithm>
 
@@ -7,8 +7,8 @@
 
 namespace kiln {
 
-CheckpointPolicy CheckpointPolicy::parse(const std::string& s, const std::string& path) {
-  CheckpointPolicy p;
+RecomputePolicy RecomputePolicy::parse(const std::string& s, const std::string& path) {
+  RecomputePolicy p;
   if (s == "none") return p;
   if (s == "blocks") {
     p.segment = 1;
@@ -26,7 +26,7 @@ CheckpointPolicy CheckpointPolicy::parse(const std::string& s, const std::string
   KILN_FAIL("config: ", path, " = \"", s, "\" is not accepted; accepted: \"none\", \"blocks\", \"every:K\" with K >= 1");
 }
 
-std::string CheckpointPolicy::str() const {
+std::string RecomputePolicy::str() const {
   if (segment == 0) return "none";
   if (segment == 1) return "blocks";
   return "every:" + std::to_string(segment);
@@ -48,7 +48,7 @@ std::vector<Unit> split_units(const std::vector<std::shared_ptr<Module>>& layers
   return units;
 }
 
-Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const CheckpointPolicy& policy) {
+Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const RecomputePolicy& policy) {
   Tensor h = x;
   if (policy.segment == 0 || !grad_enabled()) {
     for (auto& u : units) h = run_layers(u, h);

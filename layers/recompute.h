@@ -1,4 +1,6 @@
-// Gradient checkpointing of a chain of modules ("units": residual blocks, VGG/AlexNet stages).
+// Gradient checkpointing, i.e. activation recomputation (named "recompute" in kiln's files so that
+// "checkpoint" means saved training state, tools/deploy/checkpoint.h), of a chain of modules ("units":
+// residual blocks, VGG/AlexNet stages).
 // A model's `checkpoint` option:
 //   "none"     every unit runs normally (default)
 //   "blocks"   each unit runs through kiln::checkpoint (core/autograd.h): its activations are freed
@@ -8,7 +10,7 @@
 // it would cost time and save no peak memory), as torch.utils.checkpoint_sequential does.
 // Gradients equal the plain run; batch-norm running statistics are updated once (the recomputation
 // skips them, layers/module.h is_recomputing()); dropout masks are replayed from the saved RNG state.
-// Tests: tests/models/checkpoint_test.cpp.
+// Tests: tests/models/recompute_test.cpp.
 #pragma once
 #include <memory>
 #include <string>
@@ -18,11 +20,11 @@
 
 namespace kiln {
 
-struct CheckpointPolicy {
+struct RecomputePolicy {
   int64_t segment = 0;  // units per checkpointed segment; 0 = no checkpointing
 
   // Parses "none" | "blocks" | "every:K" (K >= 1); `path` names the config key in errors.
-  static CheckpointPolicy parse(const std::string& s, const std::string& path);
+  static RecomputePolicy parse(const std::string& s, const std::string& path);
   std::string str() const;  // back to the config string
 };
 
@@ -34,6 +36,6 @@ using Unit = std::vector<std::shared_ptr<Module>>;
 std::vector<Unit> split_units(const std::vector<std::shared_ptr<Module>>& layers);
 
 // Runs x through `units` in order, grouping them into checkpointed segments as the policy says.
-Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const CheckpointPolicy& policy);
+Tensor run_units(const std::vector<Unit>& units, const Tensor& x, const RecomputePolicy& policy);
 
 }  // namespace kiln
