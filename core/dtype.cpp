@@ -30,17 +30,6 @@ const char* dtype_name(DType t) {
   return "?";
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "f32" || s == "fp32" || s == "float32" || s == "float") return DType::f32;
-  if (s == "f16" || s == "fp16" || s == "float16" || s == "half") return DType::f16;
-  if (s == "bf16" || s == "bfloat16") return DType::bf16;
-  if (s == "i32" || s == "int32") return DType::i32;
-  if (s == "i64" || s == "int64") return DType::i64;
-  if (s == "u8" || s == "uint8") return DType::u8;
-  if (s == "f64" || s == "fp64" || s == "float64" || s == "double") return DType::f64;
-  KILN_FAIL("unknown dtype '", s, "'; accepted: f32, f16, bf16, i32, i64, u8, f64");
-}
-
 // IEEE half conversions with round-to-nearest-even, subnormals, inf and NaN.
 uint16_t float_to_f16(float f) {
   uint32_t x;

@@ -12,8 +12,6 @@ enum class DType : uint8_t { f32, f16, bf16, i32, i64, u8, f64 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);
-// Parses "f32", "float32", "fp32", "bf16", "fp16", "f16", "i32", "int32", "i64", "int64", "u8", "f64".
-DType parse_dtype(const std::string& s);
 inline bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f16 || t == DType::bf16 || t == DType::f64;
 }

@@ -47,10 +47,6 @@ Tensor to_pytorch_layout(Module& m, const std::string& name, const Tensor& t) {
   return convert(layout_of(m, name), t, true);
 }
 
-Tensor from_pytorch_layout(Module& m, const std::string& name, const Tensor& t) {
-  return convert(layout_of(m, name), t, false);
-}
-
 StateDict export_pytorch_state_dict(Module& m) {
   StateDict out;
   for (auto& [name, t] : m.state_dict()) out[name] = to_pytorch_layout(m, name, t);

@@ -16,10 +16,9 @@ StateDict export_pytorch_state_dict(Module& m);
 // error are PyTorch's).
 void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict = true);
 
-// One tensor: kiln layout <-> PyTorch layout for the parameter `name` of `m`. Tensors that need no
+// One tensor: kiln layout -> PyTorch layout for the parameter `name` of `m`. Tensors that need no
 // change are returned as given.
 Tensor to_pytorch_layout(Module& m, const std::string& name, const Tensor& t);
-Tensor from_pytorch_layout(Module& m, const std::string& name, const Tensor& t);
 
 // --- fine-tuning (train.init, docs/finetune.md) ------------------------------------------------
 // The classifier head: the parameters of the model's last Linear module in registration order

@@ -58,7 +58,7 @@ TEST(KeyValueArgs, OverridesAreKeptInOrder) {
 
 TEST(KeyValueArgs, TheCommandsReadThem) {
   EXPECT_NE(error_text_of([] { cli::bench_checkpoint({"sise=8"}); })
-                .find("bench checkpoint: unknown argument 'sise=8'; accepted: batch, classes, device, model"),
+                .find("bench checkpoint: unknown argument 'sise=8' (did you mean size=?); accepted: batch, classes, device, model"),
             std::string::npos);
   EXPECT_NE(error_text_of([] { cli::bench_checkpoint({"size=4"}); }).find("bench checkpoint: 'size=4': size takes a whole number >= 8"),
             std::string::npos);

@@ -9,7 +9,6 @@
 #include "core/autograd.h"
 #include "core/kernels.h"
 #include "core/ops/silu.h"
-#include "layers/registry.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
@@ -71,13 +70,6 @@ TEST(Silu, ExtremesAreThoseOfPyTorch) {
   EXPECT_EQ(g[1], 0.0);
 }
 
-TEST(Silu, TheLayerIsInTheRegistry) {
-  auto layer = build_layer(json{{"type", "silu"}}, "model.layers[0]");
-  EXPECT_EQ(layer->to_json(), (json{{"type", "silu"}}));
-  Tensor x = randn({2, 3, 3, 4}, 1);
-  EXPECT_EQ(layer->forward(x).to_double_vector(), ops::silu(x).to_double_vector());
-  EXPECT_THROW(build_layer(json{{"type", "silu"}, {"inplace", true}}, "model.layers[0]"), Error);
-}
 
 TEST(KernelTable, EntriesAndMissingOnes) {
   const Kernels& cpu = kernels(Device::cpu());

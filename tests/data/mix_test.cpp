@@ -8,10 +8,13 @@
 #include <cmath>
 #include <set>
 
+#include "core/autograd.h"
+#include "core/ops/loss.h"
 #include "data/loader.h"
 #include "data/mix.h"
 #include "data/synthetic.h"
 #include "data_test_util.h"
+#include "tests/gradcheck.h"
 
 using namespace kiln;
 namespace kt = kiln::testing;
@@ -315,4 +318,38 @@ TEST(FlipImages, MirrorsAlongTheWidth) {
               ASSERT_EQ(at(out, H, W, C, n, y, xx, c), at(in, H, W, C, n, y, W - 1 - xx, c));
       EXPECT_EQ(flip_images_lr(flip_images_lr(x)).to_double_vector(), in);
     }
+}
+
+// The soft cross-entropy (core/ops/loss.h) on the targets mix_targets makes.
+TEST(SoftCrossEntropy, OneHotTargetsEqualClassIndexLoss) {
+  using kiln::testing::expect_close;
+  using kiln::testing::randn;
+  const int64_t N = 9, K = 5;
+  Tensor z1 = randn({N, K}, 3, DType::f32, 2.0).set_requires_grad(true);
+  Tensor z2 = z1.detach().clone().set_requires_grad(true);
+  std::vector<int64_t> y{0, 4, 2, 2, 1, 3, 0, 4, 1};
+  Tensor labels = Tensor::from_vector(y, {N});
+  for (double e : {0.0, 0.1}) {
+    Tensor hard = ops::cross_entropy(z1, labels, e);
+    Tensor soft = ops::soft_cross_entropy(z2, mix_targets(labels, K, 1.0, 0.0), e);
+    EXPECT_NEAR(hard.item(), soft.item(), 1e-6);
+    hard.backward();
+    soft.backward();
+    expect_close(z2.grad(), z1.grad().to_double_vector(), 1e-6, 1e-6, "dlogits");
+    z1.zero_grad();
+    z2.zero_grad();
+  }
+}
+
+TEST(SoftCrossEntropy, SmoothingInTheOpEqualsTimmSmoothedTargets) {
+  using kiln::testing::randn;
+  // timm's mixup_target applies the smoothing to both one-hots; the op's e applies it to the mix.
+  const int64_t N = 6, K = 10;
+  Tensor z = randn({N, K}, 5, DType::f32, 2.0);
+  Tensor labels = Tensor::from_vector(std::vector<int64_t>{1, 7, 3, 3, 9, 0}, {N});
+  for (double lam : {1.0, 0.7, 0.31}) {
+    double a = ops::soft_cross_entropy(z, mix_targets(labels, K, lam, 0.1), 0.0).item();
+    double b = ops::soft_cross_entropy(z, mix_targets(labels, K, lam, 0.0), 0.1).item();
+    EXPECT_NEAR(a, b, 1e-6) << "lam " << lam;
+  }
 }

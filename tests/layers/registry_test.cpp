@@ -5,8 +5,10 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/ops/silu.h"
 #include "layers/linear.h"
 #include "layers/registry.h"
+#include "tests/gradcheck.h"
 #include "tests/layers/error_util.h"
 
 using namespace kiln;
@@ -128,4 +130,13 @@ TEST(Registry, SequentialFlattenFeedsLinearInChwOrder) {
   ASSERT_EQ(pooled.shape(), (Shape{2, 3, 3, 6}));
   Tensor want = second->forward(first->forward(pooled.permute({0, 3, 1, 2}).contiguous().reshape({2, 54})));
   EXPECT_EQ(seq->forward(x).to_double_vector(), want.to_double_vector());
+}
+
+TEST(Silu, TheLayerIsInTheRegistry) {
+  using kiln::testing::randn;
+  auto layer = build_layer(json{{"type", "silu"}}, "model.layers[0]");
+  EXPECT_EQ(layer->to_json(), (json{{"type", "silu"}}));
+  Tensor x = randn({2, 3, 3, 4}, 1);
+  EXPECT_EQ(layer->forward(x).to_double_vector(), ops::silu(x).to_double_vector());
+  EXPECT_THROW(build_layer(json{{"type", "silu"}, {"inplace", true}}, "model.layers[0]"), Error);
 }
