@@ -40,7 +40,6 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "models/resnet.h"
-#include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kv_args.h"
@@ -289,7 +288,6 @@ int bench_train(const Args& args) {
   // for fp16 dynamic loss scaling.
   Device d = parse_device_list(a["device"])[0];
   a["precision"] = resolve_precision(a["precision"], d);  // the table shows auto's choice
-  const DType compute = compute_dtype_of(a["precision"], d);
   const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
   set_conv_benchmark(d, ints["cudnn_benchmark"] != 0);  // cuDNN's on a GPU; the CPU has none
   manual_seed(0);
@@ -309,9 +307,12 @@ int bench_train(const Args& args) {
   so.nesterov = true;
   so.weight_decay = 5e-5;
   SGD opt(params, so);
+  StepOptions step_opts;  // the trainer's step (tools/engine/train_step.h), without reading the loss each step
+  step_opts.precision = a["precision"];
+  step_opts.use = StepUse::time;
+  const StepSetup ss = make_step_setup(step_opts, d, opt);
   Generator gen(1);
-  Tensor x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, d, &gen).to(compute);
-  LossScaler scaler;
+  Tensor x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, d, &gen).to(ss.compute);
   std::vector<int64_t> labels(static_cast<size_t>(batch));
   for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
   Tensor y = Tensor::from_vector(labels, {batch}, DType::i64, d);
@@ -322,12 +323,6 @@ int bench_train(const Args& args) {
               static_cast<long long>(ints["warmup"]), static_cast<long long>(ints["steps"]),
               d.is_cuda() ? (ints["cudnn_benchmark"] ? ", cuDNN benchmark mode" : ", cuDNN heuristics") : "");
   Tensor loss;
-  StepSetup ss;  // the trainer's step (tools/engine/train_step.h), without reading the loss each step
-  ss.device = d;
-  ss.compute = compute;
-  ss.scaler = compute == DType::f16 ? &scaler : nullptr;
-  ss.scaler_on_device = d.is_cuda();  // as the trainer: an fp16 step on a GPU reads nothing back
-  ss.read_loss = false;
   auto step = [&] { loss = train_step(*model, opt, StepBatch{x, y, Tensor()}, ss).last_loss; };
   namespace wg = ops::winograd;
   const wg::Mode prev = wg::mode();

@@ -184,13 +184,6 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
   check_before_run(*model, dcfg, train_set->image_shape(), breq.auto_fraction > 0 ? 1 : breq.global / world,
                    train_set->num_classes());
   const Tensor class_weights = loss_class_weights(opt, *train_set, device, show);
-  // The shared training step (tools/engine/train_step.h); accumulation, clipping, the scaler and the
-  // all-reduce are added below, once known. AutoBatch's probe runs a copy without the update.
-  StepSetup step_setup;
-  step_setup.device = device;
-  step_setup.compute = compute;
-  step_setup.label_smoothing = opt.label_smoothing;
-  step_setup.class_weights = class_weights;
 
   // --- optimizer --------------------------------------------------------------------------------
   std::vector<ParamRef> params = trainable_params(*model, opt.freeze, show);
@@ -226,9 +219,10 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     CachingAllocator& alloc = allocator_for(device);
     // The optimizer's state is allocated at the first step: add it to the fit.
     const double state_bytes = optimizer->state_bytes();
-    StepSetup probe_setup = step_setup;  // the training step's forward and backward, without the update
-    probe_setup.read_loss = false;
-    probe_setup.update = false;
+    StepOptions probe_opts = step_options(opt);  // the training step's forward and backward, without the update
+    probe_opts.class_weights = class_weights;
+    probe_opts.use = StepUse::probe;
+    const StepSetup probe_setup = make_step_setup(probe_opts, device, *optimizer);
     auto probe = [&](int64_t b) -> double {
       optimizer->zero_grad();
       alloc.reset_peak();
@@ -377,28 +371,21 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     }
   }
 
-  // fp16: dynamic loss scaling; its state continues from the checkpoint on resume.
-  std::unique_ptr<LossScaler> scaler;
-  if (compute == DType::f16) {
-    scaler = std::make_unique<LossScaler>(opt.loss_scaler);
-    if (!state.scaler.empty()) scaler->load_state_dict(state.scaler);
-  }
-
   std::unique_ptr<GradSync> sync;
   if (world > 1) {
     std::vector<Tensor> ps;
     for (auto& p : params) ps.push_back(p.param);
     sync = std::make_unique<GradSync>(ps, *comm);
   }
-  step_setup.accumulate = accumulate;
-  step_setup.clip_grad_norm = opt.clip_grad_norm;
-  step_setup.scaler = scaler.get();
-  step_setup.sync = sync.get();
-  step_setup.read_loss = device.is_cpu();  // free on the host; elsewhere the statistics stay on the device
-  // fp16 on a GPU: the skip decision stays on the device too, where it can (an optimizer that skips
-  // there, no clipping, no EMA: the EMA updates only after a step taken), so that no step waits for it.
-  step_setup.scaler_on_device = scaler && !device.is_cpu() && optimizer->can_skip_on_device() &&
-                                opt.clip_grad_norm <= 0 && !ema;
+  // The shared training step (tools/engine/train_step.h, make_step_setup): with fp16 its loss scaler,
+  // whose state continues from the checkpoint on resume.
+  StepOptions step_opts = step_options(opt);
+  step_opts.class_weights = class_weights;
+  step_opts.accumulate = accumulate;
+  step_opts.sync = sync.get();
+  const StepSetup step_setup = make_step_setup(step_opts, device, *optimizer);
+  LossScaler* scaler = step_setup.scaler.get();
+  if (scaler && !state.scaler.empty()) scaler->load_state_dict(state.scaler);
 
   // --- epochs -----------------------------------------------------------------------------------
   TrainResult result;
