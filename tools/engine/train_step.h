@@ -1,5 +1,5 @@
 // One training step, written once and shared by everything that trains or measures training: the
-// trainer (tools/engine/trainer.cpp), AutoBatch's memory probe, `kiln bench train` and `kiln bench checkpoint`
+// trainer (tools/engine/epoch.cpp), AutoBatch's memory probe, `kiln bench train` and `kiln bench checkpoint`
 // (tools/cli/bench.cpp, tools/cli/bench_memory.cpp). Before it, each carried its own copy, and the copies had
 // drifted (the probe left out label smoothing and class weights, bench train spelled fp16 scaling its
 // own way).
