@@ -69,7 +69,7 @@ Tensor dominant_labels(const Tensor& labels, double lam);
 double sample_gamma(SampleRng& rng, double a);
 double sample_beta(SampleRng& rng, double a, double b);
 
-// A training batch as the step uses it (tools/engine/trainer.cpp): with mixup enabled, the images mixed
+// A training batch as the step uses it (tools/engine/epoch.cpp): with mixup enabled, the images mixed
 // by draw_mix(o, seed, b.epoch, b.index, H, W), the soft targets (N, K) f32 on the CPU with label
 // smoothing applied as timm does, and labels = dominant_labels (for the training accuracy); with
 // mixup off: b.images, no targets (undefined: the loss uses the class labels) and b.labels.

@@ -5,7 +5,8 @@
 //    the step is skipped and the scale backs off; with the scaler's verdict kept on the device (a
 //    GPU step's way) the steps taken are the same;
 //  - the step is deterministic (bit-exact twice from the same weights);
-//  - the optimizer's state size (AutoBatch adds it to the probe) is what its state_dict holds.
+//  - the optimizer's state size (AutoBatch adds it to the probe) is what its state_dict holds;
+//  - make_step_setup's decisions: the scaler, where its verdict is taken and why, each caller's use.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -180,14 +181,13 @@ TEST(TrainStep, ANonFiniteLossTakesNoStep) {
     auto m = tiny_net();
     const std::vector<double> before = flat_weights(*m);
     SGD opt(params_of(*m), sgd_options());
-    LossScaler scaler;
     StepSetup s;
-    s.scaler = &scaler;
+    s.scaler = std::make_shared<LossScaler>();
     StepResult r = train_step(*m, opt, StepBatch{pb.x, pb.y, Tensor()}, s);
     EXPECT_FALSE(r.finite);
     EXPECT_FALSE(r.stepped);
-    EXPECT_EQ(scaler.skipped_steps(), 1);
-    EXPECT_EQ(scaler.scale(), 32768.0);
+    EXPECT_EQ(s.scaler->skipped_steps(), 1);
+    EXPECT_EQ(s.scaler->scale(), 32768.0);
     EXPECT_EQ(flat_weights(*m), before);
     // A finite batch then steps, with the gradients unscaled (the same weights as without a scaler).
     const Problem good = problem(6);
@@ -263,13 +263,14 @@ TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
   SGD host_opt(params_of(*host_net), o), dev_opt(params_of(*dev_net), o);
   LossScalerOptions so;
   so.growth_interval = 2;
-  LossScaler host_scaler(so), dev_scaler(so);
   StepSetup host_setup, dev_setup;
-  host_setup.scaler = &host_scaler;
+  host_setup.scaler = std::make_shared<LossScaler>(so);
   host_setup.read_loss = false;
   dev_setup = host_setup;
-  dev_setup.scaler = &dev_scaler;
+  dev_setup.scaler = std::make_shared<LossScaler>(so);
   dev_setup.scaler_on_device = true;
+  const LossScaler& host_scaler = *host_setup.scaler;
+  const LossScaler& dev_scaler = *dev_setup.scaler;
   int k = 0;
   for (bool is_bad : {true, false, false, true, false, false, false}) {
     const Problem pb = is_bad ? bad : problem(6 + k++);
@@ -286,9 +287,8 @@ TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
   {
     auto m = tiny_net();
     AdamW adamw(params_of(*m));
-    LossScaler s;
     StepSetup setup = dev_setup;
-    setup.scaler = &s;
+    setup.scaler = std::make_shared<LossScaler>();
     try {
       train_step(*m, adamw, StepBatch{good.x, good.y, Tensor()}, setup);
       ADD_FAILURE() << "AdamW with the verdict on the device";
@@ -300,9 +300,8 @@ TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
   {
     auto m = tiny_net();
     SGD sgd(params_of(*m), sgd_options());
-    LossScaler s;
     StepSetup setup = dev_setup;
-    setup.scaler = &s;
+    setup.scaler = std::make_shared<LossScaler>();
     setup.clip_grad_norm = 1.0;
     try {
       train_step(*m, sgd, StepBatch{good.x, good.y, Tensor()}, setup);
@@ -311,4 +310,117 @@ TEST(TrainStep, TheVerdictOnTheDeviceTakesTheHostModesSteps) {
       EXPECT_NE(std::string(e.what()).find("takes no clipping (clip_grad_norm = 1)"), std::string::npos) << e.what();
     }
   }
+}
+
+// make_step_setup: the one rule for every caller's step (the trainer, AutoBatch's probe, the benches,
+// the GPU tests). fp16 gets a loss scaler of train.loss_scaler, bf16 and fp32 none; the verdict stays
+// on the device only where nothing else would be read back there (a device whose reads block, an
+// optimizer that skips on the device, no clipping, no EMA), with the reason; the CPU reads the loss
+// each step for the trainer, never for the benches; the probe takes no step.
+TEST(MakeStepSetup, PrecisionDecidesTheComputeDtypeAndTheScaler) {
+  auto m = tiny_net();
+  SGD sgd(params_of(*m), sgd_options());
+  StepOptions o;
+  o.precision = "fp16";
+  o.loss_scaler.init_scale = 1024;
+  StepSetup s = make_step_setup(o, Device::cpu(), sgd);
+  EXPECT_EQ(s.compute, DType::f16);
+  ASSERT_TRUE(s.scaler);
+  EXPECT_EQ(s.scaler->scale(), 1024.0);
+  EXPECT_FALSE(s.scaler_on_device);  // the CPU's reads are free: the verdict is read
+  EXPECT_NE(s.verdict_reason.find("read back: reading from cpu is free"), std::string::npos) << s.verdict_reason;
+  EXPECT_TRUE(s.read_loss);
+  EXPECT_TRUE(s.update);
+  for (const char* p : {"bf16", "fp32"}) {
+    o.precision = p;
+    s = make_step_setup(o, Device::cpu(), sgd);
+    EXPECT_EQ(s.compute, std::string(p) == "bf16" ? DType::bf16 : DType::f32) << p;
+    EXPECT_FALSE(s.scaler) << p;
+    EXPECT_FALSE(s.scaler_on_device) << p;
+    EXPECT_EQ(s.verdict_reason, "") << p;
+  }
+}
+
+TEST(MakeStepSetup, TheVerdictStaysOnTheDeviceOnlyWhereNothingElseIsReadBack) {
+  // A CUDA device as a value: make_step_setup only decides, nothing runs there.
+  const Device gpu = Device::cuda(0);
+  auto m = tiny_net();
+  SGD sgd(params_of(*m), sgd_options());
+  AdamW adamw(params_of(*m));
+  StepOptions o;
+  o.precision = "fp16";
+  StepSetup s = make_step_setup(o, gpu, sgd);
+  EXPECT_TRUE(s.scaler_on_device);
+  EXPECT_FALSE(s.read_loss);  // a GPU step reads nothing back; the trainer keeps its statistics there
+  EXPECT_NE(s.verdict_reason.find("on the device"), std::string::npos) << s.verdict_reason;
+  s = make_step_setup(o, gpu, adamw);
+  EXPECT_FALSE(s.scaler_on_device);
+  EXPECT_NE(s.verdict_reason.find("adamw steps on the host's verdict"), std::string::npos) << s.verdict_reason;
+  StepOptions clip = o;
+  clip.clip_grad_norm = 1.0;
+  s = make_step_setup(clip, gpu, sgd);
+  EXPECT_FALSE(s.scaler_on_device);
+  EXPECT_EQ(s.clip_grad_norm, 1.0);
+  EXPECT_NE(s.verdict_reason.find("clipping reads the gradient norm"), std::string::npos) << s.verdict_reason;
+  StepOptions ema = o;
+  ema.ema = true;
+  s = make_step_setup(ema, gpu, sgd);
+  EXPECT_FALSE(s.scaler_on_device);
+  EXPECT_NE(s.verdict_reason.find("the EMA updates only after a step taken"), std::string::npos) << s.verdict_reason;
+}
+
+TEST(MakeStepSetup, TheRunsOptionsAndEachUse) {
+  auto m = tiny_net();
+  SGD sgd(params_of(*m), sgd_options());
+  TrainOptions t;
+  t.precision = "fp16";
+  t.label_smoothing = 0.2;
+  t.accumulate = 3;
+  t.clip_grad_norm = 2.0;
+  t.ema.enabled = true;
+  StepOptions o = step_options(t);
+  EXPECT_EQ(o.precision, "fp16");
+  EXPECT_TRUE(o.ema);
+  o.class_weights = Tensor::from_vector(std::vector<double>{1, 2, 1, 1, 1}, {5}, DType::f32);
+  StepSetup s = make_step_setup(o, Device::cpu(), sgd);
+  EXPECT_EQ(s.label_smoothing, 0.2);
+  EXPECT_EQ(s.accumulate, 3);
+  EXPECT_EQ(s.clip_grad_norm, 2.0);
+  EXPECT_TRUE(s.class_weights.defined());
+  EXPECT_TRUE(s.read_loss && s.update && s.scaler);
+  // The benches (StepUse::time): the trainer's step, the loss never read, so a step is timed alone.
+  o.use = StepUse::time;
+  s = make_step_setup(o, Device::cpu(), sgd);
+  EXPECT_FALSE(s.read_loss);
+  EXPECT_TRUE(s.update);
+  EXPECT_TRUE(s.scaler);
+  EXPECT_EQ(s.accumulate, 3);
+  // AutoBatch's probe: one micro-batch's forward and backward, with the loss's own options.
+  o.use = StepUse::probe;
+  s = make_step_setup(o, Device::cpu(), sgd);
+  EXPECT_FALSE(s.read_loss);
+  EXPECT_FALSE(s.update);
+  EXPECT_FALSE(s.scaler);
+  EXPECT_EQ(s.accumulate, 1);
+  EXPECT_EQ(s.clip_grad_norm, 0.0);
+  EXPECT_EQ(s.label_smoothing, 0.2);
+  EXPECT_TRUE(s.class_weights.defined());
+  EXPECT_EQ(s.compute, DType::f16);
+}
+
+// A bench's step (StepUse::time) takes the trainer's step: the same weights after it.
+TEST(MakeStepSetup, TheBenchesStepIsTheTrainersStep) {
+  const Problem pb = problem(8);
+  auto a = tiny_net(), b = tiny_net();
+  SGD oa(params_of(*a), sgd_options()), ob(params_of(*b), sgd_options());
+  StepOptions o;
+  o.label_smoothing = 0.1;
+  const StepSetup train = make_step_setup(o, Device::cpu(), oa);
+  o.use = StepUse::time;
+  const StepSetup bench = make_step_setup(o, Device::cpu(), ob);
+  for (int step = 0; step < 2; ++step) {
+    train_step(*a, oa, StepBatch{pb.x, pb.y, Tensor()}, train);
+    train_step(*b, ob, StepBatch{pb.x, pb.y, Tensor()}, bench);
+  }
+  EXPECT_EQ(flat_weights(*a), flat_weights(*b));
 }

@@ -1,9 +1,10 @@
-// Whole training steps on a GPU against the same steps on the CPU, through the public API: one model
-// built twice from the same seed (one copy moved with Module::to), the same batch, forward,
-// cross-entropy, backward; then loss, every parameter's gradient and the batch-norm running
-// statistics must match, and after optimizer steps (SGD with momentum, Nesterov, weight decay and a
+// Whole training steps on a GPU against the same steps on the CPU, through the trainer's step
+// (train_step with make_step_setup's setup, tools/engine/train_step.h): one model built twice from
+// the same seed (one copy moved with Module::to), the same batch, forward, cross-entropy, backward and
+// the optimizer step; then loss, every parameter's gradient and the batch-norm running statistics must
+// match, and every parameter after the steps (SGD with momentum, Nesterov, weight decay and a
 // no-decay group; AdamW with amsgrad; gradient clipping; the fp16 loss scaler's unscale, on the host
-// and with its verdict kept on the GPU) every parameter must match. Models: a CIFAR ResNet (depth 8, width 4, shortcut A: conv, batch norm,
+// and with its verdict kept on the GPU). Models: a CIFAR ResNet (depth 8, width 4, shortcut A: conv, batch norm,
 // ReLU, slicing and concat, global pooling, linear) and LeNet (max pooling, dropout, linear).
 // Convolutions run with TF32 off so the f32 tolerances can stay tight.
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "optim/param.h"
 #include "optim/sgd.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tools/engine/train_step.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
@@ -54,15 +56,21 @@ Replica make_replica(const json& model_cfg, Device d) {
   return r;
 }
 
-// Forward + loss + backward on `r` with the batch (x, y) given on the CPU; returns the loss.
-double forward_backward(Replica& r, const Tensor& x, const Tensor& y, double scale = 1.0) {
-  manual_seed(99);  // dropout masks: same counters on both devices
-  for (auto& p : r.params) p.param.zero_grad();
-  Tensor logits = r.model->forward(x.to(r.device));
-  EXPECT_EQ(logits.device(), r.device);
-  Tensor loss = ops::cross_entropy(logits, y.to(r.device), 0.1);
-  (scale == 1.0 ? loss : ops::mul_scalar(loss, scale)).backward();
-  return loss.item();
+// The step's setup on `d` as the trainer builds it (make_step_setup), label smoothing 0.1.
+// NOTE: fp16's setup (its loss scaler, where its verdict is taken) computes in f32 here, so that the
+// CPU comparison keeps its tight tolerances.
+StepSetup setup_on(StepOptions o, Device d, const Optimizer& opt) {
+  o.label_smoothing = 0.1;
+  StepSetup s = make_step_setup(o, d, opt);
+  s.compute = DType::f32;
+  return s;
+}
+
+// One training step on `r` with the batch (x, y) (either device); dropout masks from the same seed on
+// both devices.
+StepResult step_on(Replica& r, Optimizer& opt, const Tensor& x, const Tensor& y, const StepSetup& s) {
+  manual_seed(99);
+  return train_step(*r.model, opt, StepBatch{x, y, Tensor()}, s);
 }
 
 // |gpu - cpu| <= rel * (max|cpu| + |cpu|) per tensor.
@@ -121,14 +129,15 @@ TEST_F(TrainStepOnGpu, ResNetSgdStepsMatchTheCpu) {
   so.weight_decay = 5e-4;
   so.no_decay_bn_bias = true;
   SGD oc(c.params, so), og(g.params, so);
+  const StepSetup cpu_setup = setup_on(StepOptions{}, Device::cpu(), oc), gpu_setup = setup_on(StepOptions{}, gpu(), og);
   for (int step = 0; step < 3; ++step) {  // the first step initialises the momentum buffers
     SCOPED_TRACE("step " + std::to_string(step));
     Tensor x = rand_cpu({6, 16, 16, 3}, 200 + step), y = labels_for(6);
-    double lc = forward_backward(c, x, y), lg = forward_backward(g, x, y);
+    const StepResult rc = step_on(c, oc, x, y, cpu_setup), rg = step_on(g, og, x, y, gpu_setup);
+    EXPECT_TRUE(rc.stepped && rg.stepped);
+    const double lc = rc.last_loss.item(), lg = rg.last_loss.item();
     EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
-    expect_grads_close(g, c, 1e-3);
-    oc.step();
-    og.step();
+    expect_grads_close(g, c, 1e-3);  // the step's gradients, which the optimizer leaves as they are
     expect_params_close(g, c, 1e-4);
   }
   // The optimizer state comes back on the CPU and loads onto the GPU.
@@ -154,9 +163,12 @@ TEST_F(TrainStepOnGpu, ResNetScalerVerdictOnTheGpuMatchesTheCpuAndNeverWaits) {
   so.dampening = 0.1;  // the first step (buf = g) differs from the later ones
   so.weight_decay = 5e-4;
   SGD oc(c.params, so), og(g.params, so);
-  LossScalerOptions lo;
-  lo.growth_interval = 2;
-  LossScaler sc(lo), sg(lo);
+  StepOptions fp16;
+  fp16.precision = "fp16";
+  fp16.loss_scaler.growth_interval = 2;
+  const StepSetup sc = setup_on(fp16, Device::cpu(), oc), sg = setup_on(fp16, gpu(), og);
+  ASSERT_FALSE(sc.scaler_on_device) << sc.verdict_reason;
+  ASSERT_TRUE(sg.scaler_on_device) << sg.verdict_reason;
   const std::vector<bool> bad = {true, false, false, true, false, false};
   for (size_t step = 0; step < bad.size(); ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -166,25 +178,17 @@ TEST_F(TrainStepOnGpu, ResNetScalerVerdictOnTheGpuMatchesTheCpuAndNeverWaits) {
       v[7] = std::numeric_limits<float>::infinity();
       x = Tensor::from_vector(v, x.shape());
     }
-    manual_seed(99);
-    for (auto& p : c.params) p.param.zero_grad();
-    sc.scale_loss(ops::cross_entropy(c.model->forward(x), y, 0.1)).backward();
-    EXPECT_EQ(sc.step(oc), !bad[step]);
+    EXPECT_EQ(step_on(c, oc, x, y, sc).stepped, !bad[step]);
     Tensor xg = x.to(gpu()), yg = y.to(gpu());  // uploads from pageable memory wait: before the count
     const HostWaitStats before = host_wait_stats();
-    manual_seed(99);
-    for (auto& p : g.params) p.param.zero_grad();
-    sg.scale_loss(ops::cross_entropy(g.model->forward(xg), yg, 0.1)).backward();
-    sg.unscale_on_device(g.params);
-    og.step_unless(sg.found_inf());
-    sg.update_on_device();
+    EXPECT_TRUE(step_on(g, og, xg, yg, sg).verdict_on_device);
     if (step >= 2) {
       EXPECT_EQ(host_wait_stats().calls, before.calls) << "a device-mode step waited for the GPU";
     }
-    EXPECT_EQ(sg.state_dict(), sc.state_dict());
+    EXPECT_EQ(sg.scaler->state_dict(), sc.scaler->state_dict());
     expect_params_close(g, c, 1e-4);
   }
-  EXPECT_EQ(sg.skipped_steps(), 2);
+  EXPECT_EQ(sg.scaler->skipped_steps(), 2);
 }
 
 TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {
@@ -197,29 +201,37 @@ TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {
   ao.eps = 1e-3;  // NOTE: with 1e-8, gradients near 0 that differ in sign between devices move by a full lr
   ao.no_decay_bn_bias = true;
   AdamW oc(c.params, ao), og(g.params, ao);
-  LossScaler lsc, lsg;
+  // The clipping threshold: half the first batch's gradient norm, so that the first step clips.
+  const Tensor x0 = rand_cpu({8, 28, 28, 1}, 300), y0 = labels_for(8);
+  manual_seed(99);
+  ops::cross_entropy(c.model->forward(x0), y0, 0.1).backward();
+  const double first_norm = grad_norm(c.params);
+  StepOptions o;
+  o.precision = "fp16";
+  o.clip_grad_norm = 0.5 * first_norm;
+  const StepSetup sc = setup_on(o, Device::cpu(), oc), sg = setup_on(o, gpu(), og);
+  EXPECT_FALSE(sg.scaler_on_device);  // AdamW and clipping read the verdict on the host
+  EXPECT_NE(sg.verdict_reason.find("adamw"), std::string::npos) << sg.verdict_reason;
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     Tensor x = rand_cpu({8, 28, 28, 1}, 300 + step), y = labels_for(8);
-    double lc = forward_backward(c, x, y, lsc.scale()), lg = forward_backward(g, x, y, lsg.scale());
+    const StepResult rc = step_on(c, oc, x, y, sc), rg = step_on(g, og, x, y, sg);
+    EXPECT_TRUE(rc.stepped && rc.finite && rg.stepped && rg.finite);
+    const double lc = rc.last_loss.item(), lg = rg.last_loss.item();
     EXPECT_NEAR(lg, lc, 1e-5 * std::fabs(lc));
-    EXPECT_TRUE(lsc.unscale_and_check(c.params));
-    EXPECT_TRUE(lsg.unscale_and_check(g.params));
+    // The gradients as the step left them: unscaled, then clipped (the first step's to the threshold).
     expect_grads_close(g, c, 1e-3);
-    double nc = grad_norm(c.params), ng = grad_norm(g.params);
-    EXPECT_NEAR(ng, nc, 1e-4 * nc);
-    EXPECT_NEAR(grad_norm(g.params, INFINITY), grad_norm(c.params, INFINITY), 1e-3 * nc);
-    double max_norm = 0.5 * nc;  // clips
-    EXPECT_NEAR(clip_grad_norm(g.params, max_norm), clip_grad_norm(c.params, max_norm), 1e-4 * nc);
-    expect_grads_close(g, c, 1e-3);
-    oc.step();
-    og.step();
-    lsc.update(false);
-    lsg.update(false);
+    const double nc = grad_norm(c.params), ng = grad_norm(g.params);
+    EXPECT_NEAR(ng, nc, 1e-4 * first_norm);
+    EXPECT_LE(nc, o.clip_grad_norm * (1 + 1e-4));
+    if (step == 0) {
+      EXPECT_NEAR(nc, o.clip_grad_norm, 1e-4 * o.clip_grad_norm);
+    }
+    EXPECT_NEAR(grad_norm(g.params, INFINITY), grad_norm(c.params, INFINITY), 1e-3 * first_norm);
     expect_params_close(g, c, 1e-3);
   }
   // A non-finite gradient is seen on the GPU too.
   Tensor bad = g.params[0].param.grad();
   bad.fill_(NAN);
-  EXPECT_FALSE(lsg.unscale_and_check(g.params));
+  EXPECT_FALSE(sg.scaler->unscale_and_check(g.params));
 }

@@ -40,7 +40,6 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "models/resnet.h"
-#include "optim/loss_scaler.h"
 #include "optim/sgd.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kv_args.h"
@@ -236,6 +235,176 @@ int bench_conv(const Args& in) {
   return 0;
 }
 
+namespace ca = ops::conv_algo;
+namespace wg = ops::winograd;
+
+// The candidates a conv_algo name leaves out ("auto-winograd-im2col" -> winograd, im2col); false when
+// `n` is not "auto" followed by one or more "-NAME" of winograd and im2col.
+bool conv_algos_left_out(const std::string& n, std::vector<ca::Algo>* out) {
+  if (n.rfind("auto", 0) != 0 || n.size() == 4 || n.back() == '-') return false;
+  std::istringstream rest(n.substr(5));
+  for (std::string name; std::getline(rest, name, '-');) {
+    if (name != ca::algo_name(ca::Algo::winograd) && name != ca::algo_name(ca::Algo::im2col)) return false;
+    out->push_back(name == ca::algo_name(ca::Algo::im2col) ? ca::Algo::im2col : ca::Algo::winograd);
+  }
+  return n[4] == '-';
+}
+
+// conv_algo=A,B,...: each one accepted, or an error naming what is.
+std::vector<std::string> parse_conv_algos(const std::string& arg) {
+  std::vector<std::string> algos = split_commas(arg);
+  for (const std::string& n : algos) {
+    std::vector<ca::Algo> unused;
+    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" || conv_algos_left_out(n, &unused),
+               "bench train: conv_algo=", arg,
+               ": accepted values are auto, heuristic, direct, winograd and auto less candidates (auto-im2col, "
+               "auto-winograd, auto-winograd-im2col), comma-separated");
+  }
+  return algos;
+}
+
+// Sets the CPU's convolution choice to conv_algo name `n` (and the candidates it leaves out).
+void use_conv_algo(const std::string& n) {
+  std::vector<ca::Algo> out;
+  ca::set_excluded(conv_algos_left_out(n, &out) ? out : std::vector<ca::Algo>{});
+  wg::set_mode(ca::parse_mode(n.rfind("auto-", 0) == 0 ? "auto" : n, "bench train: conv_algo"));
+}
+
+// What `kiln bench train` times: a registry model, SGD, one synthetic batch on the device, and the
+// trainer's step (make_step_setup's StepUse::time: the loss is not read each step).
+struct TrainBench {
+  Device d;
+  std::shared_ptr<Module> model;
+  std::unique_ptr<SGD> opt;
+  StepSetup setup;
+  Tensor x, y, loss;
+  void step() { loss = train_step(*model, *opt, StepBatch{x, y, Tensor()}, setup).last_loss; }
+  void sync() const { if (loss.defined()) (void)loss.item(); }
+};
+
+// As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and for
+// fp16 dynamic loss scaling. a["precision"] becomes auto's choice, for the table.
+TrainBench make_train_bench(std::map<std::string, std::string>& a, std::map<std::string, int64_t>& ints,
+                            const KeyValueArgs& kv) {
+  TrainBench b;
+  b.d = parse_device_list(a["device"])[0];
+  a["precision"] = resolve_precision(a["precision"], b.d);
+  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
+  set_conv_benchmark(b.d, ints["cudnn_benchmark"] != 0);  // cuDNN's on a GPU; the CPU has none
+  manual_seed(0);
+  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};
+  if (!a["stem"].empty()) mj["stem"] = a["stem"];
+  for (const char* k : {"depth", "width"})  // the model's own check names model.depth / model.width
+    if (!a[k].empty()) mj[k] = kv.integer(k, 1);
+  b.model = models::build_model(mj, "model");
+  b.model->to(b.d);
+  b.model->train();
+  std::vector<ParamRef> params;
+  for (auto& [name, p] : b.model->named_parameters()) params.push_back({name, p, false});
+  mark_no_decay_1d(params);
+  SGDOptions so;
+  so.lr = 0.01;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = 5e-5;
+  b.opt = std::make_unique<SGD>(params, so);
+  StepOptions step;
+  step.precision = a["precision"];
+  step.use = StepUse::time;
+  b.setup = make_step_setup(step, b.d, *b.opt);
+  Generator gen(1);
+  b.x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, b.d, &gen).to(b.setup.compute);
+  std::vector<int64_t> labels(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
+  b.y = Tensor::from_vector(labels, {batch}, DType::i64, b.d);
+  return b;
+}
+
+// paced=1: lockstep with a driver: one timed step per line read, its time printed at once, so the
+// driver can pair each of kiln's steps with one of another program's taken moments apart (a
+// shared machine's speed drifts over minutes; a pair of adjacent steps sees the same machine).
+void run_paced(TrainBench& b, const std::vector<std::string>& algos, int64_t warmup, int64_t steps) {
+  if (!algos.empty() && !algos[0].empty()) use_conv_algo(algos[0]);
+  for (int64_t i = 0; i < warmup; ++i) b.step();
+  b.sync();
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::string line;
+  for (int64_t i = 0; i < steps && std::getline(std::cin, line); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b.step();
+    b.sync();
+    std::printf("step_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    std::fflush(stdout);
+  }
+}
+
+// The timings of each conv_algo, round after round (alternating within a round).
+struct TrainTimings {
+  std::vector<std::vector<double>> ms;  // per algo, per round: ms per step
+  std::vector<double> blocked, timed;   // per algo: seconds, all rounds
+  std::vector<double> host_ms;          // per algo (a GPU): the host's time to issue a step
+};
+
+TrainTimings time_train_rounds(TrainBench& b, const std::vector<std::string>& algos,
+                               std::map<std::string, int64_t>& ints) {
+  TrainTimings t{std::vector<std::vector<double>>(algos.size()), std::vector<double>(algos.size(), 0.0),
+                 std::vector<double>(algos.size(), 0.0), std::vector<double>(algos.size(), 0.0)};
+  auto step = [&] { b.step(); };
+  auto sync = [&] { b.sync(); };
+  for (int64_t r = 0; r < ints["rounds"]; ++r)
+    for (size_t i = 0; i < algos.size(); ++i) {
+      if (!algos[i].empty()) use_conv_algo(algos[i]);
+      double blocked = 0;
+      t.ms[i].push_back(time_ms(
+          step, sync, r == 0 ? ints["warmup"] : 0, ints["steps"], &blocked,
+          ints["profile"] ? std::function<void(bool)>([&](bool on) { profile_range(b.d, on); }) : nullptr));
+      t.blocked[i] += blocked;
+      t.timed[i] += t.ms[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
+    }
+  if (b.d.is_cuda())
+    for (size_t i = 0; i < algos.size(); ++i) {
+      if (!algos[i].empty()) use_conv_algo(algos[i]);
+      t.host_ms[i] = host_issue_ms(step, sync, std::min<int64_t>(ints["steps"], 5));
+    }
+  return t;
+}
+
+// The table's comment lines, header and one row per conv_algo.
+void print_train_table(const TrainBench& b, const std::vector<std::string>& algos, const TrainTimings& tt,
+                       std::map<std::string, std::string>& a, std::map<std::string, int64_t>& ints) {
+  const Device d = b.d;
+  if (d.is_cpu()) {
+    const ops::conv_algo::Stats st = ops::conv_algo::stats();
+    std::printf("# conv_algo: %lld (shape, pass) pairs measured in %.2f s (within the warm-up steps), %lld from the "
+                "disk cache\n",
+                (long long)st.measured, st.measure_seconds, (long long)st.from_disk);
+  }
+  if (ints["rounds"] > 1)
+    std::printf("# ms/step and images/s: the median of %lld rounds; best: the fastest round\n",
+                static_cast<long long>(ints["rounds"]));
+  std::printf("# host_blocked: the share of the timed steps the host spent blocked in CUDA calls (syncs, "
+              "event waits, blocking copies; the final wait that ends the timing not counted)\n");
+  if (d.is_cuda())
+    std::printf("# host_ms: the host's own time to issue one step (median of up to 5 extra steps, each started "
+                "on an idle GPU, the waits inside it left out); near ms/step, the host limits the step\n");
+  std::printf("%-10s %-7s %-5s %6s %-12s %12s %10s %10s %10s %12s %8s\n", "model", "device", "dtype", "batch",
+              "conv_algo", "ms/step", "images/s", "best", "last loss", "host_blocked", "host_ms");
+  const int64_t batch = ints["batch"];
+  for (size_t i = 0; i < algos.size(); ++i) {
+    std::vector<double> t = tt.ms[i];
+    std::sort(t.begin(), t.end());
+    double ms = t[t.size() / 2];
+    char host[32] = "n/a";
+    if (d.is_cuda()) std::snprintf(host, sizeof host, "%.2f", tt.host_ms[i]);
+    std::printf("%-10s %-7s %-5s %6lld %-12s %12.2f %10.1f %10.1f %10.4f %12s %8s\n", a["model"].c_str(),
+                d.str().c_str(), a["precision"].c_str(), (long long)batch,
+                algos[i].empty() ? "default" : algos[i].c_str(), ms, static_cast<double>(batch) / (ms * 1e-3),
+                static_cast<double>(batch) / (t.front() * 1e-3), b.loss.item(),
+                host_blocked_column(d, tt.blocked[i], tt.timed[i]).c_str(), host);
+  }
+}
+
 int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
@@ -265,156 +434,35 @@ int bench_train(const Args& args) {
   // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
   // auto-im2col, auto-winograd, auto-winograd-im2col: the measured choice without those candidates.
-  std::vector<std::string> algos = split_commas(a["conv_algo"]);
-  namespace ca = ops::conv_algo;
-  // The candidates `n` leaves out ("auto-winograd-im2col" -> winograd, im2col); false when `n` is
-  // not "auto" followed by one or more "-NAME" of winograd and im2col.
-  auto left_out = [](const std::string& n, std::vector<ca::Algo>* out) {
-    if (n.rfind("auto", 0) != 0 || n.size() == 4 || n.back() == '-') return false;
-    std::istringstream rest(n.substr(5));
-    for (std::string name; std::getline(rest, name, '-');) {
-      if (name != ca::algo_name(ca::Algo::winograd) && name != ca::algo_name(ca::Algo::im2col)) return false;
-      out->push_back(name == ca::algo_name(ca::Algo::im2col) ? ca::Algo::im2col : ca::Algo::winograd);
-    }
-    return n[4] == '-';
-  };
-  for (const std::string& n : algos) {
-    std::vector<ca::Algo> unused;
-    KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" || left_out(n, &unused),
-               "bench train: conv_algo=", a["conv_algo"],
-               ": accepted values are auto, heuristic, direct, winograd and auto less candidates (auto-im2col, "
-               "auto-winograd, auto-winograd-im2col), comma-separated");
-  }
-  // As the trainer does (docs/precision.md): f32 master weights cast per forward, f32 loss, and
-  // for fp16 dynamic loss scaling.
-  Device d = parse_device_list(a["device"])[0];
-  a["precision"] = resolve_precision(a["precision"], d);  // the table shows auto's choice
-  const DType compute = compute_dtype_of(a["precision"], d);
-  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"], classes = ints["classes"];
-  set_conv_benchmark(d, ints["cudnn_benchmark"] != 0);  // cuDNN's on a GPU; the CPU has none
-  manual_seed(0);
-  nlohmann::json mj = {{"name", a["model"]}, {"in_channels", ch}, {"num_classes", classes}};
-  if (!a["stem"].empty()) mj["stem"] = a["stem"];
-  for (const char* k : {"depth", "width"})  // the model's own check names model.depth / model.width
-    if (!a[k].empty()) mj[k] = kv.integer(k, 1);
-  std::shared_ptr<Module> model = models::build_model(mj, "model");
-  model->to(d);
-  model->train();
-  std::vector<ParamRef> params;
-  for (auto& [name, p] : model->named_parameters()) params.push_back({name, p, false});
-  mark_no_decay_1d(params);
-  SGDOptions so;
-  so.lr = 0.01;
-  so.momentum = 0.9;
-  so.nesterov = true;
-  so.weight_decay = 5e-5;
-  SGD opt(params, so);
-  Generator gen(1);
-  Tensor x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, d, &gen).to(compute);
-  LossScaler scaler;
-  std::vector<int64_t> labels(static_cast<size_t>(batch));
-  for (int64_t i = 0; i < batch; ++i) labels[static_cast<size_t>(i)] = (i * 7919) % classes;
-  Tensor y = Tensor::from_vector(labels, {batch}, DType::i64, d);
+  std::vector<std::string> algos = parse_conv_algos(a["conv_algo"]);
+  TrainBench b = make_train_bench(a, ints, kv);
+  const int64_t batch = ints["batch"], size = ints["size"], ch = ints["channels"];
   std::printf("# kiln bench train: %s, %lld parameters, input (%lld, %lld, %lld, %lld) NHWC %s, %lld classes, on %s\n",
-              a["model"].c_str(), static_cast<long long>(model->num_parameters()), (long long)batch, (long long)size,
-              (long long)size, (long long)ch, a["precision"].c_str(), (long long)classes, d.str().c_str());
+              a["model"].c_str(), static_cast<long long>(b.model->num_parameters()), (long long)batch, (long long)size,
+              (long long)size, (long long)ch, a["precision"].c_str(), (long long)ints["classes"], b.d.str().c_str());
   std::printf("# step = forward + cross-entropy + backward + SGD step; %lld warm-up + %lld timed steps%s\n",
               static_cast<long long>(ints["warmup"]), static_cast<long long>(ints["steps"]),
-              d.is_cuda() ? (ints["cudnn_benchmark"] ? ", cuDNN benchmark mode" : ", cuDNN heuristics") : "");
-  Tensor loss;
-  StepSetup ss;  // the trainer's step (tools/engine/train_step.h), without reading the loss each step
-  ss.device = d;
-  ss.compute = compute;
-  ss.scaler = compute == DType::f16 ? &scaler : nullptr;
-  ss.scaler_on_device = d.is_cuda();  // as the trainer: an fp16 step on a GPU reads nothing back
-  ss.read_loss = false;
-  auto step = [&] { loss = train_step(*model, opt, StepBatch{x, y, Tensor()}, ss).last_loss; };
-  namespace wg = ops::winograd;
-  const wg::Mode prev = wg::mode();
+              b.d.is_cuda() ? (ints["cudnn_benchmark"] ? ", cuDNN benchmark mode" : ", cuDNN heuristics") : "");
   if (algos.empty()) algos.push_back("");
-  auto mode_of = [&](const std::string& n) {
-    std::vector<ca::Algo> out;
-    ca::set_excluded(left_out(n, &out) ? out : std::vector<ca::Algo>{});
-    return ca::parse_mode(n.rfind("auto-", 0) == 0 ? "auto" : n, "bench train: conv_algo");
-  };
   struct Restore {  // the mode and the candidates as they were, however the bench ends
     wg::Mode mode;
     ~Restore() {
       wg::set_mode(mode);
       ops::conv_algo::set_excluded({});
     }
-  } restore{prev};
-  auto sync = [&] { if (loss.defined()) (void)loss.item(); };
+  } restore{wg::mode()};
   if (ints["paced"]) {
-    // Lockstep with a driver: one timed step per line read, its time printed at once, so the
-    // driver can pair each of kiln's steps with one of another program's taken moments apart (a
-    // shared machine's speed drifts over minutes; a pair of adjacent steps sees the same machine).
     KILN_CHECK(ints["paced"] == 1 && ints["rounds"] == 1 && algos.size() <= 1,
                "bench train: paced=1 takes one round and at most one conv_algo (got paced=", ints["paced"],
                ", rounds=", ints["rounds"], ", conv_algo=", a["conv_algo"], ")");
-    if (!algos.empty() && !algos[0].empty()) wg::set_mode(mode_of(algos[0]));
-    for (int64_t i = 0; i < ints["warmup"]; ++i) step();
-    sync();
-    std::printf("ready\n");
-    std::fflush(stdout);
-    std::string line;
-    for (int64_t i = 0; i < ints["steps"] && std::getline(std::cin, line); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      step();
-      sync();
-      std::printf("step_ms %.3f\n", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-      std::fflush(stdout);
-    }
+    run_paced(b, algos, ints["warmup"], ints["steps"]);
     return 0;
   }
-  std::vector<std::vector<double>> times(algos.size());
-  std::vector<double> blocked(algos.size(), 0.0), timed(algos.size(), 0.0);  // seconds, all rounds
-  for (int64_t r = 0; r < ints["rounds"]; ++r)
-    for (size_t i = 0; i < algos.size(); ++i) {
-      if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
-      double b = 0;
-      times[i].push_back(time_ms(
-          step, sync, r == 0 ? ints["warmup"] : 0, ints["steps"], &b,
-          ints["profile"] ? std::function<void(bool)>([&](bool on) { profile_range(d, on); }) : nullptr));
-      blocked[i] += b;
-      timed[i] += times[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
-    }
-  std::vector<double> host_ms(algos.size(), 0.0);
-  if (d.is_cuda())
-    for (size_t i = 0; i < algos.size(); ++i) {
-      if (!algos[i].empty()) wg::set_mode(mode_of(algos[i]));
-      host_ms[i] = host_issue_ms(step, sync, std::min<int64_t>(ints["steps"], 5));
-    }
-  if (d.is_cpu()) {
-    const ops::conv_algo::Stats st = ops::conv_algo::stats();
-    std::printf("# conv_algo: %lld (shape, pass) pairs measured in %.2f s (within the warm-up steps), %lld from the "
-                "disk cache\n",
-                (long long)st.measured, st.measure_seconds, (long long)st.from_disk);
-  }
-  if (ints["rounds"] > 1)
-    std::printf("# ms/step and images/s: the median of %lld rounds; best: the fastest round\n",
-                static_cast<long long>(ints["rounds"]));
-  std::printf("# host_blocked: the share of the timed steps the host spent blocked in CUDA calls (syncs, "
-              "event waits, blocking copies; the final wait that ends the timing not counted)\n");
-  if (d.is_cuda())
-    std::printf("# host_ms: the host's own time to issue one step (median of up to 5 extra steps, each started "
-                "on an idle GPU, the waits inside it left out); near ms/step, the host limits the step\n");
-  std::printf("%-10s %-7s %-5s %6s %-12s %12s %10s %10s %10s %12s %8s\n", "model", "device", "dtype", "batch",
-              "conv_algo", "ms/step", "images/s", "best", "last loss", "host_blocked", "host_ms");
-  for (size_t i = 0; i < algos.size(); ++i) {
-    std::vector<double> t = times[i];
-    std::sort(t.begin(), t.end());
-    double ms = t[t.size() / 2];
-    char host[32] = "n/a";
-    if (d.is_cuda()) std::snprintf(host, sizeof host, "%.2f", host_ms[i]);
-    std::printf("%-10s %-7s %-5s %6lld %-12s %12.2f %10.1f %10.1f %10.4f %12s %8s\n", a["model"].c_str(),
-                d.str().c_str(), a["precision"].c_str(), (long long)batch,
-                algos[i].empty() ? "default" : algos[i].c_str(), ms, static_cast<double>(batch) / (ms * 1e-3),
-                static_cast<double>(batch) / (t.front() * 1e-3), loss.item(),
-                host_blocked_column(d, blocked[i], timed[i]).c_str(), host);
-  }
+  const TrainTimings t = time_train_rounds(b, algos, ints);
+  print_train_table(b, algos, t, a, ints);
   return 0;
 }
+
 
 // One training step's convolutions of a registry model, measured by the chooser
 // (core/cpu/conv_algo.h) from a fresh process cache: per shape and pass, each candidate's time

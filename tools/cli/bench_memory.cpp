@@ -1,7 +1,8 @@
 // `kiln bench checkpoint [model=resnet50] [size=224] [batch=32] [steps=3] [warmup=1] [device=cpu]
 //                        [precision=fp32] [policies=none,blocks] [rounds=1]`
 // Gradient checkpointing's trade, measured: for each policy the same model (same seed, same input)
-// trains `steps` SGD steps on one synthetic batch, and the table gives milliseconds per step and the
+// trains `steps` SGD steps on one synthetic batch (the trainer's step: make_step_setup, tools/engine/train_step.h;
+// fp16 with its loss scaler), and the table gives milliseconds per step and the
 // allocator's peak during a step, above what lives between steps (weights, optimizer state):
 //   step peak     = peak allocated during forward + backward + optimizer step - allocated before it
 //   activations   = step peak - the gradients' bytes (gradients are set to none between steps, so
@@ -80,18 +81,17 @@ Row run_policy(const MemoryBenchArgs& a, const std::string& policy, Device devic
   }
   std::unique_ptr<Optimizer> opt =
       make_optimizer(json{{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}, {"weight_decay", 1e-4}}, params, "optim");
-  DType compute = compute_dtype_of(a.precision, device);
-  Tensor x = rand_normal({a.batch, a.size, a.size, 3}, 0, 1, DType::f32, device).to(compute);
+  StepOptions so;  // the trainer's step (tools/engine/train_step.h), the loss not read each step
+  so.precision = a.precision;
+  so.use = StepUse::time;
+  const StepSetup ss = make_step_setup(so, device, *opt);
+  Tensor x = rand_normal({a.batch, a.size, a.size, 3}, 0, 1, DType::f32, device).to(ss.compute);
   std::vector<int64_t> labels(static_cast<size_t>(a.batch));
   for (int64_t i = 0; i < a.batch; ++i) labels[static_cast<size_t>(i)] = i % a.classes;
   Tensor y = Tensor::from_vector(labels, {a.batch}).to(device);
   CachingAllocator& alloc = allocator_for(device);
   Row r;
   r.policy = policy;
-  StepSetup ss;  // the trainer's step (tools/engine/train_step.h)
-  ss.device = device;
-  ss.compute = compute;
-  ss.read_loss = false;
   auto step = [&] { train_step(*model, *opt, StepBatch{x, y, Tensor()}, ss); };
   for (int64_t i = 0; i < a.warmup; ++i) step();  // also allocates the optimizer state
   sync_device(device);

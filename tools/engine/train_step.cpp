@@ -12,6 +12,63 @@
 
 namespace kiln {
 
+namespace {
+
+// Whether reading a value back from `d` waits for its queued work (a GPU: a step that reads
+// nothing back never waits for it); the host's reads are free.
+// NOTE: a stand-in until core says it of a device; today every device but the CPU is a GPU.
+bool reads_block(Device d) { return !d.is_cpu(); }
+
+// Whether an fp16 step's verdict (skip or step) can stay on `device`, and why (or why not).
+bool verdict_on_device(const StepOptions& o, Device device, const Optimizer& opt, std::string* why) {
+  if (!reads_block(device)) *why = "read back: reading from " + device.str() + " is free";
+  else if (!opt.can_skip_on_device())
+    *why = "read back: " + opt.type() + " steps on the host's verdict (sgd skips its step on the device)";
+  else if (o.clip_grad_norm > 0) *why = "read back: clipping reads the gradient norm";
+  else if (o.ema) *why = "read back: the EMA updates only after a step taken";
+  else {
+    *why = "on the device: the step reads nothing back";
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+StepOptions step_options(const TrainOptions& t) {
+  StepOptions o;
+  o.precision = t.precision;
+  o.label_smoothing = t.label_smoothing;
+  o.accumulate = t.accumulate;
+  o.clip_grad_norm = t.clip_grad_norm;
+  o.ema = t.ema.enabled;
+  o.loss_scaler = t.loss_scaler;
+  return o;
+}
+
+StepSetup make_step_setup(const StepOptions& o, Device device, const Optimizer& opt) {
+  StepSetup s;
+  s.device = device;
+  s.compute = compute_dtype_of(o.precision, device);
+  s.label_smoothing = o.label_smoothing;
+  s.class_weights = o.class_weights;
+  if (o.use == StepUse::probe) {  // one micro-batch's forward and backward: the memory a step needs
+    s.read_loss = false;
+    s.update = false;
+    return s;
+  }
+  s.accumulate = o.accumulate;
+  s.clip_grad_norm = o.clip_grad_norm;
+  s.sync = o.sync;
+  // Free on the host; elsewhere the trainer keeps its statistics on the device (train_step.h).
+  s.read_loss = o.use == StepUse::train && !reads_block(device);
+  if (s.compute == DType::f16) {
+    s.scaler = std::make_shared<LossScaler>(o.loss_scaler);
+    s.scaler_on_device = verdict_on_device(o, device, opt, &s.verdict_reason);
+  }
+  return s;
+}
+
 StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, const StepSetup& setup,
                       const std::function<void(const MicroBatchOut&)>& on_micro) {
   const int64_t n = batch.images.size(0);

@@ -1,5 +1,5 @@
 // One training step, written once and shared by everything that trains or measures training: the
-// trainer (tools/engine/trainer.cpp), AutoBatch's memory probe, `kiln bench train` and `kiln bench checkpoint`
+// trainer (tools/engine/epoch.cpp), AutoBatch's memory probe, `kiln bench train` and `kiln bench checkpoint`
 // (tools/cli/bench.cpp, tools/cli/bench_memory.cpp). Before it, each carried its own copy, and the copies had
 // drifted (the probe left out label smoothing and class weights, bench train spelled fp16 scaling its
 // own way).
@@ -20,16 +20,25 @@
 //
 // setup.read_loss reads each micro-batch's loss to the host (free on the CPU; a device sync on a
 // GPU, where the trainer accumulates its statistics on the device instead, through `on_micro`).
+//
+// make_step_setup(options, device, optimizer) builds the setup, the one rule every caller uses (the
+// trainer, AutoBatch's probe, both benches, the GPU tests): the compute dtype of the precision, an fp16
+// loss scaler and whether its verdict stays on the device, clipping, label smoothing, class weights,
+// accumulation, whether the loss is read. Where a caller means to differ it says so in
+// StepOptions::use (the benches never read the loss; the probe takes no step).
 // Tests: tests/engine/train_step_test.cpp.
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 
 #include "core/tensor.h"
 #include "layers/module.h"
 #include "optim/grad_sync.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
+#include "tools/deploy/train_options.h"
 
 namespace kiln {
 
@@ -46,15 +55,50 @@ struct StepSetup {
   Tensor class_weights;        // optional (K) f32 on `device`
   int64_t accumulate = 1;      // micro-batches per step
   double clip_grad_norm = 0;   // 0: no clipping
-  LossScaler* scaler = nullptr;  // fp16 dynamic loss scaling
+  std::shared_ptr<LossScaler> scaler;  // fp16 dynamic loss scaling (copies of a setup share it)
   // The scaler's verdict stays on the device (LossScaler's device mode, the optimizer's
   // step_unless): a GPU step then reads nothing back. Needs an optimizer that can_skip_on_device()
   // and no clipping (the norm is read back); the caller learns the skips from the scaler's getters.
   bool scaler_on_device = false;
+  std::string verdict_reason;    // make_step_setup: why the verdict stays on the device or is read back
   GradSync* sync = nullptr;      // data-parallel gradient all-reduce
   bool read_loss = true;         // read each micro-batch's loss to the host (StepResult::loss)
   bool update = true;            // false: forward and backward only (AutoBatch's probe)
 };
+
+// How a caller uses the step: the one place where the trainer, the benches and the probe differ.
+enum class StepUse {
+  train,  // the trainer: each micro-batch's loss read where reading does not block (the CPU); the update
+  time,   // the benches (kiln bench train, kiln bench checkpoint): the trainer's step, but the loss is never
+          // read, so that a step is timed or measured alone
+  probe,  // AutoBatch's memory probe: the forward and backward of one micro-batch alone: no update, no
+          // loss read, no loss scaler, no all-reduce
+};
+
+// What make_step_setup builds a setup from: the run's train.* choices, resolved, and what only the
+// caller has (class weights counted on its data, its ranks' all-reduce).
+struct StepOptions {
+  std::string precision = "fp32";  // train.precision ("auto" resolved for the device); fp16 adds a loss scaler
+  double label_smoothing = 0;      // train.label_smoothing
+  Tensor class_weights;            // train.class_weights resolved: (K) f32 on the device, or undefined
+  int64_t accumulate = 1;          // micro-batches per step (train.accumulate, "auto" resolved)
+  double clip_grad_norm = 0;       // train.clip_grad_norm; 0: no clipping
+  bool ema = false;                // train.ema is on: it updates after a step taken, so the verdict is read
+  LossScalerOptions loss_scaler;   // train.loss_scaler
+  GradSync* sync = nullptr;        // several ranks: the gradients' all-reduce
+  StepUse use = StepUse::train;
+};
+
+// The step options of a run's train section (precision, label smoothing, accumulation, clipping,
+// EMA, loss scaler); the caller adds class weights and the all-reduce.
+StepOptions step_options(const TrainOptions& train);
+
+// The setup of every step of `options.use`, on `device`, with `opt`: the compute dtype of the
+// precision; with f16 (and an update) a loss scaler of options.loss_scaler whose verdict stays on
+// the device where nothing would otherwise be read back there (a device whose reads block, an
+// optimizer that can skip its step on the device, no clipping, no EMA), with the reason in
+// verdict_reason; the loss read each micro-batch only by StepUse::train where reading is free.
+StepSetup make_step_setup(const StepOptions& options, Device device, const Optimizer& opt);
 
 // What a micro-batch produced, for the caller's statistics (on_micro).
 struct MicroBatchOut {

@@ -1,5 +1,6 @@
-// The training loop, top to bottom: set up (ranks, device, model, data, optimizer, schedule,
-// resume), then epochs of train steps and evaluation, with metrics, checkpoints and plots.
+// The training loop, as the phases of replica_run.h: prepare the run (ranks, device, model, data,
+// optimizer), plan the batch (AutoBatch, accumulation), open or resume the run folder, then epochs
+// (tools/engine/epoch.cpp) and the finish (TTA, plots, the report); also `kiln eval`'s evaluate().
 #include "tools/engine/trainer.h"
 
 #include <chrono>
@@ -7,59 +8,50 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <map>
 
 #include "core/allocator.h"
-#include "core/autograd.h"
 #include "core/comm.h"
-#include "core/cuda/pinned.h"
 #include "core/device.h"
-#include "core/io/safetensors.h"
-#include "core/kernels.h"
-#include "core/cpu/conv_algo.h"
 #include "core/dnnl_context.h"
-#include "core/ops/elementwise.h"
-#include "core/ops/loss.h"
-#include "core/ops/reduce.h"
 #include "core/rng.h"
 #include "data/config.h"
-#include "layers/interop.h"
 #include "models/registry.h"
 #include "optim/grad_sync.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
+#include "tools/deploy/checkpoint.h"
+#include "tools/deploy/model_check.h"
+#include "tools/deploy/predict.h"
 #include "tools/engine/accumulate.h"
 #include "tools/engine/autobatch.h"
-#include "tools/deploy/checkpoint.h"
 #include "tools/engine/class_weights.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/metrics.h"
-#include "tools/deploy/model_check.h"
-#include "tools/deploy/predict.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/progress.h"
+#include "tools/engine/replica_run.h"
 #include "tools/engine/report.h"
-#include "tools/engine/train_ema.h"
 #include "tools/engine/time_budget.h"
+#include "tools/engine/train_ema.h"
 #include "tools/engine/train_step.h"
-#include "tools/deploy/tta.h"
 
 namespace fs = std::filesystem;
 
 namespace kiln {
 
-namespace {
+namespace trainer {
 
-using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The sections of a config, validated; the top level accepts nothing else.
-struct Sections {
-  std::string name;
-  json model, data, optim, schedule;
-  TrainOptions train;
-};
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
 
 Sections read_sections(const json& config) {
   JsonReader r(config, "");
@@ -77,12 +69,6 @@ Sections read_sections(const json& config) {
   return s;
 }
 
-// data.batch_size is the global batch; -1 (or a fraction in (0, 1)) asks AutoBatch.
-struct BatchRequest {
-  int64_t global = 64;
-  double auto_fraction = 0;  // > 0: AutoBatch with this fraction
-};
-
 BatchRequest read_batch(json& data, double default_fraction) {
   BatchRequest b;
   if (!data.is_object() || !data.contains("batch_size")) return b;
@@ -99,11 +85,11 @@ BatchRequest read_batch(json& data, double default_fraction) {
   return b;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
+void broadcast_buffers(Communicator& comm, Module& m) {
+  for (auto& [n, t] : m.named_buffers()) comm.broadcast(t, 0);
 }
+
+namespace {
 
 // --- class weights and the end-of-training report (docs/reports.md) ------------------------------
 
@@ -119,7 +105,6 @@ Tensor loss_class_weights(const TrainOptions& opt, const Dataset& train, Device 
   return Tensor::from_vector(w, {static_cast<int64_t>(w.size())}, DType::f32).to(device);
 }
 
-// The class names a report uses: none yet (reports number the classes).
 // The names the reports label classes with: the source's (runs also save them as classes.json).
 std::vector<std::string> report_class_names(const Dataset& d) { return d.class_names(); }
 
@@ -131,572 +116,393 @@ void write_run_report(const std::string& run_dir, const std::vector<std::vector<
   if (show) std::cout << format_report(rep) << "report: " << run_dir << "/report.csv, confusion.png\n";
 }
 
+// --- prepare the run --------------------------------------------------------------------------------
 
-}  // namespace
-
-// One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
-// the size is 1). Every replica runs this same loop; train() and train_replicas() start them.
-TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_ref, Device device) {
-  const auto run_start = Clock::now();  // train.time_budget_minutes counts from here
-  json config = config_in;
-  Sections s = read_sections(config);
-  BatchRequest breq = read_batch(config["data"], s.train.autobatch_fraction);
-  // Mutable for train.time_budget_minutes, which lowers opt.epochs once it has measured the machine.
-  TrainOptions& opt = s.train;
-
-  // --- ranks and device -------------------------------------------------------------------------
-  Communicator* comm = &comm_ref;
-  comm->set_timeout(std::chrono::milliseconds(static_cast<int64_t>(opt.comm_timeout_s * 1000)));
-  const int rank = comm->rank(), world = comm->size();
-  if (opt.precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
-    std::vector<double> units{resolve_precision("auto", device) == "bf16" ? 1.0 : 0.0};
-    comm->all_reduce_doubles(units);
-    opt.precision = units[0] == world ? "bf16" : "fp32";
+// The config's sections, the ranks, the precision (train.precision = "auto" agreed over the ranks).
+void read_run_config(ReplicaRun& r, const json& config_in) {
+  r.start = Clock::now();
+  r.config = config_in;
+  r.s = read_sections(r.config);
+  r.breq = read_batch(r.config["data"], r.opt.autobatch_fraction);
+  r.comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(r.opt.comm_timeout_s * 1000)));
+  r.rank = r.comm.rank();
+  r.world = r.comm.size();
+  if (r.opt.precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
+    std::vector<double> units{resolve_precision("auto", r.device) == "bf16" ? 1.0 : 0.0};
+    r.comm.all_reduce_doubles(units);
+    r.opt.precision = units[0] == r.world ? "bf16" : "fp32";
   }
-  const DType compute = compute_dtype_of(opt.precision, device);
-  const bool lead = rank == 0;
-  const bool show = lead && !quiet;
-  set_conv_benchmark(device, opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
+  r.compute = compute_dtype_of(r.opt.precision, r.device);
+  r.lead = r.rank == 0;
+  r.show = r.lead && !r.quiet;
+  set_conv_benchmark(r.device, r.opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
+}
 
-  // --- model, data ------------------------------------------------------------------------------
+// The model (train.init's weights), the data config and the datasets, checked before anything is
+// allocated or written; the loss's class weights.
+void build_model_and_data(ReplicaRun& r) {
+  const TrainOptions& opt = r.opt;
   manual_seed(static_cast<uint64_t>(opt.seed));
-  std::shared_ptr<Module> model = models::build_model(s.model, "model");
-  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*model, opt.init, opt.init_fresh, show);
-  else if (!opt.init.empty() && show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
-  model->to(device);
-  if (breq.auto_fraction > 0) config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
-  else config["data"]["batch_size"] = breq.global;
-  DataConfig dcfg = DataConfig::from_json(config["data"], "data");
-  dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ dcfg.loader.seed;
+  r.model = models::build_model(r.s.model, "model");
+  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*r.model, opt.init, opt.init_fresh, r.show);
+  else if (!opt.init.empty() && r.show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
+  r.model->to(r.device);
+  if (r.breq.auto_fraction > 0) r.config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
+  else r.config["data"]["batch_size"] = r.breq.global;
+  r.dcfg = DataConfig::from_json(r.config["data"], "data");
+  r.dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ r.dcfg.loader.seed;
   if (opt.time_budget_minutes > 0) {  // tools/engine/time_budget.h: what a budget can shorten
-    const json sname = s.schedule.is_object() ? s.schedule.value("name", json("constant")) : json();
+    const json sname = r.s.schedule.is_object() ? r.s.schedule.value("name", json("constant")) : json();
     KILN_CHECK(sname == "cosine" || sname == "constant", "train.time_budget_minutes = ", opt.time_budget_minutes,
                " needs a schedule whose length follows train.epochs (cosine, constant); schedule.name = ", sname.dump(),
                " has its steps at fixed epochs: set them for the epochs you want and drop the budget");
-    KILN_CHECK(!dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
+    KILN_CHECK(!r.dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
                " cannot be used with data.progressive_resize, whose sizes change at fixed epochs");
   }
   // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
-  if (compute == DType::bf16) dcfg.loader.dtype = "bf16";
-  auto train_set = make_dataset(dcfg, Split::train);
-  auto val_set = make_dataset(dcfg, Split::val);
+  if (r.compute == DType::bf16) r.dcfg.loader.dtype = "bf16";
+  r.train_set = make_dataset(r.dcfg, Split::train);
+  r.val_set = make_dataset(r.dcfg, Split::val);
   // Before anything is allocated or written: the loaders' buffers fit, the model takes the images.
-  check_before_run(*model, dcfg, train_set->image_shape(), breq.auto_fraction > 0 ? 1 : breq.global / world,
-                   train_set->num_classes());
-  const Tensor class_weights = loss_class_weights(opt, *train_set, device, show);
-  // The shared training step (tools/engine/train_step.h); accumulation, clipping, the scaler and the
-  // all-reduce are added below, once known. AutoBatch's probe runs a copy without the update.
-  StepSetup step_setup;
-  step_setup.device = device;
-  step_setup.compute = compute;
-  step_setup.label_smoothing = opt.label_smoothing;
-  step_setup.class_weights = class_weights;
+  check_before_run(*r.model, r.dcfg, r.train_set->image_shape(),
+                   r.breq.auto_fraction > 0 ? 1 : r.breq.global / r.world, r.train_set->num_classes());
+  r.class_weights = loss_class_weights(opt, *r.train_set, r.device, r.show);
+}
 
-  // --- optimizer --------------------------------------------------------------------------------
-  std::vector<ParamRef> params = trainable_params(*model, opt.freeze, show);
-  mark_no_decay_1d(params);
-  std::unique_ptr<Optimizer> optimizer = make_optimizer(s.optim, params, "optim");
-
-  // Rank 0's buffers (BN running statistics) on every rank.
-  auto broadcast_buffers = [&](Module& m) {
-    for (auto& [n, t] : m.named_buffers()) comm->broadcast(t, 0);
-  };
-  // Rank 0's initial weights everywhere (also the buffers).
-  if (world > 1) {
-    for (auto& [n, t] : model->named_parameters()) comm->broadcast(t, 0);
-    broadcast_buffers(*model);
+// The optimizer over the trainable parameters, rank 0's initial weights on every rank, the EMA.
+void build_optimizer(ReplicaRun& r) {
+  r.params = trainable_params(*r.model, r.opt.freeze, r.show);
+  mark_no_decay_1d(r.params);
+  r.optimizer = make_optimizer(r.s.optim, r.params, "optim");
+  if (r.world > 1) {  // rank 0's initial weights everywhere (also the buffers)
+    for (auto& [n, t] : r.model->named_parameters()) r.comm.broadcast(t, 0);
+    broadcast_buffers(r.comm, *r.model);
   }
-
   // EMA of the weights (optim/ema.h, tools/engine/train_ema.h): starts as a copy of the initial weights.
-  std::unique_ptr<TrainingEma> ema = make_training_ema(opt.ema, s.model, *model, device);
+  r.ema = make_training_ema(r.opt.ema, r.s.model, *r.model, r.device);
+}
 
-  // --- AutoBatch --------------------------------------------------------------------------------
+}  // namespace
+
+void prepare_run(ReplicaRun& r, const json& config) {
+  read_run_config(r, config);
+  build_model_and_data(r);
+  build_optimizer(r);
+}
+
+// --- plan the batch ---------------------------------------------------------------------------------
+
+namespace {
+
+// Probe with cuDNN's heuristics: benchmark mode would time every algorithm of every probe batch
+// (conv plans are per batch size); training then benchmarks its own batch once.
+struct BenchmarkOff {
+  Device d;
+  bool was;
+  explicit BenchmarkOff(Device dev) : d(dev), was(conv_benchmark(dev)) { if (was) set_conv_benchmark(d, false); }
+  ~BenchmarkOff() { if (was) set_conv_benchmark(d, true); }
+};
+
+// AutoBatch's probe: the peak memory of the training step's forward and backward on b random
+// images (make_step_setup's StepUse::probe), plus the optimizer's state, allocated at the first step.
+std::function<double(int64_t)> memory_probe(ReplicaRun& r, const ImageShape& shape) {
+  CachingAllocator& alloc = allocator_for(r.device);
+  const double state_bytes = r.optimizer->state_bytes();
+  StepOptions so = step_options(r.opt);
+  so.class_weights = r.class_weights;
+  so.use = StepUse::probe;
+  const StepSetup setup = make_step_setup(so, r.device, *r.optimizer);
+  return [&r, &alloc, shape, state_bytes, setup](int64_t b) -> double {
+    r.optimizer->zero_grad();
+    alloc.reset_peak();
+    size_t base = alloc.stats().allocated;
+    try {
+      Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, r.device).to(r.compute);
+      Tensor y = Tensor::zeros({b}, DType::i64, r.device);
+      train_step(*r.model, *r.optimizer, StepBatch{x, y, Tensor()}, setup);
+    } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
+      r.optimizer->zero_grad();
+      throw;
+    }
+    double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
+    r.optimizer->zero_grad();
+    return peak;
+  };
+}
+
+// train.accumulate = "auto": the smallest number of micro-batches whose micro-batch fits, the same
+// on every rank.
+void choose_accumulation(ReplicaRun& r, const std::function<double(int64_t)>& probe, double free_bytes) {
+  KILN_CHECK(r.breq.global % r.world == 0, "data.batch_size = ", r.breq.global,
+             " is the global batch and must divide by the ", r.world, " ranks");
+  AccumulationPlan plan = plan_accumulation(probe, free_bytes, r.opt.autobatch_fraction, r.breq.global / r.world);
+  // The same N on every rank: the one for the smallest micro-batch that fits.
+  r.accumulate = smallest_accumulation(r.breq.global / r.world, r.comm.all_reduce_min(plan.autobatch.batch));
+  r.autobatch_target = plan.autobatch.target_bytes;
+  if (r.show)
+    std::cout << plan.report << (r.accumulate != plan.n ? " (another rank fits less: " + std::to_string(r.accumulate) +
+                                                              " micro-batches on every rank)" : "") << "\n";
+}
+
+// data.batch_size = -1 (or a fraction): the largest batch that fits, the same on every rank.
+void choose_batch(ReplicaRun& r, const std::function<double(int64_t)>& probe, double free_bytes, int sharing) {
+  AutoBatchOptions ao;
+  ao.fraction = r.breq.auto_fraction;
+  ao.max_batch = std::min<int64_t>(r.device.is_cpu() ? 1024 : 8192, r.train_set->size() / r.world);
+  AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
+  int64_t per_rank = r.comm.all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
+  r.breq.global = per_rank * r.world * r.accumulate;   // with train.accumulate = N: N micro-batches per rank
+  r.autobatch_target = ab.target_bytes;
+  if (r.show)
+    std::cout << ab.report()
+              << (r.world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
+                                  "; global batch " + std::to_string(r.breq.global) + " over " + std::to_string(r.world) + " ranks"
+                              : "")
+              << "\n";
+}
+
+// AutoBatch (data.batch_size = -1, or train.accumulate = "auto"): probes this rank's device, then
+// puts the buffers and the random generator back as they were.
+void run_autobatch(ReplicaRun& r) {
+  const ImageShape shape = r.dcfg.transforms(Split::train).output_shape(r.train_set->image_shape());
+  std::map<std::string, Tensor> saved;
+  for (auto& [n, t] : r.model->named_buffers()) saved[n] = t.detach().clone();
+  RngState rng = default_generator().state();
+  const std::function<double(int64_t)> probe = memory_probe(r, shape);
+  double free_bytes = r.device.is_cpu() ? cpu_available_bytes() : static_cast<double>(memory_info(r.device).first);
+  // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
+  // of one machine share its RAM, so each plans with its share of what is free.
+  const int sharing = r.device.is_cpu() ? (launched_by_mpirun() ? local_size() : r.world) : 1;
+  free_bytes /= sharing;
+  BenchmarkOff benchmark_off(r.device);
+  if (r.accumulate == 0) choose_accumulation(r, probe, free_bytes);
+  else choose_batch(r, probe, free_bytes, sharing);
+  for (auto& [n, t] : r.model->named_buffers()) copy_tensor(t, saved[n]);
+  default_generator().set_state(rng);
+}
+
+// This rank's loaders of the global batch, the steps of an epoch, the schedule.
+void make_loaders(ReplicaRun& r) {
+  KILN_CHECK(r.breq.global % r.world == 0, "data.batch_size = ", r.breq.global,
+             " is the global batch and must divide by the ", r.world, " ranks");
+  check_accumulation(r.breq.global, r.world, r.accumulate);
+  r.dcfg.loader.batch_size = r.breq.global / r.world;
+  Shard shard{r.rank, r.world};
+  r.train_loader = std::make_unique<DataLoader>(r.train_set, r.dcfg.train_transforms,
+                                                r.dcfg.loader_options(Split::train), shard);
+  r.train_loader->set_progressive_resize(r.dcfg.progressive_resize);
+  r.vopt = r.dcfg.loader_options(Split::val);
+  if (r.dcfg.val_batch_size == 0) r.vopt.batch_size = r.dcfg.loader.batch_size;
+  r.val_loader = std::make_unique<DataLoader>(r.val_set, r.dcfg.val_transforms, r.vopt, shard);
+  r.steps_per_epoch = r.train_loader->batches_per_epoch();
+  if (r.opt.max_steps_per_epoch > 0) r.steps_per_epoch = std::min(r.steps_per_epoch, r.opt.max_steps_per_epoch);
+  KILN_CHECK(r.steps_per_epoch > 0, "data: the training split has ", r.train_set->size(),
+             " samples, fewer than one batch of ", r.dcfg.loader.batch_size, " per rank");
+  r.sctx = ScheduleContext{r.optimizer->lr(), r.steps_per_epoch, r.opt.epochs};
+  r.schedule = make_schedule(r.s.schedule, r.sctx, "schedule");
+}
+
+}  // namespace
+
+void plan_batch(ReplicaRun& r) {
   // train.accumulate = "auto" (0): AutoBatch measures the largest micro-batch for the fixed batch.
-  int64_t accumulate = opt.accumulate;
-  KILN_CHECK(accumulate != 0 || breq.auto_fraction == 0, "config: train.accumulate = \"auto\" needs a fixed "
+  r.accumulate = r.opt.accumulate;
+  KILN_CHECK(r.accumulate != 0 || r.breq.auto_fraction == 0, "config: train.accumulate = \"auto\" needs a fixed "
              "data.batch_size (the global batch to reach), not AutoBatch's; accepted: a data.batch_size > 0 with "
              "train.accumulate = \"auto\", or data.batch_size = -1 with train.accumulate = N (global batch = "
              "AutoBatch's micro-batch x ranks x N)");
-  double autobatch_target = 0;
-  if (breq.auto_fraction > 0 || accumulate == 0) {
-    ImageShape shape = dcfg.transforms(Split::train).output_shape(train_set->image_shape());
-    std::map<std::string, Tensor> saved;
-    for (auto& [n, t] : model->named_buffers()) saved[n] = t.detach().clone();
-    RngState rng = default_generator().state();
-    CachingAllocator& alloc = allocator_for(device);
-    // The optimizer's state is allocated at the first step: add it to the fit.
-    const double state_bytes = optimizer->state_bytes();
-    StepSetup probe_setup = step_setup;  // the training step's forward and backward, without the update
-    probe_setup.read_loss = false;
-    probe_setup.update = false;
-    auto probe = [&](int64_t b) -> double {
-      optimizer->zero_grad();
-      alloc.reset_peak();
-      size_t base = alloc.stats().allocated;
-      try {
-        Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, device).to(compute);
-        Tensor y = Tensor::zeros({b}, DType::i64, device);
-        train_step(*model, *optimizer, StepBatch{x, y, Tensor()}, probe_setup);
-      } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
-        optimizer->zero_grad();
-        throw;
-      }
-      double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
-      optimizer->zero_grad();
-      return peak;
-    };
-    double free_bytes = device.is_cpu() ? cpu_available_bytes() : static_cast<double>(memory_info(device).first);
-    // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
-    // of one machine share its RAM, so each plans with its share of what is free.
-    const int sharing = device.is_cpu() ? (launched_by_mpirun() ? local_size() : world) : 1;
-    free_bytes /= sharing;
-    AutoBatchOptions ao;
-    ao.fraction = breq.auto_fraction;
-    ao.max_batch = std::min<int64_t>(device.is_cpu() ? 1024 : 8192, train_set->size() / world);
-    // Probe with cuDNN's heuristics: benchmark mode would time every algorithm of every probe batch
-    // (conv plans are per batch size); training then benchmarks its own batch once.
-    struct BenchmarkOff {
-      Device d;
-      bool was;
-      explicit BenchmarkOff(Device dev) : d(dev), was(conv_benchmark(dev)) { if (was) set_conv_benchmark(d, false); }
-      ~BenchmarkOff() { if (was) set_conv_benchmark(d, true); }
-    } benchmark_off(device);
-    if (accumulate == 0) {
-      KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
-                 world, " ranks");
-      AccumulationPlan plan = plan_accumulation(probe, free_bytes, opt.autobatch_fraction, breq.global / world);
-      // The same N on every rank: the one for the smallest micro-batch that fits.
-      accumulate = smallest_accumulation(breq.global / world, comm->all_reduce_min(plan.autobatch.batch));
-      autobatch_target = plan.autobatch.target_bytes;
-      if (show)
-        std::cout << plan.report << (accumulate != plan.n ? " (another rank fits less: " + std::to_string(accumulate) +
-                                                                " micro-batches on every rank)" : "") << "\n";
-    } else {
-      AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
-      int64_t per_rank = comm->all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
-      breq.global = per_rank * world * accumulate;  // with train.accumulate = N: N micro-batches per rank
-      autobatch_target = ab.target_bytes;
-      if (show)
-        std::cout << ab.report()
-                  << (world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
-                                  "; global batch " + std::to_string(breq.global) + " over " + std::to_string(world) + " ranks"
-                                : "")
-                  << "\n";
-    }
-    for (auto& [n, t] : model->named_buffers()) copy_tensor(t, saved[n]);
-    default_generator().set_state(rng);
-  }
-  KILN_CHECK(breq.global % world == 0, "data.batch_size = ", breq.global, " is the global batch and must divide by the ",
-             world, " ranks");
-  check_accumulation(breq.global, world, accumulate);
-  dcfg.loader.batch_size = breq.global / world;
-  Shard shard{rank, world};
-  DataLoader train_loader(train_set, dcfg.train_transforms, dcfg.loader_options(Split::train), shard);
-  train_loader.set_progressive_resize(dcfg.progressive_resize);
-  LoaderOptions vopt = dcfg.loader_options(Split::val);
-  if (dcfg.val_batch_size == 0) vopt.batch_size = dcfg.loader.batch_size;
-  DataLoader val_loader(val_set, dcfg.val_transforms, vopt, shard);
-  int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  if (opt.max_steps_per_epoch > 0) steps_per_epoch = std::min(steps_per_epoch, opt.max_steps_per_epoch);
-  KILN_CHECK(steps_per_epoch > 0, "data: the training split has ", train_set->size(), " samples, fewer than one batch of ",
-             dcfg.loader.batch_size, " per rank");
-  ScheduleContext sctx{optimizer->lr(), steps_per_epoch, opt.epochs};
-  std::unique_ptr<LrSchedule> schedule = make_schedule(s.schedule, sctx, "schedule");
-  // Changes the run's epochs (train.time_budget_minutes' decision, or on resume the checkpoint's):
-  // the schedule follows, and so does the config as run.
-  json as_run;
-  auto set_epochs = [&](int64_t n) {
-    opt.epochs = n;
-    opt.time_budget_minutes = 0;  // decided: the config as run is the run with these epochs
-    sctx.epochs = n;
-    schedule = make_schedule(s.schedule, sctx, "schedule");
-    as_run["train"]["epochs"] = n;
-    as_run["train"]["time_budget_minutes"] = 0;
-  };
+  if (r.breq.auto_fraction > 0 || r.accumulate == 0) run_autobatch(r);
+  make_loaders(r);
+}
 
-  // --- run folder, resume -----------------------------------------------------------------------
-  TrainingState state;
-  as_run = config;
-  as_run["train"] = opt.to_json();
-  as_run["data"] = dcfg.to_json();
-  as_run["data"]["batch_size"] = breq.global;
-  as_run["train"]["accumulate"] = accumulate;  // "auto"'s choice
-  as_run["model"] = model->to_json();
-  as_run["optim"] = optimizer->to_json();
-  as_run["schedule"] = schedule->to_json();
-  state.config = as_run;
-  std::string run_dir;
-  bool budget_decided_on_resume = false;
-  if (!opt.resume.empty()) {
-    std::string base = resolve_checkpoint(opt.resume);
-    state = load_checkpoint(base, *model, ema ? ema->model.get() : nullptr);
-    if (ema && !state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
-      ema->ema->reset_to_live();
-      if (show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
-    }
-    optimizer->load_state_dict(state.optimizer);
-    default_generator().set_state(state.rng);
-    run_dir = fs::path(base).parent_path().string();
-    budget_decided_on_resume = opt.time_budget_minutes > 0;
-    if (budget_decided_on_resume) {
-      // The budget was decided in the run's first epoch; a resumed run keeps the epochs its
-      // checkpoint was trained for (its schedule), whatever time is left.
-      const json t = state.config.value("train", json::object());
-      const json e = t.is_object() ? t.value("epochs", json()) : json();
-      KILN_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, "resume: ", base,
-                 " does not record its train.epochs, which train.time_budget_minutes needs to continue its schedule");
-      set_epochs(e.get<int64_t>());
-      if (show)
-        std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
-    }
-    state.config = as_run;
-    if (show) std::cout << "resumed " << base << " at epoch " << state.epoch << ", step " << state.step << "\n";
-    KILN_CHECK(state.epoch < opt.epochs, "resume: the checkpoint has finished ", state.epoch, " epochs and train.epochs is ",
-               opt.epochs,
-               budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
-                                          "ask for more epochs, epochs=N, to continue)"
-                                        : "; ask for more epochs (epochs=N) to continue");
-  } else if (lead) {
-    run_dir = make_run_dir(opt.runs_dir, s.name);
-  }
-  std::unique_ptr<MetricsLog> log;
-  if (lead) {
-    std::ofstream(run_dir + "/config.json") << as_run.dump(2) << "\n";
-    save_class_names(run_dir + "/classes.json", train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
-    log = std::make_unique<MetricsLog>(run_dir);
-    if (show) {
-      std::cout << "kiln: " << s.name << " on " << device.str() << (world > 1 ? " x" + std::to_string(world) + " ranks" : "")
-                << ", " << model->num_parameters() << " parameters, batch " << breq.global << ", "
-                << steps_per_epoch << " steps/epoch"
-                << (accumulate > 1 ? " of " + std::to_string(accumulate) + " micro-batches" : std::string())
-                << (ema ? ", EMA " + ema->ema->options().to_json().dump() : std::string()) << " -> " << run_dir << "\n";
-      if (device.is_cpu() && compute != DType::f32 && !onednn::native_compute(compute))
-        std::cout << "kiln: note: this CPU has no native " << dtype_name(compute)
-                  << " convolutions (no AVX-512 BF16 or AMX): they run in f32 with conversions, usually slower than "
-                  << "train.precision=fp32 (docs/precision.md)\n";
-    }
-  }
+// --- open or resume ---------------------------------------------------------------------------------
 
-  // fp16: dynamic loss scaling; its state continues from the checkpoint on resume.
-  std::unique_ptr<LossScaler> scaler;
-  if (compute == DType::f16) {
-    scaler = std::make_unique<LossScaler>(opt.loss_scaler);
-    if (!state.scaler.empty()) scaler->load_state_dict(state.scaler);
-  }
+namespace {
 
-  std::unique_ptr<GradSync> sync;
-  if (world > 1) {
+// Changes the run's epochs (train.time_budget_minutes' decision, or on resume the checkpoint's):
+// the schedule follows, and so does the config as run.
+void set_epochs(ReplicaRun& r, int64_t n) {
+  r.opt.epochs = n;
+  r.opt.time_budget_minutes = 0;  // decided: the config as run is the run with these epochs
+  r.sctx.epochs = n;
+  r.schedule = make_schedule(r.s.schedule, r.sctx, "schedule");
+  r.as_run["train"]["epochs"] = n;
+  r.as_run["train"]["time_budget_minutes"] = 0;
+}
+
+// The config as run: every section as the run reads it, with AutoBatch's choices.
+void record_as_run(ReplicaRun& r) {
+  r.as_run = r.config;
+  r.as_run["train"] = r.opt.to_json();
+  r.as_run["data"] = r.dcfg.to_json();
+  r.as_run["data"]["batch_size"] = r.breq.global;
+  r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
+  r.as_run["model"] = r.model->to_json();
+  r.as_run["optim"] = r.optimizer->to_json();
+  r.as_run["schedule"] = r.schedule->to_json();
+  r.state.config = r.as_run;
+}
+
+// train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
+// folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
+void resume(ReplicaRun& r) {
+  const TrainOptions& opt = r.opt;
+  std::string base = resolve_checkpoint(opt.resume);
+  r.state = load_checkpoint(base, *r.model, r.ema ? r.ema->model.get() : nullptr);
+  if (r.ema && !r.state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
+    r.ema->ema->reset_to_live();
+    if (r.show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
+  }
+  r.optimizer->load_state_dict(r.state.optimizer);
+  default_generator().set_state(r.state.rng);
+  r.run_dir = fs::path(base).parent_path().string();
+  const bool budget_decided_on_resume = opt.time_budget_minutes > 0;
+  if (budget_decided_on_resume) {
+    // The budget was decided in the run's first epoch; a resumed run keeps the epochs its
+    // checkpoint was trained for (its schedule), whatever time is left.
+    const json t = r.state.config.value("train", json::object());
+    const json e = t.is_object() ? t.value("epochs", json()) : json();
+    KILN_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, "resume: ", base,
+               " does not record its train.epochs, which train.time_budget_minutes needs to continue its schedule");
+    set_epochs(r, e.get<int64_t>());
+    if (r.show)
+      std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
+  }
+  r.state.config = r.as_run;
+  if (r.show) std::cout << "resumed " << base << " at epoch " << r.state.epoch << ", step " << r.state.step << "\n";
+  KILN_CHECK(r.state.epoch < opt.epochs, "resume: the checkpoint has finished ", r.state.epoch,
+             " epochs and train.epochs is ", opt.epochs,
+             budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
+                                        "ask for more epochs, epochs=N, to continue)"
+                                      : "; ask for more epochs (epochs=N) to continue");
+}
+
+// Rank 0: the run folder's config.json, classes.json and metrics log, and the run's first line.
+void open_run_folder(ReplicaRun& r) {
+  std::ofstream(r.run_dir + "/config.json") << r.as_run.dump(2) << "\n";
+  save_class_names(r.run_dir + "/classes.json", r.train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
+  r.log = std::make_unique<MetricsLog>(r.run_dir);
+  if (!r.show) return;
+  std::cout << "kiln: " << r.s.name << " on " << r.device.str()
+            << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
+            << " parameters, batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
+            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string())
+            << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
+            << "\n";
+  if (r.device.is_cpu() && r.compute != DType::f32 && !onednn::native_compute(r.compute))
+    std::cout << "kiln: note: this CPU has no native " << dtype_name(r.compute)
+              << " convolutions (no AVX-512 BF16 or AMX): they run in f32 with conversions, usually slower than "
+              << "train.precision=fp32 (docs/precision.md)\n";
+}
+
+// The training step's setup (make_step_setup): the all-reduce over several ranks; with fp16 the loss
+// scaler, whose state continues from the checkpoint on resume.
+void make_run_step(ReplicaRun& r) {
+  if (r.world > 1) {
     std::vector<Tensor> ps;
-    for (auto& p : params) ps.push_back(p.param);
-    sync = std::make_unique<GradSync>(ps, *comm);
+    for (auto& p : r.params) ps.push_back(p.param);
+    r.sync = std::make_unique<GradSync>(ps, r.comm);
   }
-  step_setup.accumulate = accumulate;
-  step_setup.clip_grad_norm = opt.clip_grad_norm;
-  step_setup.scaler = scaler.get();
-  step_setup.sync = sync.get();
-  step_setup.read_loss = device.is_cpu();  // free on the host; elsewhere the statistics stay on the device
-  // fp16 on a GPU: the skip decision stays on the device too, where it can (an optimizer that skips
-  // there, no clipping, no EMA: the EMA updates only after a step taken), so that no step waits for it.
-  step_setup.scaler_on_device = scaler && !device.is_cpu() && optimizer->can_skip_on_device() &&
-                                opt.clip_grad_norm <= 0 && !ema;
+  StepOptions so = step_options(r.opt);
+  so.class_weights = r.class_weights;
+  so.accumulate = r.accumulate;
+  so.sync = r.sync.get();
+  r.step = make_step_setup(so, r.device, *r.optimizer);
+  if (r.step.scaler && !r.state.scaler.empty()) r.step.scaler->load_state_dict(r.state.scaler);
+}
 
-  // --- epochs -----------------------------------------------------------------------------------
-  TrainResult result;
-  result.run_dir = run_dir;
-  result.batch = breq.global;
-  result.accumulate = accumulate;
-  result.autobatch_target_bytes = autobatch_target;
-  CachingAllocator& device_alloc = allocator_for(device);
+// train.time_budget_minutes: when this invocation decides the epochs (a resumed run has decided).
+void start_budget(ReplicaRun& r) {
+  BudgetState& b = r.budget;
+  b.minutes = r.opt.time_budget_minutes;
+  b.pending = b.minutes > 0 && r.state.step == 0;
+  b.decide_at = b.pending ? budget_decision_step(r.steps_per_epoch) : 0;
+  b.mark_at = std::min(kUntimedSteps, std::max<int64_t>(0, b.decide_at - 1));
+  b.mark_time = Clock::now();
+}
+
+}  // namespace
+
+void open_run(ReplicaRun& r) {
+  record_as_run(r);
+  if (!r.opt.resume.empty()) resume(r);
+  else if (r.lead) r.run_dir = make_run_dir(r.opt.runs_dir, r.s.name);
+  if (r.lead) open_run_folder(r);
+  make_run_step(r);
+  r.result.run_dir = r.run_dir;
+  r.result.batch = r.breq.global;
+  r.result.accumulate = r.accumulate;
+  r.result.autobatch_target_bytes = r.autobatch_target;
+  CachingAllocator& device_alloc = allocator_for(r.device);
   device_alloc.reset_peak();
-  const size_t weights_bytes = device_alloc.stats().allocated;
-  const bool tty = Progress::stdout_is_tty();
-  int64_t num_classes = train_set->num_classes();
-  int64_t last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
-  std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
-  // An evaluation's counts summed over ranks into (loss, top1, top5), and its line
-  // ("<label>   <what>  loss ..."): label "val" for the live weights, "ema" for train.ema's.
-  auto publish = [&](const EvalCounts& ec, const char* label, const std::string& what, double& loss, double& top1,
-                     double& top5) {
-    std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
-    comm->all_reduce_doubles(v);
-    loss = v[0] / v[3];
-    top1 = v[1] / v[3];
-    top5 = v[2] / v[3];
-    if (show)
-      std::cout << label << "   " << what << "  loss " << fmt("%.4f", loss) << "  top1 " << fmt("%.2f%%", 100 * top1)
-                << "  top5 " << fmt("%.2f%%", 100 * top5) << "  (" << static_cast<int64_t>(v[3]) << " images)\n";
-  };
-  auto publish_eval = [&](const EvalCounts& ec, const std::string& what) {
-    publish(ec, "val", what, result.val_loss, result.val_top1, result.val_top5);
-  };
-  // train.time_budget_minutes (tools/engine/time_budget.h): steps mark_at + 1 .. decide_at are timed (from
-  // the loop's start when mark_at is 0), and after step decide_at (in the first epoch) the epochs
-  // are lowered to what fits.
-  const double budget_minutes = opt.time_budget_minutes;
-  const bool budget_pending = budget_minutes > 0 && state.step == 0;  // a resumed run has decided
-  const int64_t decide_at = budget_pending ? budget_decision_step(steps_per_epoch) : 0;
-  const int64_t mark_at = std::min(kUntimedSteps, std::max<int64_t>(0, decide_at - 1));
-  Clock::time_point mark_time = Clock::now();
-  BudgetInput budget_in;           // the decision's inputs, which the rechecks start from
-  int64_t budget_epoch = -1;       // the epoch the decision was taken in (-1: none in this invocation)
-  int64_t budget_step = 0;         // and its step
-  double last_eval_s = -1;         // the last evaluation's measured seconds (live and EMA weights)
-  std::vector<double> epoch_step_s;  // seconds per step of each epoch after the decision's
-  auto adopt_epochs = [&](int64_t n) {  // the budget's epochs: the schedule and the run folder follow
-    set_epochs(n);
-    last_epoch = opt.stop_after > 0 ? std::min(opt.stop_after, opt.epochs) : opt.epochs;
-    state.config = as_run;
-    if (lead) write_file_atomically(run_dir + "/config.json", as_run.dump(2) + "\n");  // the run as it runs
-  };
-  auto decide_budget = [&](const Batch& batch) {
-    synchronize(device);
-    BudgetInput in;
-    in.budget_s = budget_minutes * 60;
-    in.elapsed_s = seconds_since(run_start);
-    in.steps_done = state.step;
-    in.steps_per_epoch = steps_per_epoch;
-    in.max_epochs = opt.epochs;
-    in.eval_every = opt.eval_every;
-    in.step_s = seconds_since(mark_time) / static_cast<double>(decide_at - mark_at);
-    {  // one evaluation: the forward in evaluation mode on a validation batch's shape (zeros; the
-       // training batch when the validation images have no fixed size), the faster of two
-      NoGradGuard ng;
-      model->eval();
-      const ImageShape vs = dcfg.transforms(Split::val).output_shape(val_set->image_shape());
-      Tensor x = vs.known() ? Tensor::zeros({vopt.batch_size, vs.h, vs.w, vs.c}, DType::f32, device).to(compute)
-                            : batch.images.to(device).to(compute);
-      double best = 0;
-      for (int k = 0; k < 2; ++k) {
-        const auto t = Clock::now();
-        Tensor y = model->forward(x);
-        synchronize(device);
-        best = k == 0 ? seconds_since(t) : std::min(best, seconds_since(t));
-      }
-      model->train();
-      const double val_images = static_cast<double>(val_loader.batches_per_epoch() * vopt.batch_size);
-      in.eval_s = best / static_cast<double>(x.size(0)) * val_images * (ema ? 2 : 1);
-    }
-    in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;  // flip: two views of every image
-    const BudgetPlan plan = plan_budget(in);
-    budget_in = in;
-    budget_epoch = state.epoch;
-    budget_step = state.step;
-    std::vector<double> chosen{lead ? static_cast<double>(plan.epochs) : 0.0};  // rank 0's decision, on every rank
-    comm->all_reduce_doubles(chosen);
-    adopt_epochs(static_cast<int64_t>(chosen[0]));
-    if (show) std::cout << (tty ? "\n" : "") << describe_budget(in, plan) << "\n";
-  };
-  const int64_t first_epoch = state.epoch;
-  PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
-  for (int64_t epoch = state.epoch; epoch < last_epoch; ++epoch) {
-    model->train();
-    train_loader.start_epoch(epoch);
-    train_loader.reset_stats();
-    if (show && dcfg.progressive_resize.enabled() &&
-        (epoch == first_epoch || train_loader.epoch_image_shape(epoch) != train_loader.epoch_image_shape(epoch - 1))) {
-      const ImageShape sh = train_loader.epoch_image_shape(epoch);
-      std::cout << "progressive_resize: epoch " << epoch + 1 << " trains at " << sh.h << "x" << sh.w << "\n";
-    }
-    Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
-    double loss_sum = 0, correct = 0, seen = 0;
-    // A step does not wait for the device: each micro-batch's loss and correct count are
-    // accumulated on the device (`stats`, the kernel table's accumulate_step_stats) and read every
-    // `read_every` steps (the log interval) and at the end of the epoch, where a non-finite loss
-    // (fp32/bf16) is reported with the step it happened at. Where the step reads its loss anyway
-    // (step_setup.read_loss: the CPU, where reading is free) they are read every step.
-    const int64_t read_every = step_setup.read_loss ? 1
-                               : opt.log_every > 0  ? opt.log_every
-                                                    : std::max<int64_t>(1, steps_per_epoch / 10);
-    const auto accumulate_step_stats = kernel(device, &Kernels::accumulate_step_stats, "accumulate_step_stats");
-    Tensor stats = Tensor::zeros({5}, DType::f64, device);
-    auto read_stats = [&] {  // fold the device's accumulators into the host's sums
-      std::vector<double> v = stats.to(Device::cpu()).to_double_vector();
-      stats.zero_();
-      loss_sum += v[0];
-      correct += v[1];
-      if (scaler) scaler->poll();  // device mode: the skips so far; stops after max_nonfinite_steps in a row
-      KILN_CHECK(v[2] == 0 || scaler, "the loss became ", v[4], " at epoch ", epoch + 1, ", step ",
-                 static_cast<int64_t>(v[3]) + 1, " (the loss is read from ", device.str(), " every ",
-                 read_every, " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
-    };
-    auto t0 = Clock::now();
-    auto progress_fields = [&](double lr) {
-      double el = seconds_since(t0);
-      std::string f = "loss " + fmt("%.4f", loss_sum / seen) + "  acc " + fmt("%.1f%%", 100 * correct / seen) + "  lr " +
-                      fmt("%.4g", lr) + "  " + fmt("%.0f", seen * world / el) + " img/s  data " +
-                      fmt("%.0f%%", 100 * train_loader.stats().wait_seconds / std::max(el, 1e-9));
-      if (scaler) f += "  scale " + fmt("%g", scaler->scale()) + "  skipped " + std::to_string(scaler->skipped_steps());
-      return f;
-    };
-    Batch b;
-    int64_t i = 0;
-    std::string fields;
-    for (; i < steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || train_loader.next(b)); ++i) {
-      double lr = schedule->lr_at(state.step);
-      optimizer->set_lr(lr);
-      // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
-      // for the whole batch, so that train.accumulate does not change what is mixed.
-      MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, num_classes, opt.label_smoothing,
-                                   device.is_cuda() ? &mix_staging : nullptr);
-      // The shared step (tools/engine/train_step.h): micro-batches (train.accumulate), scaled backward,
-      // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
-      // count go to the epoch's statistics, accumulated on the device.
-      StepResult r = train_step(*model, *optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets}, step_setup,
-                                [&](const MicroBatchOut& mo) {
-                                  accumulate_step_stats(stats, mo.loss.detach(), mo.logits32.detach(), mo.labels,
-                                                        static_cast<double>(mo.size), i);
-                                });
-      double l = r.loss;
-      KILN_CHECK(r.finite || scaler, "the loss became ", l, " at epoch ", epoch + 1, ", step ", i + 1,
-                 "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
-      if (r.stepped && ema) ema->ema->update(state.step);
-      ++state.step;
-      if (budget_pending && state.step == mark_at && mark_at > 0) {
-        synchronize(device);
-        mark_time = Clock::now();
-      }
-      if (budget_pending && state.step == decide_at) decide_budget(b);
-      seen += b.size();
-      // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
-      if ((i + 1) % read_every != 0) continue;  // nothing new to show
-      read_stats();
-      if (show) {
-        fields = progress_fields(lr);
-        bar.update(i + 1, fields);
-      }
-    }
-    if (i % read_every != 0) {  // the steps since the last read
-      read_stats();
-      if (show && seen > 0) fields = progress_fields(optimizer->lr());
-    }
-    double train_time = seconds_since(t0);
-    std::vector<double> tr{loss_sum, correct, seen, train_loader.stats().wait_seconds};
-    comm->all_reduce_doubles(tr);
-    result.train_loss = tr[0] / tr[2];
-    result.train_acc = tr[1] / tr[2];
-    result.images_per_s = tr[2] / train_time;
-    result.data_wait_share = tr[3] / world / train_time;
-    result.steps = state.step;
-    result.peak_bytes = static_cast<double>(device_alloc.stats().peak - weights_bytes);
-    if (scaler) {
-      result.skipped_steps = scaler->skipped_steps();
-      result.loss_scale = scaler->scale();
-    }
-    if (show) bar.finish(fields);
-    if (show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
-    // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
+  r.weights_bytes = device_alloc.stats().allocated;
+  r.tty = Progress::stdout_is_tty();
+  r.num_classes = r.train_set->num_classes();
+  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
+  start_budget(r);
+  r.first_epoch = r.state.epoch;
+}
 
-    // Batch-norm running statistics are per replica (each updates them from its own shard). Every
-    // replica takes rank 0's before evaluating, so that the evaluation, summed over the replicas'
-    // shards, is that of the model the checkpoint saves (rank 0's); the EMA's copies likewise.
-    // (PyTorch's DDP broadcasts them before every forward.) All ranks call it at the same point.
-    if (world > 1) {
-      broadcast_buffers(*model);
-      if (ema) broadcast_buffers(*ema->model);
-    }
+void adopt_epochs(ReplicaRun& r, int64_t n) {
+  set_epochs(r, n);
+  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
+  r.state.config = r.as_run;
+  if (r.lead) write_file_atomically(r.run_dir + "/config.json", r.as_run.dump(2) + "\n");  // the run as it runs
+}
 
-    bool do_eval = (epoch + 1) % opt.eval_every == 0 || epoch + 1 == opt.epochs;
-    const auto eval_start = Clock::now();
-    if (do_eval) {
-      // The last evaluation of this invocation also counts the confusion matrix, for the report.
-      const bool final_eval = epoch + 1 == last_epoch;
-      if (final_eval) final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
-      EvalCounts ec = run_eval(*model, val_loader, device, compute, epoch, num_classes,
-                               final_eval ? &final_confusion : nullptr, "none");
-      if (final_eval) all_reduce_confusion(*comm, final_confusion);
-      publish_eval(ec, std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs));
-      if (ema) {  // the EMA weights on the same images (tools/engine/train_ema.h)
-        EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, epoch, num_classes, nullptr, "none");
-        publish(ee, "ema", std::to_string(epoch + 1) + "/" + std::to_string(opt.epochs), result.ema_val_loss,
-                result.ema_val_top1, result.ema_val_top5);
-      }
-      last_eval_s = seconds_since(eval_start);
-    }
-    // train.time_budget_minutes, kept (tools/engine/time_budget.h): after every epoch past the decision's,
-    // the run is predicted again at the last epochs' speed: its epochs lowered if it would overrun,
-    // raised (first half only) if more fit.
-    if (budget_epoch >= 0 && epoch > budget_epoch && epoch + 1 < opt.epochs) {
-      BudgetInput in = budget_in;
-      const double slow = budget_test_slowdown();
-      in.elapsed_s = seconds_since(run_start) + slow * static_cast<double>(state.step - budget_step);
-      in.steps_done = state.step;
-      in.epochs_done = epoch + 1;
-      in.max_epochs = opt.epochs;
-      in.cap_epochs = budget_in.max_epochs;  // train.epochs, as the decision had it
-      epoch_step_s.push_back(train_time / static_cast<double>(std::max<int64_t>(i, 1)) + slow);
-      in.step_s = budget_recent_step_s(epoch_step_s);
-      if (last_eval_s >= 0) in.eval_s = last_eval_s;
-      in.final_extra_s = opt.tta != "none" ? 2 * in.eval_s : 0;
-      std::vector<double> keep{lead ? static_cast<double>(recheck_budget(in)) : 0.0};  // rank 0's, on every rank
-      comm->all_reduce_doubles(keep);
-      const int64_t n = static_cast<int64_t>(keep[0]);
-      if (n != opt.epochs) {
-        if (show) std::cout << describe_recheck(in, n) << "\n";
-        adopt_epochs(n);
-      }
-    }
-    state.epoch = epoch + 1;
-    state.rng = default_generator().state();
-    if (scaler) state.scaler = scaler->state_dict();
-    if (lead) {
-      std::vector<std::pair<std::string, double>> row{{"epoch", static_cast<double>(epoch + 1)},
-                  {"step", static_cast<double>(state.step)},
-                  {"lr", optimizer->lr()},
-                  {"train_loss", result.train_loss},
-                  {"train_acc", result.train_acc},
-                  {"val_loss", do_eval ? result.val_loss : NAN},
-                  {"val_top1", do_eval ? result.val_top1 : NAN},
-                  {"val_top5", do_eval ? result.val_top5 : NAN},
-                  {"images_per_s", result.images_per_s},
-                  {"data_wait_share", result.data_wait_share},
-                  {"epoch_seconds", train_time},
-                  {"skipped_steps", static_cast<double>(result.skipped_steps)},
-                  {"loss_scale", result.loss_scale}};
-      if (ema)
-        for (auto [k, x] : {std::pair{"ema_val_loss", result.ema_val_loss}, {"ema_val_top1", result.ema_val_top1},
-                            {"ema_val_top5", result.ema_val_top5}})
-          row.emplace_back(k, do_eval ? x : NAN);
-      log->write(row);
-      state.optimizer = optimizer->state_dict();
-      // `best`: by the live weights' top-1, or with train.ema.best_by = "ema" by the EMA's.
-      const double top1 = ema && opt.ema.best_by == "ema" ? result.ema_val_top1 : result.val_top1;
-      bool best = do_eval && top1 > state.best_top1;
-      if (best) state.best_top1 = top1;
-      Module* ema_model = ema ? ema->model.get() : nullptr;
-      save_checkpoint(run_dir + "/last", *model, state, ema_model);
-      if (best) save_checkpoint(run_dir + "/best", *model, state, ema_model);
-    }
-  }
+// --- finish -----------------------------------------------------------------------------------------
 
+TrainResult finish_run(ReplicaRun& r) {
+  const TrainOptions& opt = r.opt;
   // train.tta: the last evaluation again with test-time augmentation; its numbers are the result and
   // the report's (metrics.csv and the best checkpoint keep the plain evaluations).
-  if (opt.tta != "none" && !final_confusion.empty()) {
-    final_confusion.assign(num_classes, std::vector<int64_t>(num_classes, 0));
-    EvalCounts ec = run_eval(*model, val_loader, device, compute, last_epoch - 1, num_classes, &final_confusion, opt.tta);
-    all_reduce_confusion(*comm, final_confusion);
-    publish_eval(ec, "tta=" + opt.tta);
-    if (ema) {  // and the EMA weights, whose figures are the result's ema_val_*
-      EvalCounts ee = run_eval(*ema->model, val_loader, device, compute, last_epoch - 1, num_classes, nullptr, opt.tta);
-      publish(ee, "ema", "tta=" + opt.tta, result.ema_val_loss, result.ema_val_top1, result.ema_val_top5);
+  if (opt.tta != "none" && !r.final_confusion.empty()) {
+    r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
+    EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, r.last_epoch - 1, r.num_classes,
+                             &r.final_confusion, opt.tta);
+    all_reduce_confusion(r.comm, r.final_confusion);
+    publish_eval(r, ec, "tta=" + opt.tta);
+    if (r.ema) {  // and the EMA weights, whose figures are the result's ema_val_*
+      EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, r.last_epoch - 1, r.num_classes,
+                               nullptr, opt.tta);
+      publish(r, ee, "ema", "tta=" + opt.tta, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
     }
   }
-
-  if (lead && opt.plots && log) {
-    log->save_plots(run_dir);
-    if (show) std::cout << "results in " << run_dir << "\n";
+  if (r.lead && opt.plots && r.log) {
+    r.log->save_plots(r.run_dir);
+    if (r.show) std::cout << "results in " << r.run_dir << "\n";
   }
-  if (lead && !final_confusion.empty()) write_run_report(run_dir, final_confusion, report_class_names(*val_set), show);
-  result.epochs = opt.epochs;
-  if (show && budget_minutes > 0)
-    std::cout << "time budget " << fmt("%.4g", budget_minutes) << " min: the run took "
-              << fmt("%.1f", seconds_since(run_start) / 60) << " min (" << fmt("%.0f", seconds_since(run_start))
-              << " s) for " << last_epoch - first_epoch << " of "
-              << opt.epochs << " epochs\n";
-  comm->barrier();
-  return result;
+  if (r.lead && !r.final_confusion.empty())
+    write_run_report(r.run_dir, r.final_confusion, report_class_names(*r.val_set), r.show);
+  r.result.epochs = opt.epochs;
+  if (r.show && r.budget.minutes > 0)
+    std::cout << "time budget " << fmt("%.4g", r.budget.minutes) << " min: the run took "
+              << fmt("%.1f", seconds_since(r.start) / 60) << " min (" << fmt("%.0f", seconds_since(r.start))
+              << " s) for " << r.last_epoch - r.first_epoch << " of " << opt.epochs << " epochs\n";
+  r.comm.barrier();
+  return r.result;
+}
+
+}  // namespace trainer
+
+// One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
+// the size is 1). Every replica runs these same phases (tools/engine/replica_run.h); train() and
+// train_replicas() start them.
+TrainResult train_replica(const json& config, bool quiet, Communicator& comm, Device device) {
+  using namespace trainer;
+  ReplicaRun r(comm, device, quiet);
+  prepare_run(r, config);
+  plan_batch(r);
+  open_run(r);
+  for (int64_t epoch = r.state.epoch; epoch < r.last_epoch; ++epoch) {
+    const EpochOutcome e = run_epoch(r, epoch);
+    end_epoch(r, epoch, e);
+  }
+  return finish_run(r);
 }
 
 EvalResult evaluate(const json& config_in, const std::string& weights) {
+  using namespace trainer;
   json config = config_in;
   BatchRequest breq = read_batch(config["data"], 0.6);
   config["data"]["batch_size"] = breq.auto_fraction > 0 ? 256 : breq.global;

@@ -60,7 +60,7 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
 
 // One replica: trains `config` on `device` as rank comm.rank() of comm.size() (the whole job when
 // the size is 1). train() and train_replicas() (tools/engine/train_launch.cpp) start one per process or
-// per GPU; tools/engine/trainer.cpp holds its loop.
+// per GPU; tools/engine/trainer.cpp holds it, as the phases of tools/engine/replica_run.h.
 TrainResult train_replica(const json& config, bool quiet, Communicator& comm, Device device);
 
 struct EvalResult {

@@ -1,0 +1,328 @@
+// An epoch of the training loop (tools/engine/replica_run.h): run_epoch's step loop with its progress
+// lines and statistics, end_epoch's evaluations, time-budget recheck, metrics row and checkpoints,
+// and train.time_budget_minutes' decision taken inside the first epoch.
+// Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/allocator.h"
+#include "core/autograd.h"
+#include "core/cpu/conv_algo.h"
+#include "core/kernels.h"
+#include "core/rng.h"
+#include "data/mix.h"
+#include "tools/engine/progress.h"
+#include "tools/engine/replica_run.h"
+
+namespace kiln::trainer {
+
+namespace {
+
+// --- the time budget's decision (tools/engine/time_budget.h) ---------------------------------------
+
+// One evaluation's predicted seconds: the forward in evaluation mode on a validation batch's shape
+// (zeros; the training batch when the validation images have no fixed size), the faster of two,
+// scaled to the validation split (twice with the EMA's weights).
+double predict_eval_seconds(ReplicaRun& r, const Batch& batch) {
+  NoGradGuard ng;
+  r.model->eval();
+  const ImageShape vs = r.dcfg.transforms(Split::val).output_shape(r.val_set->image_shape());
+  Tensor x = vs.known() ? Tensor::zeros({r.vopt.batch_size, vs.h, vs.w, vs.c}, DType::f32, r.device).to(r.compute)
+                        : batch.images.to(r.device).to(r.compute);
+  double best = 0;
+  for (int k = 0; k < 2; ++k) {
+    const auto t = Clock::now();
+    Tensor y = r.model->forward(x);
+    synchronize(r.device);
+    best = k == 0 ? seconds_since(t) : std::min(best, seconds_since(t));
+  }
+  r.model->train();
+  const double val_images = static_cast<double>(r.val_loader->batches_per_epoch() * r.vopt.batch_size);
+  return best / static_cast<double>(x.size(0)) * val_images * (r.ema ? 2 : 1);
+}
+
+// After step decide_at: the epochs that fit the budget at this machine's measured speed, rank 0's
+// on every rank.
+void decide_budget(ReplicaRun& r, const Batch& batch) {
+  BudgetState& b = r.budget;
+  synchronize(r.device);
+  BudgetInput in;
+  in.budget_s = b.minutes * 60;
+  in.elapsed_s = seconds_since(r.start);
+  in.steps_done = r.state.step;
+  in.steps_per_epoch = r.steps_per_epoch;
+  in.max_epochs = r.opt.epochs;
+  in.eval_every = r.opt.eval_every;
+  in.step_s = seconds_since(b.mark_time) / static_cast<double>(b.decide_at - b.mark_at);
+  in.eval_s = predict_eval_seconds(r, batch);
+  in.final_extra_s = r.opt.tta != "none" ? 2 * in.eval_s : 0;  // flip: two views of every image
+  const BudgetPlan plan = plan_budget(in);
+  b.in = in;
+  b.epoch = r.state.epoch;
+  b.step = r.state.step;
+  std::vector<double> chosen{r.lead ? static_cast<double>(plan.epochs) : 0.0};  // rank 0's decision, on every rank
+  r.comm.all_reduce_doubles(chosen);
+  adopt_epochs(r, static_cast<int64_t>(chosen[0]));
+  if (r.show) std::cout << (r.tty ? "\n" : "") << describe_budget(in, plan) << "\n";
+}
+
+// After a step: the budget's timing mark, then its decision.
+void after_step_budget(ReplicaRun& r, const Batch& batch) {
+  BudgetState& b = r.budget;
+  if (b.pending && r.state.step == b.mark_at && b.mark_at > 0) {
+    synchronize(r.device);
+    b.mark_time = Clock::now();
+  }
+  if (b.pending && r.state.step == b.decide_at) decide_budget(r, batch);
+}
+
+// Kept (tools/engine/time_budget.h): after every epoch past the decision's, the run is predicted
+// again at the last epochs' speed: its epochs lowered if it would overrun, raised (first half only)
+// if more fit.
+void recheck_budget_after(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
+  BudgetState& b = r.budget;
+  if (!(b.epoch >= 0 && epoch > b.epoch && epoch + 1 < r.opt.epochs)) return;
+  BudgetInput in = b.in;
+  const double slow = budget_test_slowdown();
+  in.elapsed_s = seconds_since(r.start) + slow * static_cast<double>(r.state.step - b.step);
+  in.steps_done = r.state.step;
+  in.epochs_done = epoch + 1;
+  in.max_epochs = r.opt.epochs;
+  in.cap_epochs = b.in.max_epochs;  // train.epochs, as the decision had it
+  b.epoch_step_s.push_back(e.train_seconds / static_cast<double>(std::max<int64_t>(e.steps, 1)) + slow);
+  in.step_s = budget_recent_step_s(b.epoch_step_s);
+  if (b.last_eval_s >= 0) in.eval_s = b.last_eval_s;
+  in.final_extra_s = r.opt.tta != "none" ? 2 * in.eval_s : 0;
+  std::vector<double> keep{r.lead ? static_cast<double>(recheck_budget(in)) : 0.0};  // rank 0's, on every rank
+  r.comm.all_reduce_doubles(keep);
+  const int64_t n = static_cast<int64_t>(keep[0]);
+  if (n != r.opt.epochs) {
+    if (r.show) std::cout << describe_recheck(in, n) << "\n";
+    adopt_epochs(r, n);
+  }
+}
+
+// --- an epoch's training statistics ----------------------------------------------------------------
+
+// A step does not wait for the device: each micro-batch's loss and correct count are accumulated on
+// the device (`acc`, the kernel table's accumulate_step_stats) and read every `read_every` steps
+// (the log interval) and at the end of the epoch, where a non-finite loss (fp32/bf16) is reported
+// with the step it happened at. Where the step reads its loss anyway (StepSetup::read_loss: the CPU,
+// where reading is free) they are read every step.
+struct EpochStats {
+  double loss_sum = 0, correct = 0, seen = 0;
+  int64_t read_every = 1;
+  Tensor acc;  // (5) f64 on the device: loss sum, correct, non-finite flag, its step, its loss
+
+  explicit EpochStats(const ReplicaRun& r)
+      : read_every(r.step.read_loss     ? 1
+                   : r.opt.log_every > 0 ? r.opt.log_every
+                                         : std::max<int64_t>(1, r.steps_per_epoch / 10)) {}
+
+  // Folds the device's accumulators into the host's sums.
+  void read(ReplicaRun& r, int64_t epoch) {
+    std::vector<double> v = acc.to(Device::cpu()).to_double_vector();
+    acc.zero_();
+    loss_sum += v[0];
+    correct += v[1];
+    LossScaler* scaler = r.step.scaler.get();
+    if (scaler) scaler->poll();  // device mode: the skips so far; stops after max_nonfinite_steps in a row
+    KILN_CHECK(v[2] == 0 || scaler, "the loss became ", v[4], " at epoch ", epoch + 1, ", step ",
+               static_cast<int64_t>(v[3]) + 1, " (the loss is read from ", r.device.str(), " every ", read_every,
+               " steps); try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+  }
+};
+
+// The progress line's fields after `st.seen` images in `seconds`.
+std::string progress_fields(const ReplicaRun& r, const EpochStats& st, double seconds, double lr) {
+  std::string f = "loss " + fmt("%.4f", st.loss_sum / st.seen) + "  acc " + fmt("%.1f%%", 100 * st.correct / st.seen) +
+                  "  lr " + fmt("%.4g", lr) + "  " + fmt("%.0f", st.seen * r.world / seconds) + " img/s  data " +
+                  fmt("%.0f%%", 100 * r.train_loader->stats().wait_seconds / std::max(seconds, 1e-9));
+  if (r.step.scaler)
+    f += "  scale " + fmt("%g", r.step.scaler->scale()) + "  skipped " + std::to_string(r.step.scaler->skipped_steps());
+  return f;
+}
+
+// The epoch's loader position, and data.progressive_resize's size when it changes.
+void start_epoch(ReplicaRun& r, int64_t epoch) {
+  r.model->train();
+  r.train_loader->start_epoch(epoch);
+  r.train_loader->reset_stats();
+  if (r.show && r.dcfg.progressive_resize.enabled() &&
+      (epoch == r.first_epoch || r.train_loader->epoch_image_shape(epoch) != r.train_loader->epoch_image_shape(epoch - 1))) {
+    const ImageShape sh = r.train_loader->epoch_image_shape(epoch);
+    std::cout << "progressive_resize: epoch " << epoch + 1 << " trains at " << sh.h << "x" << sh.w << "\n";
+  }
+}
+
+// The epoch's figures summed over ranks into the result.
+void epoch_result(ReplicaRun& r, const EpochStats& st, double train_time) {
+  std::vector<double> tr{st.loss_sum, st.correct, st.seen, r.train_loader->stats().wait_seconds};
+  r.comm.all_reduce_doubles(tr);
+  r.result.train_loss = tr[0] / tr[2];
+  r.result.train_acc = tr[1] / tr[2];
+  r.result.images_per_s = tr[2] / train_time;
+  r.result.data_wait_share = tr[3] / r.world / train_time;
+  r.result.steps = r.state.step;
+  r.result.peak_bytes = static_cast<double>(allocator_for(r.device).stats().peak - r.weights_bytes);
+  if (r.step.scaler) {
+    r.result.skipped_steps = r.step.scaler->skipped_steps();
+    r.result.loss_scale = r.step.scaler->scale();
+  }
+}
+
+}  // namespace
+
+EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
+  const TrainOptions& opt = r.opt;
+  start_epoch(r, epoch);
+  Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), r.steps_per_epoch, r.tty,
+               opt.log_every);
+  EpochStats st(r);
+  const auto accumulate_step_stats = kernel(r.device, &Kernels::accumulate_step_stats, "accumulate_step_stats");
+  st.acc = Tensor::zeros({5}, DType::f64, r.device);
+  auto t0 = Clock::now();
+  Batch b;
+  int64_t i = 0;
+  std::string fields;
+  for (; i < r.steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || r.train_loader->next(b)); ++i) {
+    double lr = r.schedule->lr_at(r.state.step);
+    r.optimizer->set_lr(lr);
+    // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
+    // for the whole batch, so that train.accumulate does not change what is mixed.
+    MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, r.num_classes, opt.label_smoothing,
+                                 r.device.is_cuda() ? &r.mix_staging : nullptr);
+    // The shared step (tools/engine/train_step.h): micro-batches (train.accumulate), scaled backward,
+    // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
+    // count go to the epoch's statistics, accumulated on the device.
+    StepResult res = train_step(*r.model, *r.optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets}, r.step,
+                                [&](const MicroBatchOut& mo) {
+                                  accumulate_step_stats(st.acc, mo.loss.detach(), mo.logits32.detach(), mo.labels,
+                                                        static_cast<double>(mo.size), i);
+                                });
+    KILN_CHECK(res.finite || r.step.scaler, "the loss became ", res.loss, " at epoch ", epoch + 1, ", step ", i + 1,
+               "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
+    if (res.stepped && r.ema) r.ema->ema->update(r.state.step);
+    ++r.state.step;
+    after_step_budget(r, b);
+    st.seen += b.size();
+    // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
+    if ((i + 1) % st.read_every != 0) continue;  // nothing new to show
+    st.read(r, epoch);
+    if (r.show) {
+      fields = progress_fields(r, st, seconds_since(t0), lr);
+      bar.update(i + 1, fields);
+    }
+  }
+  if (i % st.read_every != 0) {  // the steps since the last read
+    st.read(r, epoch);
+    if (r.show && st.seen > 0) fields = progress_fields(r, st, seconds_since(t0), r.optimizer->lr());
+  }
+  const double train_time = seconds_since(t0);
+  epoch_result(r, st, train_time);
+  if (r.show) bar.finish(fields);
+  if (r.show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
+  // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
+  return EpochOutcome{train_time, i};
+}
+
+// --- end of an epoch ----------------------------------------------------------------------------------
+
+void publish(ReplicaRun& r, const EvalCounts& ec, const char* label, const std::string& what, double& loss,
+             double& top1, double& top5) {
+  std::vector<double> v{ec.loss_sum, ec.top1, ec.top5, ec.samples};
+  r.comm.all_reduce_doubles(v);
+  loss = v[0] / v[3];
+  top1 = v[1] / v[3];
+  top5 = v[2] / v[3];
+  if (r.show)
+    std::cout << label << "   " << what << "  loss " << fmt("%.4f", loss) << "  top1 " << fmt("%.2f%%", 100 * top1)
+              << "  top5 " << fmt("%.2f%%", 100 * top5) << "  (" << static_cast<int64_t>(v[3]) << " images)\n";
+}
+
+void publish_eval(ReplicaRun& r, const EvalCounts& ec, const std::string& what) {
+  publish(r, ec, "val", what, r.result.val_loss, r.result.val_top1, r.result.val_top5);
+}
+
+namespace {
+
+// The epoch's evaluation (train.eval_every, and the last epoch's), of the live weights and the EMA's;
+// the last of this invocation also counts the confusion matrix, for the report.
+void evaluate_epoch(ReplicaRun& r, int64_t epoch) {
+  const auto eval_start = Clock::now();
+  const std::string what = std::to_string(epoch + 1) + "/" + std::to_string(r.opt.epochs);
+  const bool final_eval = epoch + 1 == r.last_epoch;
+  if (final_eval) r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
+  EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, epoch, r.num_classes,
+                           final_eval ? &r.final_confusion : nullptr, "none");
+  if (final_eval) all_reduce_confusion(r.comm, r.final_confusion);
+  publish_eval(r, ec, what);
+  if (r.ema) {  // the EMA weights on the same images (tools/engine/train_ema.h)
+    EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none");
+    publish(r, ee, "ema", what, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
+  }
+  r.budget.last_eval_s = seconds_since(eval_start);
+}
+
+// Rank 0: the epoch's metrics row (NaN where it did not evaluate).
+void write_metrics_row(ReplicaRun& r, int64_t epoch, bool evaluated, double train_time) {
+  const TrainResult& res = r.result;
+  std::vector<std::pair<std::string, double>> row{{"epoch", static_cast<double>(epoch + 1)},
+              {"step", static_cast<double>(r.state.step)},
+              {"lr", r.optimizer->lr()},
+              {"train_loss", res.train_loss},
+              {"train_acc", res.train_acc},
+              {"val_loss", evaluated ? res.val_loss : NAN},
+              {"val_top1", evaluated ? res.val_top1 : NAN},
+              {"val_top5", evaluated ? res.val_top5 : NAN},
+              {"images_per_s", res.images_per_s},
+              {"data_wait_share", res.data_wait_share},
+              {"epoch_seconds", train_time},
+              {"skipped_steps", static_cast<double>(res.skipped_steps)},
+              {"loss_scale", res.loss_scale}};
+  if (r.ema)
+    for (auto [k, x] : {std::pair{"ema_val_loss", res.ema_val_loss}, {"ema_val_top1", res.ema_val_top1},
+                        {"ema_val_top5", res.ema_val_top5}})
+      row.emplace_back(k, evaluated ? x : NAN);
+  r.log->write(row);
+}
+
+// Rank 0: the `last` checkpoint, and `best` by the live weights' top-1 (with train.ema.best_by =
+// "ema" by the EMA's).
+void save_checkpoints(ReplicaRun& r, bool evaluated) {
+  r.state.optimizer = r.optimizer->state_dict();
+  const double top1 = r.ema && r.opt.ema.best_by == "ema" ? r.result.ema_val_top1 : r.result.val_top1;
+  bool best = evaluated && top1 > r.state.best_top1;
+  if (best) r.state.best_top1 = top1;
+  Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
+  save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model);
+  if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
+}
+
+}  // namespace
+
+void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
+  // Batch-norm running statistics are per replica (each updates them from its own shard). Every
+  // replica takes rank 0's before evaluating, so that the evaluation, summed over the replicas'
+  // shards, is that of the model the checkpoint saves (rank 0's); the EMA's copies likewise.
+  // (PyTorch's DDP broadcasts them before every forward.) All ranks call it at the same point.
+  if (r.world > 1) {
+    broadcast_buffers(r.comm, *r.model);
+    if (r.ema) broadcast_buffers(r.comm, *r.ema->model);
+  }
+  const bool evaluated = (epoch + 1) % r.opt.eval_every == 0 || epoch + 1 == r.opt.epochs;
+  if (evaluated) evaluate_epoch(r, epoch);
+  recheck_budget_after(r, epoch, e);
+  r.state.epoch = epoch + 1;
+  r.state.rng = default_generator().state();
+  if (r.step.scaler) r.state.scaler = r.step.scaler->state_dict();
+  if (!r.lead) return;
+  write_metrics_row(r, epoch, evaluated, e.train_seconds);
+  save_checkpoints(r, evaluated);
+}
+
+}  // namespace kiln::trainer

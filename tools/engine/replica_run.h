@@ -1,0 +1,150 @@
+// One replica's run (train_replica, tools/engine/trainer.h), as the phases that train_replica calls
+// in turn, and the state they hand on (ReplicaRun):
+//
+//   prepare_run  config sections, ranks, precision, model, data, optimizer, EMA  (trainer.cpp)
+//   plan_batch   AutoBatch and accumulation, the loaders, the schedule            (trainer.cpp)
+//   open_run     run folder or checkpoint resume, the step's setup, time budget   (trainer.cpp)
+//   run_epoch    the step loop, progress lines, statistics read at log intervals  (epoch.cpp)
+//   end_epoch    evaluation (and the EMA's), budget recheck, metrics row, checkpoints (epoch.cpp)
+//   finish_run   TTA evaluation, plots, the report, the result                   (trainer.cpp)
+//
+// Internal to the engine; the public API is trainer.h. Tests: tests/engine/trainer_test.cpp and the
+// tests that train through it (accumulate, time_budget, replicas, finetune, report).
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/cuda/pinned.h"
+#include "core/device.h"
+#include "core/json_util.h"
+#include "data/config.h"
+#include "data/loader.h"
+#include "layers/module.h"
+#include "optim/grad_sync.h"
+#include "optim/lr_schedule.h"
+#include "optim/optimizer.h"
+#include "tools/deploy/checkpoint.h"
+#include "tools/deploy/train_options.h"
+#include "tools/engine/evaluate.h"
+#include "tools/engine/metrics.h"
+#include "tools/engine/time_budget.h"
+#include "tools/engine/train_ema.h"
+#include "tools/engine/train_step.h"
+#include "tools/engine/trainer.h"
+
+namespace kiln::trainer {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t);
+std::string fmt(const char* f, double v);  // one number, printf-formatted
+
+// The sections of a config, validated; the top level accepts nothing else.
+struct Sections {
+  std::string name;
+  json model, data, optim, schedule;
+  TrainOptions train;
+};
+Sections read_sections(const json& config);
+
+// data.batch_size is the global batch; -1 (or a fraction in (0, 1)) asks AutoBatch.
+struct BatchRequest {
+  int64_t global = 64;
+  double auto_fraction = 0;  // > 0: AutoBatch with this fraction
+};
+BatchRequest read_batch(json& data, double default_fraction);
+
+// train.time_budget_minutes (tools/engine/time_budget.h): steps mark_at + 1 .. decide_at are timed
+// (from the loop's start when mark_at is 0), and after step decide_at (in the first epoch) the epochs
+// are lowered to what fits; every later epoch rechecks them at the last epochs' speed.
+struct BudgetState {
+  double minutes = 0;                // as asked (the options' is zeroed once decided)
+  bool pending = false;              // a decision to take in this invocation (a resumed run has decided)
+  int64_t decide_at = 0, mark_at = 0;
+  Clock::time_point mark_time;
+  BudgetInput in;                    // the decision's inputs, which the rechecks start from
+  int64_t epoch = -1;                // the epoch the decision was taken in (-1: none in this invocation)
+  int64_t step = 0;                  // and its step
+  double last_eval_s = -1;           // the last evaluation's measured seconds (live and EMA weights)
+  std::vector<double> epoch_step_s;  // seconds per step of each epoch after the decision's
+};
+
+// What the phases hand on. Filled in phase order: each group is set by the phase named above it.
+struct ReplicaRun {
+  ReplicaRun(Communicator& c, Device d, bool q) : comm(c), device(d), quiet(q) {}
+  ReplicaRun(const ReplicaRun&) = delete;
+  ReplicaRun& operator=(const ReplicaRun&) = delete;
+
+  Communicator& comm;
+  const Device device;
+  const bool quiet;  // no progress output
+  // prepare_run
+  Clock::time_point start;  // train.time_budget_minutes counts from here
+  json config;              // the config given, data.batch_size as trained
+  Sections s;
+  TrainOptions& opt = s.train;  // the budget (or a resume under one) changes its epochs
+  BatchRequest breq;
+  int rank = 0, world = 1;
+  bool lead = true, show = true;  // rank 0; rank 0 and not quiet
+  DType compute = DType::f32;
+  std::shared_ptr<Module> model;
+  DataConfig dcfg;
+  std::shared_ptr<const Dataset> train_set, val_set;
+  Tensor class_weights;  // the loss's, or undefined
+  std::vector<ParamRef> params;
+  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<TrainingEma> ema;
+  // plan_batch
+  int64_t accumulate = 1;
+  double autobatch_target = 0;
+  std::unique_ptr<DataLoader> train_loader, val_loader;
+  LoaderOptions vopt;  // the validation loader's
+  int64_t steps_per_epoch = 0;
+  ScheduleContext sctx;
+  std::unique_ptr<LrSchedule> schedule;
+  // open_run
+  json as_run;  // the config as run (the run folder's config.json)
+  TrainingState state;
+  std::string run_dir;
+  std::unique_ptr<MetricsLog> log;  // rank 0's
+  std::unique_ptr<GradSync> sync;
+  StepSetup step;
+  TrainResult result;
+  size_t weights_bytes = 0;  // allocated on the device before the first step
+  bool tty = false;
+  int64_t num_classes = 0;
+  int64_t first_epoch = 0, last_epoch = 0;  // this invocation's (train.stop_after)
+  std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
+  BudgetState budget;
+  PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
+};
+
+// What run_epoch hands to end_epoch.
+struct EpochOutcome {
+  double train_seconds = 0;
+  int64_t steps = 0;  // steps taken in this epoch
+};
+
+void prepare_run(ReplicaRun& r, const json& config);
+void plan_batch(ReplicaRun& r);
+void open_run(ReplicaRun& r);
+EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch);
+void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e);
+TrainResult finish_run(ReplicaRun& r);
+
+// Shared by the phases:
+// The run's epochs become n (the time budget's decision): the schedule, the config as run, this
+// invocation's last epoch and the run folder's config.json follow.
+void adopt_epochs(ReplicaRun& r, int64_t n);
+// An evaluation's counts summed over ranks into (loss, top1, top5), and its line
+// ("<label>   <what>  loss ..."): label "val" for the live weights, "ema" for train.ema's.
+void publish(ReplicaRun& r, const EvalCounts& ec, const char* label, const std::string& what, double& loss,
+             double& top1, double& top5);
+void publish_eval(ReplicaRun& r, const EvalCounts& ec, const std::string& what);  // "val": the result's val_*
+// Rank 0's buffers (BN running statistics) on every rank.
+void broadcast_buffers(Communicator& comm, Module& m);
+
+}  // namespace kiln::trainer
