@@ -55,12 +55,12 @@ void check_model(const json& config, const Shape& input, int64_t classes, const 
 }
 }  // namespace
 
-TEST(Checkpoint, ResNetBlocksGiveThePlainGradients) {
+TEST(Recompute, ResNetBlocksGiveThePlainGradients) {
   check_model(json::parse(R"({"name": "resnet_cifar", "depth": 14, "width": 4})"), {2, 8, 8, 3}, 10,
               {"blocks", "every:2", "every:4"});
 }
 
-TEST(Checkpoint, BottleneckBlocks) {
+TEST(Recompute, BottleneckBlocks) {
   check_model(json::parse(R"({"layers": [
       {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1, "bias": false},
       {"type": "bottleneck", "in_channels": 8, "planes": 2},
@@ -70,7 +70,7 @@ TEST(Checkpoint, BottleneckBlocks) {
               {2, 8, 8, 3}, 3, {"blocks", "every:3"});
 }
 
-TEST(Checkpoint, StagesWithDropoutAndBatchNorm) {
+TEST(Recompute, StagesWithDropoutAndBatchNorm) {
   // LeNet: two stages with BN; dropout sits in the classifier (not checkpointed).
   check_model(json::parse(R"({"name": "lenet", "input_size": 12})"), {3, 12, 12, 1}, 10, {"blocks"});
   // A custom list with dropout inside a checkpointed segment: the recomputation must draw the same mask.
@@ -84,7 +84,7 @@ TEST(Checkpoint, StagesWithDropoutAndBatchNorm) {
               {2, 6, 6, 2}, 3, {"blocks", "every:2"});
 }
 
-TEST(Checkpoint, RunningStatisticsUpdatedOnce) {
+TEST(Recompute, RunningStatisticsUpdatedOnce) {
   json config = json::parse(R"({"name": "resnet_cifar", "depth": 8, "width": 2, "checkpoint": "blocks"})");
   auto m = models::build_model(config);
   Tensor x = randn({2, 8, 8, 3}, 1);
@@ -96,7 +96,7 @@ TEST(Checkpoint, RunningStatisticsUpdatedOnce) {
   }
 }
 
-TEST(Checkpoint, EvalWithoutGradRunsPlainly) {
+TEST(Recompute, EvalWithoutGradRunsPlainly) {
   auto m = models::build_model(json::parse(R"({"name": "resnet20", "checkpoint": "blocks"})"));
   m->eval();
   NoGradGuard ng;
@@ -107,7 +107,7 @@ TEST(Checkpoint, EvalWithoutGradRunsPlainly) {
 
 // What "blocks" is for: the step's peak memory (forward + backward, allocator counters) falls well
 // below the plain run's; the last block runs plainly, which must not give the saving back.
-TEST(Checkpoint, BlocksLowerTheStepPeak) {
+TEST(Recompute, BlocksLowerTheStepPeak) {
   auto peak_of = [](const std::string& policy) {
     json config = json::parse(R"({"name": "resnet_cifar", "depth": 20})");
     config["checkpoint"] = policy;

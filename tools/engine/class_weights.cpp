@@ -1,5 +1,5 @@
 // Class weights: the option's checks, counting a training split's labels, "balanced". See
-// class_weights.h. Tests: tests/engine/report_test.cpp (ClassWeights.*).
+// class_weights.h. Tests: tests/engine/class_weights_test.cpp.
 #include "tools/engine/class_weights.h"
 
 #include <cmath>

@@ -5,7 +5,7 @@
 // Counting needs only the labels: an image folder or list has them in its entries (no image is
 // decoded); other sources hold their images in memory (idx, cifar) or make them (synthetic), so
 // reading each sample once there is a copy, not a decode.
-// Tests: tests/engine/report_test.cpp (ClassWeights.*).
+// Tests: tests/engine/class_weights_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
