@@ -29,12 +29,11 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/cpu/winograd.h"
 #include "core/cuda/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/kernels.h"
 #include "core/ops/conv2d.h"
-#include "core/cpu/conv_algo.h"
+#include "core/conv_policy.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
@@ -329,7 +328,7 @@ int bench_train(const Args& args) {
   ss.scaler_on_device = d.is_cuda();  // as the trainer: an fp16 step on a GPU reads nothing back
   ss.read_loss = false;
   auto step = [&] { loss = train_step(*model, opt, StepBatch{x, y, Tensor()}, ss).last_loss; };
-  namespace wg = ops::winograd;
+  namespace wg = ops::conv_algo;
   const wg::Mode prev = wg::mode();
   if (algos.empty()) algos.push_back("");
   auto mode_of = [&](const std::string& n) {

@@ -16,7 +16,7 @@
 #include "core/device.h"
 #include "core/io/safetensors.h"
 #include "core/kernels.h"
-#include "core/cpu/conv_algo.h"
+#include "core/conv_policy.h"
 #include "core/dnnl_context.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"

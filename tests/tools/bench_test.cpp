@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/conv_algo.h"
+#include "core/conv_policy.h"
 #include "core/device.h"
 #include "core/cuda/host_wait.h"
 #include "tools/commands.h"
