@@ -29,7 +29,7 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/dnnl_context.h"
 #include "core/kernels.h"
 #include "core/ops/conv2d.h"
@@ -65,7 +65,7 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
 
 // Milliseconds per call of `step`, after `warmup` untimed calls. `sync` waits for the device.
 // `blocked_s` (optional) gets the time the host spent blocked in CUDA calls during the timed steps
-// (core/cuda/host_wait.h), not counting the final sync that ends the measurement.
+// (core/host_wait.h), not counting the final sync that ends the measurement.
 double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters,
                double* blocked_s = nullptr, const std::function<void(bool)>& profile = nullptr) {
   for (int64_t i = 0; i < warmup; ++i) step();

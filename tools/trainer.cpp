@@ -12,7 +12,7 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/comm.h"
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "core/device.h"
 #include "core/io/safetensors.h"
 #include "core/kernels.h"

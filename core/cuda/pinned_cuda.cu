@@ -8,8 +8,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/host_wait.h"
-#include "core/cuda/pinned.h"
+#include "core/host_wait.h"
+#include "core/pinned.h"
 #include "core/cuda/runtime.h"
 
 namespace kiln {

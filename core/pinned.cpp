@@ -1,7 +1,7 @@
 // Pinned host memory in a build without CUDA: ordinary CPU tensors (nothing to pin for, nothing to
 // wait for). The CUDA build's version is core/cuda/pinned_cuda.cu.
 #ifndef KILN_WITH_CUDA
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 
 namespace kiln {
 
