@@ -31,8 +31,9 @@
 #include "core/autograd.h"
 #include "core/host_wait.h"
 #include "core/dnnl_context.h"
-#include "core/kernels.h"
+#include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/elementwise.h"
 #include "core/conv_policy.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
@@ -509,7 +510,7 @@ int bench_winograd(const Args& in) {
   return 0;
 }
 
-// `kiln bench bn_relu`: the fused batch norm + ReLU backward (the kernel table's
+// `kiln bench bn_relu`: the fused batch norm + ReLU backward (core/ops/batch_norm.h's
 // batch_norm_relu_backward) against what it replaces, relu_backward then batch_norm_backward, the
 // two alternating in every iteration (medians; on a shared machine the speed drifts).
 int bench_bn_relu(const Args& in) {
@@ -527,7 +528,6 @@ int bench_bn_relu(const Args& in) {
               shape_str(s).c_str(), static_cast<long long>(a["iters"]), omp_get_max_threads());
   std::printf("%-7s %-5s %-9s %14s %10s %8s\n", "device", "dtype", "residual", "separate ms", "fused ms", "speedup");
   for (const Device& d : devices) {
-    const Kernels& k = kernels(d);
     for (DType t : {DType::f32, DType::bf16}) {
       for (bool res : {false, true}) {
         Generator gen(3);
@@ -535,17 +535,17 @@ int bench_bn_relu(const Args& in) {
         Tensor gy = rand_normal(s, 0, 1, t, d, &gen), g = rand_normal({C}, 1, 0.1, DType::f32, d, &gen);
         Tensor b = rand_normal({C}, 0, 0.1, DType::f32, d, &gen), sm, si;
         std::shared_ptr<void> saved;
-        Tensor y = k.batch_norm_relu_forward(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(), &sm,
-                                             &si, &saved);
+        Tensor y = batch_norm_relu_forward_kernel.get(d)(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(),
+                                                         &sm, &si, &saved);
         std::vector<double> sep, fused;
         for (int64_t i = 0; i < a["iters"] + 2; ++i) {  // the first two untimed
           BatchNormGradients out;
           const double ms_sep = time_ms([&] {
-            Tensor m = k.binary(ElementwiseBinary::relu_backward, gy, y);
-            out = k.batch_norm_backward(m, x, g, sm, si, saved, true, true);
+            Tensor m = binary_kernel.get(d)(ElementwiseBinary::relu_backward, gy, y);
+            out = batch_norm_backward_kernel.get(d)(m, x, g, sm, si, saved, true, true);
           }, [&] { sync_on(out.dx); }, 0, 1);
           const double ms_fused = time_ms([&] {
-            out = k.batch_norm_relu_backward(gy, y, x, g, b, sm, si, saved, true, true, res);
+            out = batch_norm_relu_backward_kernel.get(d)(gy, y, x, g, b, sm, si, saved, true, true, res);
           }, [&] { sync_on(out.dx); }, 0, 1);
           if (i < 2) continue;
           sep.push_back(ms_sep);

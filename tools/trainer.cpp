@@ -15,7 +15,7 @@
 #include "core/pinned.h"
 #include "core/device.h"
 #include "core/io/safetensors.h"
-#include "core/kernels.h"
+#include "core/step_stats.h"
 #include "core/conv_policy.h"
 #include "core/dnnl_context.h"
 #include "core/ops/elementwise.h"
@@ -500,14 +500,14 @@ TrainResult train_replica(const json& config_in, bool quiet, Communicator& comm_
     Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), steps_per_epoch, tty, opt.log_every);
     double loss_sum = 0, correct = 0, seen = 0;
     // A step does not wait for the device: each micro-batch's loss and correct count are
-    // accumulated on the device (`stats`, the kernel table's accumulate_step_stats) and read every
+    // accumulated on the device (`stats`, core/step_stats.h's accumulate_step_stats) and read every
     // `read_every` steps (the log interval) and at the end of the epoch, where a non-finite loss
     // (fp32/bf16) is reported with the step it happened at. Where the step reads its loss anyway
     // (step_setup.read_loss: the CPU, where reading is free) they are read every step.
     const int64_t read_every = step_setup.read_loss ? 1
                                : opt.log_every > 0  ? opt.log_every
                                                     : std::max<int64_t>(1, steps_per_epoch / 10);
-    const auto accumulate_step_stats = kernel(device, &Kernels::accumulate_step_stats, "accumulate_step_stats");
+    const auto accumulate_step_stats = accumulate_step_stats_kernel.get(device, "accumulate_step_stats");
     Tensor stats = Tensor::zeros({5}, DType::f64, device);
     auto read_stats = [&] {  // fold the device's accumulators into the host's sums
       std::vector<double> v = stats.to(Device::cpu()).to_double_vector();
