@@ -4,9 +4,10 @@
 #include <memory>
 
 #include "core/check.h"
-#include "core/kernels.h"
 
 namespace kiln {
+
+KILN_DEFINE_KERNEL_SLOT(allocator);
 
 CachingAllocator::CachingAllocator(Device device, RawAlloc alloc, RawFree free)
     : device_(device), raw_alloc_(std::move(alloc)), raw_free_(std::move(free)) {}
@@ -103,8 +104,8 @@ CachingAllocator& allocator_for(Device d) {
         [](void* p) { std::free(p); });
     return *cpu;
   }
-  KILN_CHECK(!d.is_cuda() || cuda_compiled(), "device ", d.str(), " is not available: kiln was built without CUDA");
-  return kernel(d, &Kernels::allocator, "allocator")(d.index);  // a GPU's: core/cuda/allocator_cuda.cu
+  check_available(d, "allocator");
+  return allocator_kernel.get(d)(d.index);  // a GPU's: core/cuda/allocator_cuda.cu
 }
 
 }  // namespace kiln

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "core/device.h"
+#include "core/kernel_slot.h"
 
 namespace kiln {
 
@@ -57,5 +58,9 @@ class CachingAllocator {
 
 CachingAllocator& allocator_for(Device d);
 inline MemoryStats memory_stats(Device d = Device::cpu()) { return allocator_for(d).stats(); }
+
+// The caching allocator of device index `index` of a kind other than the CPU (a GPU's:
+// core/cuda/allocator_cuda.cu); throws when the device does not exist. The CPU's is allocator_for's.
+extern KernelSlot<CachingAllocator& (*)(int index)> allocator_kernel;
 
 }  // namespace kiln

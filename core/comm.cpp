@@ -4,8 +4,6 @@
 #include <cstring>
 #include <mutex>
 
-#include "core/kernels.h"
-
 namespace kiln {
 
 namespace {
@@ -155,23 +153,20 @@ std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n) {
   return out;
 }
 
-namespace {
-// Entry `field` of `device`'s table, with the error a build without CUDA gives for a GPU.
-template <typename Fn>
-Fn comm_kernel(Device device, Fn Kernels::*field, const char* what) {
-  KILN_CHECK(!device.is_cuda() || cuda_compiled(), what, ": ", device.str(), " needs kiln built with CUDA");
-  return kernel(device, field, what);
-}
-}  // namespace
+KILN_DEFINE_KERNEL_SLOT(communicator_id);
+KILN_DEFINE_KERNEL_SLOT(make_communicator);
+KILN_DEFINE_KERNEL_SLOT(make_local_communicators);
 
 std::string communicator_id(Device device) {
-  return comm_kernel(device, &Kernels::communicator_id, "communicator_id")();
+  check_available(device, "communicator_id");
+  return communicator_id_kernel.get(device)();
 }
 
 std::unique_ptr<Communicator> make_device_communicator(const std::string& id, int nranks, int rank, Device device,
                                                        double timeout_s, std::unique_ptr<Communicator> also) {
-  return comm_kernel(device, &Kernels::make_communicator, "make_device_communicator")(id, nranks, rank, device.index,
-                                                                                       timeout_s, std::move(also));
+  check_available(device, "make_device_communicator");
+  return make_communicator_kernel.get(device, "make_device_communicator")(id, nranks, rank, device.index, timeout_s,
+                                                                          std::move(also));
 }
 
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<Device>& devices) {
@@ -182,7 +177,8 @@ std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::v
                " and ", d.str());
     indices.push_back(d.index);
   }
-  return comm_kernel(devices[0], &Kernels::make_local_communicators, "make_local_communicators")(indices);
+  check_available(devices[0], "make_local_communicators");
+  return make_local_communicators_kernel.get(devices[0])(indices);
 }
 
 }  // namespace kiln

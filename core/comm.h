@@ -1,6 +1,6 @@
 // Communicator: the collectives data-parallel training needs. Implementations: a single-rank
 // communicator (here), MPI between processes (tools/engine/mpi_comm.cpp, CPU tensors), NCCL between GPUs
-// (core/cuda/, created by the functions at the end through the kernel table). Collectives are started asynchronously and return a Work to wait on, so gradient
+// (core/cuda/, created by the functions at the end through the kernel slots). Collectives are started asynchronously and return a Work to wait on, so gradient
 // buckets can be reduced while backward goes on. Every wait has a timeout: a peer that does not
 // arrive makes the collective throw an Error naming the collective and the ranks that were
 // missing, instead of hanging. Tests: tests/optim/grad_sync_test.cpp, tests/mpi/.
@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/kernel_slot.h"
 #include "core/tensor.h"
 
 namespace kiln {
@@ -62,10 +63,10 @@ std::unique_ptr<Communicator> make_single_rank_communicator();
 // gradients) on CPU replicas in tests.
 std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n);
 
-// Communicators between devices (NCCL between GPUs), created through the devices' kernel table
-// (core/kernels.h), so the trainer names no backend. A device without them (the CPU: its ranks use
-// MPI or threads) fails with "<function>: no cpu kernel"; a GPU in a build without CUDA with
-// "<function>: <device> needs kiln built with CUDA".
+// Communicators between devices (NCCL between GPUs), created through the devices' kernel slots
+// (declared at the end), so the trainer names no backend. A device without them (the CPU: its ranks
+// use MPI or threads) fails with "<function>: no cpu kernel"; a GPU in a build without CUDA with
+// check_available's "<function>: device <device> is not available: kiln was built without CUDA".
 // Across processes: rank 0 calls communicator_id(device) and hands the bytes to every rank (e.g. by
 // MPI broadcast); each rank then joins with make_device_communicator(), which gives up after
 // timeout_s when the others do not. `also` (optional) is kept alive and aborted with it: the MPI
@@ -92,5 +93,16 @@ template <typename C>
 void destroy_concurrently(std::vector<std::unique_ptr<C>>& comms) {
   for_each_concurrently(comms, [](std::unique_ptr<C>& c) { c.reset(); });
 }
+
+// --- the communicator kernels (core/kernel_slot.h), filled by a device with a collective library
+// (NCCL on CUDA; the CPU fills none): the id rank 0 creates and hands to every rank (opaque bytes);
+// one rank of a communicator across processes (`also`, if given, is kept alive and aborted with
+// it); one communicator per device, all in this process (rank i drives device index indices[i]).
+extern KernelSlot<std::string (*)()> communicator_id_kernel;
+extern KernelSlot<std::unique_ptr<Communicator> (*)(const std::string& id, int nranks, int rank, int index,
+                                                    double timeout_s, std::unique_ptr<Communicator> also)>
+    make_communicator_kernel;
+extern KernelSlot<std::vector<std::unique_ptr<Communicator>> (*)(const std::vector<int>& indices)>
+    make_local_communicators_kernel;
 
 }  // namespace kiln

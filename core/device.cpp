@@ -1,57 +1,83 @@
 // Device names, the parsing of device=... (the trainer's train.device, `kiln bench ... device=`) and
-// the device functions, through the kernel table.
-// Tests: tests/core/tensor_test.cpp (Device.*), tests/engine/config_test.cpp (device=0, [0,1], lists on a
+// the device functions and capabilities, through the device services' kernel slots.
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/data/config_test.cpp (device=0, [0,1], lists on a
 // machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 
 #include <algorithm>
 #include <cctype>
+#include <fstream>
 
 #include "core/check.h"
 #include "core/json_read.h"
-#include "core/kernels.h"
+#include "core/pinned.h"
 
 namespace kiln {
 
+KILN_DEFINE_KERNEL_SLOT(device_name);
+KILN_DEFINE_KERNEL_SLOT(native_bf16);
+KILN_DEFINE_KERNEL_SLOT(synchronize);
+KILN_DEFINE_KERNEL_SLOT(memory_info);
+KILN_DEFINE_KERNEL_SLOT(set_conv_benchmark);
+KILN_DEFINE_KERNEL_SLOT(conv_benchmark);
+KILN_DEFINE_KERNEL_SLOT(profile_range);
+
 std::string Device::str() const { return is_cpu() ? "cpu" : "cuda:" + std::to_string(index); }
 
-// cuda_device_count() and cuda_compiled(): core/cuda/runtime.cu, or the selector (core/kernels.cpp)
-// in a build without CUDA.
+const char* device_type_name(DeviceType t) { return t == DeviceType::CPU ? "cpu" : "cuda"; }
+
+// cuda_device_count() and cuda_compiled(): core/cuda/runtime.cu, or core/kernel_slot.cpp in a build
+// without CUDA.
+
+void check_available(Device d, const char* what) {
+  KILN_CHECK(!d.is_cuda() || cuda_compiled(), what, ": device ", d.str(), " is not available: kiln was built without CUDA");
+}
 
 std::string available_devices() {
   int n = cuda_device_count();
   std::string s = "cpu";
   for (int i = 0; i < n; ++i) {
     const Device d = Device::cuda(i);
-    s += ", " + d.str() + " (" + kernel(d, &Kernels::device_name, "device_name")(i) + ")";
+    s += ", " + d.str() + " (" + device_name_kernel.get(d)(i) + ")";
   }
   if (n == 0) s += cuda_compiled() ? " (no CUDA device visible)" : " (kiln was built without CUDA)";
   return s;
 }
 
-bool native_bf16(Device d) { return kernel(d, &Kernels::native_bf16, "native_bf16")(d.index); }
+bool native_bf16(Device d) { return native_bf16_kernel.get(d)(d.index); }
 
 void synchronize(Device d) {
-  const Kernels& k = kernels(d);
-  if (k.synchronize) k.synchronize(d.index);  // none: the device queues nothing (the CPU)
+  if (const auto f = synchronize_kernel.find(d)) f(d.index);  // none: the device queues nothing (the CPU)
 }
 
-std::pair<size_t, size_t> memory_info(Device d) { return kernel(d, &Kernels::memory_info, "memory_info")(d.index); }
+std::pair<size_t, size_t> memory_info(Device d) { return memory_info_kernel.get(d)(d.index); }
+
+double host_available_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 4.0 * (1 << 30);
+}
 
 void set_conv_benchmark(Device d, bool on) {
-  const Kernels& k = kernels(d);
-  if (k.set_conv_benchmark) k.set_conv_benchmark(on);
+  if (const auto f = set_conv_benchmark_kernel.find(d)) f(on);
 }
 
 void profile_range(Device d, bool on) {
-  const Kernels& k = kernels(d);
-  if (k.profile_range) k.profile_range(on);
+  if (const auto f = profile_range_kernel.find(d)) f(on);
 }
 
 bool conv_benchmark(Device d) {
-  const Kernels& k = kernels(d);
-  return k.conv_benchmark && k.conv_benchmark();
+  const auto f = conv_benchmark_kernel.find(d);
+  return f && f();
 }
+
+bool reads_block(Device d) { return synchronize_kernel.find(d, "reads_block") != nullptr; }
+
+bool has_pinned_host_memory(Device d) { return pinned_alloc_kernel.find(d, "has_pinned_host_memory") != nullptr; }
 
 Device parse_device(const std::string& raw) {
   std::string s;

@@ -1,6 +1,10 @@
 // A device is where a tensor's storage lives: the CPU or one CUDA GPU. The device is a property of
 // the tensor (no global mode switch); crossing devices is an explicit Tensor::to(device). Also the
-// device functions tools and layers use (synchronize, memory, convolution benchmark mode).
+// device functions tools and layers use (synchronize, memory, convolution benchmark mode), the
+// questions code above core/ asks about a device instead of which it is (reads_block,
+// has_pinned_host_memory), and the kernel slots of the device services (core/kernel_slot.h).
+// Tests: tests/core/tensor_test.cpp (Device.*), tests/core/device_functions_test.cpp,
+// tests/gpu/runtime_test.cpp.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -8,6 +12,8 @@
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "core/kernel_slot.h"
 
 namespace kiln {
 
@@ -25,6 +31,9 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
   std::string str() const;  // "cpu" or "cuda:0"
 };
+
+// "cpu", "cuda": the kind of device, as errors name it ("silu: no cuda kernel").
+const char* device_type_name(DeviceType t);
 
 // Parses one device: "cpu", "0", "cuda", "cuda:1". Asking for a GPU that is not there is a one-line
 // error that lists the devices that are:
@@ -48,19 +57,26 @@ int cuda_device_count();
 bool cuda_compiled();
 // "cpu, cuda:0 (NVIDIA H200)", or "cpu (no CUDA device visible)" / "cpu (kiln was built without CUDA)".
 std::string available_devices();
+// The one availability check: throws "<what>: device cuda:0 is not available: kiln was built
+// without CUDA" for a GPU in a build without CUDA; returns for every other device. Ops (op_device),
+// copies, allocators, communicators and every kernel-slot lookup call it.
+void check_available(Device d, const char* what);
 
 // --- device functions: what layers and tools call instead of a backend's own API (issue #18). Each
-// goes through the device's kernel table (core/kernels.h), so no code above core/ names a backend or
-// reads the build's CUDA switch; a GPU in a build without CUDA fails in kernels() as every op does.
-// Whether `d` has bf16 arithmetic units (core/kernels.h native_bf16): a CPU with AVX-512 BF16 or
+// goes through the device's kernel slots (declared below), so no code above core/ names a backend
+// or reads the build's CUDA switch; a GPU in a build without CUDA fails in check_available().
+// Whether `d` has bf16 arithmetic units (native_bf16_kernel): a CPU with AVX-512 BF16 or
 // AMX, a GPU of compute capability 8.0 or newer.
 bool native_bf16(Device d);
 // Waits until the work queued on `d` is done and reports its asynchronous errors (the CPU queues
 // nothing: returns at once).
 void synchronize(Device d);
 // (free, total) bytes of `d`'s memory (a GPU's cudaMemGetInfo). The CPU has none of its own here
-// ("memory_info: no cpu kernel"): its RAM is the machine's (tools/engine/autobatch.h cpu_available_bytes()).
+// ("memory_info: no cpu kernel"): its RAM is the machine's, host_available_bytes().
 std::pair<size_t, size_t> memory_info(Device d);
+// Bytes of host memory available to this process now: /proc/meminfo's MemAvailable, 4 GiB when it
+// cannot be read. The CPU device's memory is the host's.
+double host_available_bytes();
 // The convolution algorithm search of `d`'s backend (cuDNN's benchmark mode; process-wide): on, the
 // first convolution of each shape times the algorithms and keeps the fastest; off (the default), the
 // library's heuristics choose. A device without one (the CPU) ignores it and reports false.
@@ -70,5 +86,33 @@ bool conv_benchmark(Device d);
 // `--capture-range=cudaProfilerApi`); without a profiler, or on a device without one, it does nothing.
 // `kiln bench train profile=1` brackets the timed steps with it.
 void profile_range(Device d, bool on);
+
+// --- what a device can do, for code that must not ask which device it is.
+// Whether reading a value of `d` on the host (Tensor::item(), a copy to the CPU) waits for the work
+// queued on `d`: true where the device queues work (a GPU: has a synchronize kernel), false for the
+// CPU, whose ops have finished when they return.
+bool reads_block(Device d);
+// Whether copies between `d` and page-locked host memory (empty_pinned(), core/pinned.h) run
+// asynchronously, so staging host data there pays: true for a CUDA device, false for the CPU.
+bool has_pinned_host_memory(Device d);
+
+// --- the device services' kernel slots (core/kernel_slot.h), filled by the devices other than the
+// CPU (the CPU's memory and runtime are the host's, handled in core/ itself; the CPU fills
+// native_bf16 only). `index` is the device's index (cuda:1 -> 1).
+extern KernelSlot<std::string (*)(int index)> device_name_kernel;  // "NVIDIA H200"
+// Whether the device has bf16 arithmetic units: train.precision = "auto" picks bf16 there.
+extern KernelSlot<bool (*)(int index)> native_bf16_kernel;
+// Waits until the work queued on the device is done; reports its asynchronous errors. A device that
+// queues nothing has none (see reads_block).
+extern KernelSlot<void (*)(int index)> synchronize_kernel;
+// (free, total) bytes of the device's memory.
+extern KernelSlot<std::pair<size_t, size_t> (*)(int index)> memory_info_kernel;
+// The convolution library's algorithm search (cuDNN's benchmark mode): on, the first call of a
+// shape times the algorithms and keeps the fastest; off, its heuristics choose. Process-wide.
+extern KernelSlot<void (*)(bool on)> set_conv_benchmark_kernel;
+extern KernelSlot<bool (*)()> conv_benchmark_kernel;
+// Marks where an external profiler (ncu --profile-from-start off, nsys --capture-range=cudaProfilerApi)
+// starts and stops recording: cudaProfilerStart/Stop on CUDA. Process-wide.
+extern KernelSlot<void (*)(bool on)> profile_range_kernel;
 
 }  // namespace kiln

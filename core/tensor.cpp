@@ -6,9 +6,11 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
-#include "core/kernels.h"
 
 namespace kiln {
+
+KILN_DEFINE_KERNEL_SLOT(copy);
+KILN_DEFINE_KERNEL_SLOT(fill);
 
 // ---------------------------------------------------------------------------------------------
 // Storage
@@ -203,11 +205,10 @@ uint16_t* Tensor::data_u16() const {
 // Copies
 void copy_tensor(const Tensor& dst, const Tensor& src) {
   KILN_CHECK(dst.shape() == src.shape(), "copy: shape ", shape_str(src.shape()), " into ", shape_str(dst.shape()));
-  if (!dst.device().is_cpu() || !src.device().is_cpu()) {  // the other device's table copies (e.g. to/from a GPU)
+  if (!dst.device().is_cpu() || !src.device().is_cpu()) {  // the other device's copy kernel (e.g. to/from a GPU)
     const Device d = dst.device().is_cpu() ? src.device() : dst.device();
-    KILN_CHECK(!d.is_cuda() || cuda_compiled(), "copy between ", src.device().str(), " and ", dst.device().str(),
-               ": kiln was built without CUDA");
-    kernel(d, &Kernels::copy, "copy")(dst, src);
+    check_available(d, "copy");
+    copy_kernel.get(d)(dst, src);
     return;
   }
   DType dt = dst.dtype(), st = src.dtype();
@@ -258,8 +259,8 @@ Tensor& Tensor::copy_(const Tensor& src) {
 }
 
 Tensor& Tensor::fill_(double v) {
-  if (!device().is_cpu()) {  // the device's table fills (a GPU's: core/cuda/copy_cuda.cu)
-    kernel(device(), &Kernels::fill, "fill_")(*this, v);
+  if (!device().is_cpu()) {  // the device's fill kernel (a GPU's: core/cuda/copy_cuda.cu)
+    fill_kernel.get(device(), "fill_")(*this, v);
     return *this;
   }
   int64_t n = numel();

@@ -12,6 +12,7 @@
 #include "core/check.h"
 #include "core/device.h"
 #include "core/dtype.h"
+#include "core/kernel_slot.h"
 
 namespace kiln {
 
@@ -150,5 +151,13 @@ Tensor make_view(const Tensor& base, const Shape& shape, const Shape& strides, i
 
 // Copies src into dst (same shape): any strides, any dtype pair, any devices. Not recorded.
 void copy_tensor(const Tensor& dst, const Tensor& src);
+
+// --- the kernels behind copies and fills that involve a device other than the CPU
+// (core/kernel_slot.h; the CPU's are core/tensor.cpp's own loops, so the CPU fills neither).
+// dst = src, any strides, any dtype pair (converted through f64, as the CPU's copy), where one of
+// them is on the slot's device and the other on it, on another device of its kind, or on the CPU.
+extern KernelSlot<void (*)(const Tensor& dst, const Tensor& src)> copy_kernel;
+// Every element of t (any strides) = value, stored as the CPU's store() stores it.
+extern KernelSlot<void (*)(const Tensor& t, double value)> fill_kernel;
 
 }  // namespace kiln

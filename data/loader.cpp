@@ -17,7 +17,7 @@
 #include <numeric>
 
 #include "core/check.h"
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "data/resize.h"
 
 namespace kiln {
@@ -59,7 +59,7 @@ Json LoaderOptions::to_json() const {
 // --- shared state ---------------------------------------------------------------------------------
 
 struct DataLoader::State {
-  // One batch buffer; images and labels are pinned when CUDA is present (core/cuda/pinned.h), so
+  // One batch buffer; images and labels are pinned when CUDA is present (core/pinned.h), so
   // their copies to a GPU do not block the training loop.
   struct Slot {
     Tensor images;  // (batch_size, h * w * c) of the loader's dtype

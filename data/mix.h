@@ -16,7 +16,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "core/json_util.h"
 #include "core/tensor.h"
 #include "data/loader.h"

@@ -1,6 +1,5 @@
 #include "layers/norm.h"
 
-#include "core/kernels.h"
 #include "core/ops/batch_norm.h"
 #include "core/ops/lrn.h"
 #include "layers/options.h"
@@ -48,7 +47,7 @@ Tensor BatchNorm2d::run(const Tensor& x, bool relu, const Tensor& residual) {
                   : ops::batch_norm(x, weight, bias, mean, var, train, opts_.momentum, opts_.eps);
   // On the counter's own device: reading it back would sync every layer on a GPU.
   if (train && !recompute)
-    kernel(num_batches_tracked.device(), &Kernels::increment_i64, type().c_str())(num_batches_tracked, 1);
+    increment_i64_kernel.get(num_batches_tracked.device(), type().c_str())(num_batches_tracked, 1);
   return y;
 }
 

@@ -1,9 +1,9 @@
 // AdamW: the options, the state, and the step, which builds one entry per parameter with a gradient
-// and hands them to the device's fused step (core/kernels.h: core/cpu/adamw.cpp,
+// and hands them to the device's fused step (core/optim_kernels.h: core/cpu/adamw.cpp,
 // core/cuda/optim_cuda.cu).
 #include "optim/adamw.h"
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln {
 
@@ -75,7 +75,7 @@ void AdamW::step() {
     e.step = s.step;
     entries.push_back(e);
   }
-  kernel(device(), &Kernels::adamw_step, "AdamW")(entries, {options_.betas[0], options_.betas[1], options_.eps});
+  adamw_step_kernel.get(device(), "AdamW")(entries, {options_.betas[0], options_.betas[1], options_.eps});
 }
 
 OptimizerState AdamW::state_dict() const {

@@ -1,11 +1,11 @@
-// The weight EMA: options, checks, and the update through the device's kernel (core/kernels.h).
+// The weight EMA: options, checks, and the update through the device's kernel (core/optim_kernels.h).
 #include "optim/ema.h"
 
 #include <algorithm>
 
 #include "core/check.h"
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln {
 
@@ -65,7 +65,7 @@ void WeightEma::update(int64_t t) {
       continue;
     }
     // ema = d * ema + (1 - d) * w, in place, on the weights' device (no host wait on a GPU).
-    kernel(e.live.device(), &Kernels::ema_update, "EMA")(e.ema, e.live, d);
+    ema_update_kernel.get(e.live.device(), "EMA")(e.ema, e.live, d);
   }
 }
 

@@ -9,7 +9,7 @@
 
 #include "core/ops/elementwise.h"
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln {
 
@@ -101,13 +101,13 @@ void LossScaler::unscale_on_device(const std::vector<ParamRef>& params) {
     found_inf_ = Tensor::zeros({}, DType::i32, d);
     on_device_ = true;
   }
-  kernel(d, &Kernels::loss_scale_unscale, "LossScaler")(gs, state_, found_inf_);
+  loss_scale_unscale_kernel.get(d, "LossScaler")(gs, state_, found_inf_);
   host_fresh_ = false;
 }
 
 void LossScaler::update_on_device() {
   KILN_CHECK(on_device_, "LossScaler: update_on_device without unscale_on_device this iteration");
-  kernel(state_.device(), &Kernels::loss_scale_update, "LossScaler")(state_, scale32_, found_inf_, rule());
+  loss_scale_update_kernel.get(state_.device(), "LossScaler")(state_, scale32_, found_inf_, rule());
   host_fresh_ = false;
 }
 
@@ -135,7 +135,7 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
   }
   // One pass per gradient (one launch for all on a GPU): g *= 1/scale, and whether all stayed finite.
   const Device d = gs.empty() ? Device::cpu() : gs[0].device();
-  unscaled_finite_ = kernel(d, &Kernels::scale_and_check_finite, "LossScaler")(gs, inv);
+  unscaled_finite_ = scale_and_check_finite_kernel.get(d, "LossScaler")(gs, inv);
   return *unscaled_finite_;
 }
 

@@ -1,5 +1,5 @@
 // Gradient utilities over a parameter list. The norm and the clipping call the device's kernels
-// (core/kernels.h): reductions accumulate in double (the CPU, core/cpu/grad_utils.cpp) or f32 per
+// (core/optim_kernels.h): reductions accumulate in double (the CPU, core/cpu/grad_utils.cpp) or f32 per
 // block and f64 across blocks (a GPU, one multi-tensor launch, core/cuda/optim_cuda.cu), so the norm
 // of a ResNet's 25M gradients does not depend on the summation order's rounding.
 #include "optim/param.h"
@@ -9,7 +9,7 @@
 #include <limits>
 #include <set>
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln {
 
@@ -82,8 +82,8 @@ double grad_norm(const std::vector<ParamRef>& params, double norm_type) {
   KILN_CHECK(inf_norm || norm_type == 2.0, "grad_norm: norm_type ", norm_type, " is not supported; accepted: 2, inf");
   Device d;
   std::vector<Tensor> gs = dense_grads(params, "grad_norm", &d);
-  if (!inf_norm) return std::sqrt(kernel(d, &Kernels::sum_of_squares, "grad_norm")(gs));
-  const auto max_abs = kernel(d, &Kernels::max_abs, "grad_norm");
+  if (!inf_norm) return std::sqrt(sum_of_squares_kernel.get(d, "grad_norm")(gs));
+  const auto max_abs = max_abs_kernel.get(d, "grad_norm");
   double m = 0;
   for (const Tensor& g : gs) {
     const double a = max_abs(g);  // NaN propagates
@@ -102,7 +102,7 @@ double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, doub
   Device d;
   std::vector<Tensor> gs = dense_grads(params, "clip_grad_norm", &d);
   // g *= float(coef), one pass per gradient (one launch for all on a GPU); the norm was finite.
-  kernel(d, &Kernels::scale_and_check_finite, "clip_grad_norm")(gs, coef);
+  scale_and_check_finite_kernel.get(d, "clip_grad_norm")(gs, coef);
   return norm;
 }
 

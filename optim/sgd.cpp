@@ -1,9 +1,9 @@
 // SGD: the options, the state, and the step, which builds one entry per parameter with a gradient
-// and hands them to the device's fused step (core/kernels.h: core/cpu/sgd.cpp, one pass over each
+// and hands them to the device's fused step (core/optim_kernels.h: core/cpu/sgd.cpp, one pass over each
 // parameter; core/cuda/optim_cuda.cu, one multi-tensor launch).
 #include "optim/sgd.h"
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln {
 
@@ -82,7 +82,7 @@ void SGD::run(const Tensor& skip) {
     }
     entries.push_back(e);
   }
-  kernel(device(), &Kernels::sgd_step, "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov, skip});
+  sgd_step_kernel.get(device(), "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov, skip});
 }
 
 OptimizerState SGD::state_dict() const {

@@ -1,4 +1,4 @@
-// The AdamW step on the CPU (the kernel-table entry of core/kernels.h; the optimizer is
+// The AdamW step on the CPU (the kernel of core/optim_kernels.h's slot; the optimizer is
 // optim/adamw.cpp): one pass over each parameter's contiguous f32 data. Scalars (bias corrections,
 // step size) are computed in double as PyTorch does in Python, then used as f32; the per-element
 // arithmetic follows PyTorch's operation order (addcmul: v + (c * g) * g; addcdiv: p + (s * m) / d).
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln::cpu {
 

@@ -1,4 +1,4 @@
-// Batch normalisation on the CPU (the kernel-table entries of core/kernels.h; the op is
+// Batch normalisation on the CPU (the kernels of core/ops/batch_norm.h's slots; the op is
 // core/ops/batch_norm.cpp), channel = last dim: x is viewed as M rows of C channels
 // (M = N*H*W for NHWC, M = N for (N, C)). Own OpenMP loops, vectorised over the channels: the same
 // passes as oneDNN 2.6's nhwc batch_normalization (stats, normalise; reduce, dx) at the same speed
@@ -29,7 +29,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "core/kernels.h"
+#include "core/ops/batch_norm.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/bf16_rows.h"
 #include "core/ops/nn_util.h"
 

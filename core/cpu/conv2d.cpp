@@ -1,4 +1,4 @@
-// conv2d on the CPU (the kernel-table entries conv2d_forward and conv2d_backward of core/kernels.h;
+// conv2d on the CPU (the kernels of core/ops/conv2d.h's slots conv2d_forward and conv2d_backward;
 // the op, with its checks and its one backward closure, is core/ops/conv2d.cpp): oneDNN forward,
 // backward-data and backward-weights(+bias) primitives, created once per geometry and dtype and kept
 // in the primitive cache (core/dnnl_context.h).
@@ -10,7 +10,7 @@
 // reference kernels, ~100x slower) and the weights are reordered into it on every call, as PyTorch
 // does: the weights change every step, so a reordered copy can only be reused within one step
 // (forward -> backward-data, when both primitives want the same layout): the forward hands it to
-// the backward as the table's opaque `saved` handle. Weight gradients come back in the blocked
+// the backward as the slot's opaque `saved` handle. Weight gradients come back in the blocked
 // layout and are reordered to ohwi. For large kernels on many channels the backward also runs in
 // oneDNN's blocked activation layout (see ConvGeom::blocked_backward).
 //
@@ -31,7 +31,6 @@
 
 #include "core/cpu/winograd.h"
 #include "core/dnnl_context.h"
-#include "core/kernels.h"
 #include "core/ops/conv2d.h"
 #include "core/cpu/conv_algo.h"
 #include "core/ops/reduce.h"

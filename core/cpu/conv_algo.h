@@ -15,27 +15,19 @@
 // A cache file that does not parse, or was written on another machine / thread count / oneDNN, is
 // ignored with one warning; an entry naming an algorithm that does not apply to its shape is
 // measured again. See docs/conv_algorithms.md. Tests: tests/core/conv_algo_test.cpp.
+// The policy that tools and tests set and read (mode, candidates left out, what was measured, the
+// disk cache) is declared in core/conv_policy.h, which this header includes; here, what conv2d's
+// CPU kernel uses to choose.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "core/conv_policy.h"
 #include "core/dtype.h"
 
 namespace kiln::ops::conv_algo {
-
-// How conv2d picks its algorithms. `automatic` measures; `heuristic` keeps the former static rule.
-enum class Mode { automatic, direct, winograd, heuristic };
-Mode mode();         // KILN_CONV_ALGO on first use
-void set_mode(Mode m);  // for tests and benchmarks; not thread-safe against running convolutions
-Mode parse_mode(const std::string& s, const std::string& what);  // throws naming `what` and the accepted values
-const char* mode_name(Mode m);
-
-enum class Algo { direct, winograd, im2col };
-enum class Pass { forward, backward_data, backward_weights };
-const char* algo_name(Algo a);
-const char* pass_name(Pass p);
 
 // What a convolution's speed depends on: x (n, h, w, c), w (k, kh, kw, c/groups), its geometry,
 // dtype and bias.
@@ -51,25 +43,9 @@ struct ConvKey {
 // The algorithms that can run `pass` of this convolution, direct first, less those excluded.
 std::vector<Algo> applicable(const ConvKey& key, Pass pass);
 
-// Candidates left out (default none; direct cannot be): for in-process A/B timings of what one
-// candidate is worth (`kiln bench train conv_algo=auto,auto-im2col`). Choices measured with some
-// left out are cached, in the process and on disk, under the key plus " -NAME" for each, apart
-// from the full set's. Not thread-safe against running convolutions.
-void set_excluded(const std::vector<Algo>& algos);
-std::vector<Algo> excluded();
-
 struct Candidate {
   Algo algo;
   std::function<void()> run;  // one run of the pass (its result is discarded)
-};
-struct Timing {
-  Algo algo;
-  double ms;
-};
-struct Choice {
-  Algo algo = Algo::direct;
-  std::vector<Timing> times;  // empty when it was not measured (forced, heuristic, one candidate)
-  bool from_disk = false;
 };
 
 // The algorithm for `pass` of `key` among `candidates` (non-empty, direct first) under mode():
@@ -93,36 +69,12 @@ Algo fastest(const std::vector<Timing>& times);
 using Timer = std::function<double(const Candidate&, double best_ms_so_far)>;
 void set_timer(Timer t);
 
-// Everything measured or loaded in this process, in the order it was first seen.
-struct Entry {
-  std::string key;  // ConvKey::str()
-  Pass pass;
-  Choice choice;
-};
-std::vector<Entry> entries();
-struct Stats {
-  int64_t measured = 0;      // (shape, pass) pairs timed in this process
-  int64_t from_disk = 0;     // answered by the disk cache
-  double measure_seconds = 0;  // wall time spent timing candidates
-};
-Stats stats();
-// "conv_algo: 17 (shape, pass) pairs measured in 7.9 s, 0 from the disk cache (PATH)\n" the
-// first time it is called after something was measured or read from disk, "" otherwise and
-// afterwards: the trainer prints it after its first epoch.
-std::string report_once();
-// Forgets the process cache and statistics (the disk file stays); for tests and benchmarks.
-void reset();
-
-// The disk cache: its path ("" when off), set_cache_path("") turns it off. load_cache() reads it
-// into the process cache (done on first use of the automatic mode); a file that cannot be
-// trusted is ignored with a warning and false. save_cache() merges this process's measurements
-// into the file (written to a temporary, then renamed).
-std::string cache_path();
-void set_cache_path(const std::string& path);
+// The disk cache (core/conv_policy.h's cache_path()): load_cache() reads it into the process cache
+// (done on first use of the automatic mode); a file that cannot be trusted is ignored with a
+// warning and false. save_cache() merges this process's measurements into the file (written to a
+// temporary, then renamed).
 bool load_cache();
 void save_cache();
-// The machine a cache file belongs to: CPU model and ISA flags, OpenMP threads, oneDNN version.
-std::string machine_id();
 // Where warnings go (default: one line on stderr); for tests.
 void set_warning_sink(std::function<void(const std::string&)> sink);
 

@@ -1,11 +1,11 @@
-// Inverted dropout on the CPU (the kernel-table entries of core/kernels.h). Element i of a call is
+// Inverted dropout on the CPU (the kernels of core/ops/dropout.h's slots). Element i of a call is
 // kept iff uniform_at(state, i) >= p, where state = default_generator().advance(numel) is reserved by
 // the op (core/ops/dropout.cpp): the mask is a pure function of {seed, offset, i}, independent of
 // threads, and is never stored. The backward applies the same mask to dy by redrawing it from the
 // saved state, so a dropout costs no activation memory and checkpointing (which restores the
 // generator state) recomputes the identical mask.
 // Tests: tests/core/dropout_test.cpp.
-#include "core/kernels.h"
+#include "core/ops/dropout.h"
 #include "core/ops/nn_util.h"
 
 namespace kiln::cpu {

@@ -1,4 +1,4 @@
-// Elementwise kernels on the CPU (kernel-table entries of core/kernels.h; the ops, their checks and
+// Elementwise kernels on the CPU (the kernels of core/ops/elementwise.h's slots; the ops, their checks and
 // autograd are core/ops/elementwise.cpp). Layout-agnostic: broadcasting is done with stride-0
 // views, and the common cases (same shape, contiguous; bias over the last dim) get flat loops;
 // bf16 operands of one shape are converted block by block in cache. f16/bf16 compute in f32.
@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "core/kernels.h"
 #include "core/ops/bf16_rows.h"
 #include "core/ops/elementwise.h"
 

@@ -1,4 +1,4 @@
-// The gradient utilities on the CPU (kernel-table entries of core/kernels.h): scale-and-check (the
+// The gradient utilities on the CPU (the kernels of core/optim_kernels.h's slots): scale-and-check (the
 // loss scaler's unscale, clipping), sum of squares and max |x| (gradient norms), and the weight
 // EMA's update, and the loss scaler's unscale and update when it keeps its state in tensors
 // (core/loss_scale_rule.h). f32 tensors; reductions accumulate in double so a norm does not depend on the
@@ -7,7 +7,7 @@
 #include <cmath>
 #include <limits>
 
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln::cpu {
 

@@ -1,7 +1,22 @@
-// The CPU's kernel table (core/kernels.h): the one place that lists the CPU's kernels, each declared
-// here and defined in its op's file in core/cpu/, one line per entry.
+// The CPU's kernel registration (core/kernel_slot.h): the one place that lists the CPU's kernels,
+// each declared here and defined in its op's file in core/cpu/, one line per kernel in
+// register_kernels(). The slots are declared with their ops (core/ops/*.h), the device services
+// (core/device.h) and the optimizer steps, gradient utilities and step statistics
+// (core/optim_kernels.h, core/step_stats.h). Tests: tests/core/silu_test.cpp (KernelSlot.*).
 #include "core/dnnl_context.h"
-#include "core/kernels.h"
+#include "core/kernel_slot.h"
+#include "core/ops/batch_norm.h"
+#include "core/ops/conv2d.h"
+#include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/linear.h"
+#include "core/ops/loss.h"
+#include "core/ops/lrn.h"
+#include "core/ops/pool.h"
+#include "core/ops/reduce.h"
+#include "core/ops/silu.h"
+#include "core/optim_kernels.h"
+#include "core/step_stats.h"
 
 namespace kiln::cpu {
 
@@ -78,58 +93,53 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
 void accumulate_step_stats(const Tensor& acc, const Tensor& loss, const Tensor& logits, const Tensor& labels,
                            double weight, int64_t step);
 
-const Kernels& kernels() {
-  static const Kernels table = [] {
-    Kernels k;
-    k.device = "cpu";
-    k.native_bf16 = [](int) { return onednn::bf16_units(); };
-    k.dropout_forward = dropout_forward;
-    k.dropout_backward = dropout_backward;
-    k.silu_forward = silu_forward;
-    k.silu_backward = silu_backward;
-    k.lrn_forward = lrn_forward;
-    k.lrn_backward = lrn_backward;
-    k.max_pool2d_forward = max_pool2d_forward;
-    k.max_pool2d_backward = max_pool2d_backward;
-    k.avg_pool2d_forward = avg_pool2d_forward;
-    k.avg_pool2d_backward = avg_pool2d_backward;
-    k.adaptive_avg_pool2d_forward = adaptive_avg_pool2d_forward;
-    k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
-    k.global_avg_pool_forward = global_avg_pool_forward;
-    k.global_avg_pool_backward = global_avg_pool_backward;
-    k.sgd_step = sgd_step;
-    k.adamw_step = adamw_step;
-    k.scale_and_check_finite = scale_and_check_finite;
-    k.loss_scale_unscale = loss_scale_unscale;
-    k.loss_scale_update = loss_scale_update;
-    k.sum_of_squares = sum_of_squares;
-    k.max_abs = max_abs;
-    k.ema_update = ema_update;
+void register_kernels() {
+  constexpr DeviceType cpu = DeviceType::CPU;
+  native_bf16_kernel.set(cpu, [](int) { return onednn::bf16_units(); });
+  dropout_forward_kernel.set(cpu, dropout_forward);
+  dropout_backward_kernel.set(cpu, dropout_backward);
+  silu_forward_kernel.set(cpu, silu_forward);
+  silu_backward_kernel.set(cpu, silu_backward);
+  lrn_forward_kernel.set(cpu, lrn_forward);
+  lrn_backward_kernel.set(cpu, lrn_backward);
+  max_pool2d_forward_kernel.set(cpu, max_pool2d_forward);
+  max_pool2d_backward_kernel.set(cpu, max_pool2d_backward);
+  avg_pool2d_forward_kernel.set(cpu, avg_pool2d_forward);
+  avg_pool2d_backward_kernel.set(cpu, avg_pool2d_backward);
+  adaptive_avg_pool2d_forward_kernel.set(cpu, adaptive_avg_pool2d_forward);
+  adaptive_avg_pool2d_backward_kernel.set(cpu, adaptive_avg_pool2d_backward);
+  global_avg_pool_forward_kernel.set(cpu, global_avg_pool_forward);
+  global_avg_pool_backward_kernel.set(cpu, global_avg_pool_backward);
+  sgd_step_kernel.set(cpu, sgd_step);
+  adamw_step_kernel.set(cpu, adamw_step);
+  scale_and_check_finite_kernel.set(cpu, scale_and_check_finite);
+  loss_scale_unscale_kernel.set(cpu, loss_scale_unscale);
+  loss_scale_update_kernel.set(cpu, loss_scale_update);
+  sum_of_squares_kernel.set(cpu, sum_of_squares);
+  max_abs_kernel.set(cpu, max_abs);
+  ema_update_kernel.set(cpu, ema_update);
 
-    k.conv2d_forward = conv2d_forward;
-    k.conv2d_backward = conv2d_backward;
-    k.matmul = matmul;
+  conv2d_forward_kernel.set(cpu, conv2d_forward);
+  conv2d_backward_kernel.set(cpu, conv2d_backward);
+  matmul_kernel.set(cpu, matmul);
 
-    k.batch_norm_forward = batch_norm_forward;
-    k.batch_norm_relu_forward = batch_norm_relu_forward;
-    k.batch_norm_backward = batch_norm_backward;
-    k.batch_norm_relu_backward = batch_norm_relu_backward;
-    k.increment_i64 = increment_i64;
-    k.cross_entropy_forward = cross_entropy_forward;
-    k.cross_entropy_backward = cross_entropy_backward;
-    k.soft_cross_entropy_forward = soft_cross_entropy_forward;
-    k.soft_cross_entropy_backward = soft_cross_entropy_backward;
-    k.softmax = softmax;
+  batch_norm_forward_kernel.set(cpu, batch_norm_forward);
+  batch_norm_relu_forward_kernel.set(cpu, batch_norm_relu_forward);
+  batch_norm_backward_kernel.set(cpu, batch_norm_backward);
+  batch_norm_relu_backward_kernel.set(cpu, batch_norm_relu_backward);
+  increment_i64_kernel.set(cpu, increment_i64);
+  cross_entropy_forward_kernel.set(cpu, cross_entropy_forward);
+  cross_entropy_backward_kernel.set(cpu, cross_entropy_backward);
+  soft_cross_entropy_forward_kernel.set(cpu, soft_cross_entropy_forward);
+  soft_cross_entropy_backward_kernel.set(cpu, soft_cross_entropy_backward);
+  softmax_kernel.set(cpu, softmax);
 
-    k.binary = binary;
-    k.unary = unary;
-    k.affine = affine;
-    k.all_finite = all_finite;
-    k.sum = sum;
-    k.accumulate_step_stats = accumulate_step_stats;
-    return k;
-  }();
-  return table;
+  binary_kernel.set(cpu, binary);
+  unary_kernel.set(cpu, unary);
+  affine_kernel.set(cpu, affine);
+  all_finite_kernel.set(cpu, all_finite);
+  sum_kernel.set(cpu, sum);
+  accumulate_step_stats_kernel.set(cpu, accumulate_step_stats);
 }
 
 }  // namespace kiln::cpu

@@ -1,4 +1,4 @@
-// The matrix product on the CPU (the kernel-table entry `matmul` of core/kernels.h; the ops matmul
+// The matrix product on the CPU (the kernel of core/ops/linear.h's slot `matmul`; the ops matmul
 // and linear, with their checks and their one backward closure each, are core/ops/linear.cpp): one
 // oneDNN matmul primitive per (shapes, strides, dtype, bias), cached in core/dnnl_context.h.
 // Transposed operands are never copied: a 2-D view with a unit stride in either dimension is
@@ -13,7 +13,7 @@
 // Tests: tests/core/linear_test.cpp, tests/gpu/ops_dispatch_test.cpp. Benchmark: `kiln bench matmul`,
 // tools/bench/bench_ops.py.
 #include "core/dnnl_context.h"
-#include "core/kernels.h"
+#include "core/ops/linear.h"
 
 namespace kiln::cpu {
 

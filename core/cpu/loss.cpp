@@ -1,4 +1,4 @@
-// Softmax and softmax cross-entropy on the CPU (the kernel-table entries of core/kernels.h; the ops
+// Softmax and softmax cross-entropy on the CPU (the kernels of core/ops/loss.h's slots; the ops
 // are core/ops/loss.cpp), one row per sample (OpenMP over rows).
 //   lse_i  = m_i + log s_i, s_i = sum_k exp(z_ik - m_i), m_i = max_k z_ik
 //   loss_i = (1-e) * (lse_i - z_iy) + e * mean_k (lse_i - z_ik) = lse_i - (1-e) z_iy - e * mean_k z_ik
@@ -14,7 +14,7 @@
 #include <cmath>
 #include <vector>
 
-#include "core/kernels.h"
+#include "core/ops/loss.h"
 #include "core/ops/nn_util.h"
 
 namespace kiln::cpu {

@@ -5,11 +5,11 @@
 //   dx_j = dy_j * D_j^-beta - 2*alpha*beta/size * x_j * sum_{c = j - (size-1)/2}^{j + size/2} dy_c x_c D_c^(-beta-1)
 // (the backward window is the forward one mirrored: c's window holds j iff j's mirrored window holds c).
 // Backward recomputes D from the saved x instead of keeping a second activation-sized tensor.
-// The kernel-table entries of core/kernels.h; the op is core/ops/lrn.cpp. Tests: tests/core/lrn_test.cpp.
+// The kernels of core/ops/lrn.h's slots; the op is core/ops/lrn.cpp. Tests: tests/core/lrn_test.cpp.
 #include <cmath>
 #include <vector>
 
-#include "core/kernels.h"
+#include "core/ops/lrn.h"
 #include "core/ops/nn_util.h"
 
 namespace kiln::cpu {

@@ -9,14 +9,13 @@
 // widens the right padding (PyTorch counts only the real padding: 1/6 vs 1/9 at a corner), and its
 // nhwc jit:avx2 max pooling was slower here: (32, 56, 56, 64) k3 s2 p1, 1 thread, loaded 2-core
 // machine, min of 30: fwd 23 ms / bwd 14 ms for these loops vs 89 / 77 ms for oneDNN.
-// These are the CPU's kernel-table entries (core/kernels.h); the ops, with their checks, are
+// These are the CPU's kernels of core/ops/pool.h's slots; the ops, with their checks, are
 // core/ops/pool.cpp, and core/cuda/pool_cuda.cu has the same semantics (the argmax is kept there too).
 // Tests: tests/core/pool_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "core/kernels.h"
 #include "core/ops/nn_util.h"
 #include "core/ops/pool.h"
 

@@ -1,4 +1,4 @@
-// Reductions on the CPU (kernel-table entries of core/kernels.h; the ops, their checks and autograd
+// Reductions on the CPU (the kernels of core/ops/reduce.h's slots; the ops, their checks and autograd
 // are core/ops/reduce.cpp): the sum over dims. Fast paths for the two shapes training needs (reduce
 // a leading block of dims, as in bias gradients over N*H*W; reduce a trailing block, as in per-row
 // sums), a general path otherwise; accumulation in double, so sums over millions of f32 values stay
@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <omp.h>
 
-#include "core/kernels.h"
 #include "core/ops/reduce.h"
 
 namespace kiln::cpu {

@@ -1,9 +1,9 @@
-// The SGD step on the CPU (the kernel-table entry of core/kernels.h; the optimizer is optim/sgd.cpp):
+// The SGD step on the CPU (the kernel of core/optim_kernels.h's slot; the optimizer is optim/sgd.cpp):
 // one pass over each parameter's contiguous f32 data doing decay, momentum and the step together.
 // Arithmetic is f32 in PyTorch's order (each multiply rounded, then the add), so results match
 // torch.optim.SGD to the last bit or two (PyTorch may fuse a multiply-add).
 // Tests: tests/optim/sgd_test.cpp, tests/optim/torch_reference_test.cpp.
-#include "core/kernels.h"
+#include "core/optim_kernels.h"
 
 namespace kiln::cpu {
 

@@ -1,8 +1,8 @@
-// SiLU on the CPU (the kernel-table entries of core/kernels.h; the op is core/ops/silu.cpp).
+// SiLU on the CPU (the kernels of core/ops/silu.h's slots; the op is core/ops/silu.cpp).
 // Tests: tests/core/silu_test.cpp.
 #include <cmath>
 
-#include "core/kernels.h"
+#include "core/ops/silu.h"
 #include "core/ops/nn_util.h"
 
 namespace kiln::cpu {

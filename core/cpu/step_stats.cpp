@@ -1,11 +1,11 @@
-// The trainer's per-step statistics on the CPU (kernel-table entry accumulate_step_stats of
-// core/kernels.h; CUDA's is in core/cuda/loss_cuda.cu): the micro-batch's weighted loss and its
+// The trainer's per-step statistics on the CPU (the kernel of core/step_stats.h's
+// accumulate_step_stats slot; CUDA's is in core/cuda/loss_cuda.cu): the micro-batch's weighted loss and its
 // top-1 hits added to the accumulators, a non-finite loss counted and the first one remembered.
 // Top-1 ranks as ops::topk_indices does (the first maximum; NaN above every number).
 // Tests: tests/core/step_stats_test.cpp, tests/engine/trainer_test.cpp.
 #include <cmath>
 
-#include "core/kernels.h"
+#include "core/step_stats.h"
 
 namespace kiln::cpu {
 

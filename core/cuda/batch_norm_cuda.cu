@@ -10,8 +10,8 @@
 //     statistics; eval: dx = gamma*invstd*dy).
 // NOTE: x - mean is formed before scaling (not x*scale + shift), so a large mean does not cost
 // precision in the output.
-// The kernel table (core/kernels.h) lists batch_norm_forward and batch_norm_backward at the end of
-// this file: train and eval in one entry each, the statistics the forward used saved for the backward.
+// The kernels of core/ops/batch_norm.h's slots, batch_norm_forward and batch_norm_backward, are at the
+// end of this file: train and eval in one kernel each, the statistics the forward used saved for the backward.
 //
 // cuDNN's batch norm for training f32, f16 and bf16 NHWC activations (PyTorch uses it for f32/f16 and
 // its own kernels for bf16; kiln asks cuDNN for bf16 too and runs the kernels above where cuDNN
@@ -21,7 +21,7 @@
 // fp16 and 0.91x in fp32 but 1.00x in bf16, where PyTorch runs its own kernels: the batch norm is where
 // the two differ. Same semantics (running variance unbiased, eps inside the square root, momentum as
 // the exponential average factor); the forward's reserve space and eps travel to the backward in the
-// table's opaque `saved` handle. Taken when x is (N, H, W, C) of f32/f16/bf16, eps >= CUDNN_BN_MIN_EPSILON,
+// slot's opaque `saved` handle. Taken when x is (N, H, W, C) of f32/f16/bf16, eps >= CUDNN_BN_MIN_EPSILON,
 // N <= 880801 and every count fits an int (PyTorch's conditions), and set_batch_norm_cudnn(true)
 // (default; KILN_CUDNN_BATCH_NORM=0 in the environment turns it off, for A/B timings). A call cuDNN
 // refuses (a failed query, or NOT_SUPPORTED/BAD_PARAM from the call) runs on the kernels above (the
@@ -219,7 +219,7 @@ void launch_channel(int device, DType dt, const Tensor& x, const Tensor& dy, con
   CUDA_CHECK_LAUNCH();
 }
 
-// param_grads: dgamma and dbeta also without gamma (the kernel table's contract).
+// param_grads: dgamma and dbeta also without gamma (the slot's contract, core/ops/batch_norm.h).
 BatchNormGrads backward_impl(const char* op, const Tensor& gy0, const Tensor& x0, const Tensor& gamma0,
                              const Tensor& mean, const Tensor& invstd, const Args& a, bool training,
                              bool param_grads = false) {
@@ -571,7 +571,7 @@ bool batch_norm_saved_is_fused(const std::shared_ptr<void>& saved) {
   return saved && static_cast<const CudnnBnSaved*>(saved.get())->ops != CUDNN_BATCHNORM_OPS_BN;
 }
 
-// --- the kernel table's entries (core/kernels.h, listed in core/cuda/kernels_cuda.cu) ---------------
+// --- the kernels of core/ops/batch_norm.h's slots (registered in core/cuda/kernels_cuda.cu) ---------
 
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
@@ -613,7 +613,7 @@ kiln::BatchNormGradients batch_norm_backward(const Tensor& grad_out, const Tenso
   return {g.dx, g.dgamma, g.dbeta, Tensor()};
 }
 
-// core/cuda/elementwise_cuda.cu (the kernel table's binary and unary entries)
+// core/cuda/elementwise_cuda.cu (the binary and unary slots' kernels)
 Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b);
 Tensor elementwise_unary(ElementwiseUnary op, const Tensor& a);
 

@@ -12,7 +12,7 @@
 // query, not a search. Benchmark mode's search runs every algorithm, once per shape and batch, so
 // AutoBatch probes with benchmark mode off (tools/engine/trainer.cpp) and only the chosen batch is searched.
 // A tensor of 2^31 elements or more throws TooLargeError (AutoBatch: "does not fit").
-// The kernel-table entries (core/kernels.h) are conv2d_forward and conv2d_backward below; the op is
+// The kernels of core/ops/conv2d.h's slots are conv2d_forward and conv2d_backward below; the op is
 // core/ops/conv2d.cpp. Tests: tests/gpu/conv2d_test.cpp.
 #include <algorithm>
 #include <array>
@@ -350,7 +350,7 @@ Tensor conv2d_backward_weight(const Tensor& gy0, const Tensor& x0, const Shape& 
   return dw;
 }
 
-// The kernel table's conv2d_backward (core/kernels.h): the passes asked for, grad_out first in the
+// The kernel of conv2d_backward_kernel (core/ops/conv2d.h): the passes asked for, grad_out first in the
 // forward's dtype; the bias gradient is grad_out summed over (N, OH, OW).
 Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& a) {
   Tensor gy = gy0.dtype() == a.dtype ? gy0 : gy0.to(a.dtype);

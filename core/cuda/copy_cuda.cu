@@ -12,7 +12,7 @@
 #include <cstring>
 
 #include "core/cuda/cuda_ops.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/cuda/kernel_util.cuh"
 #include "core/cuda/runtime.h"
 

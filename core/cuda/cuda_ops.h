@@ -18,9 +18,11 @@
 #include <utility>
 #include <vector>
 
-#include "core/kernels.h"
+#include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/pool.h"
+#include "core/optim_kernels.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 
@@ -28,11 +30,11 @@ namespace kiln {
 class CachingAllocator;
 // (free, total) bytes of memory on CUDA device `device` (cudaMemGetInfo).
 std::pair<size_t, size_t> cuda_mem_get_info(int device);
-// The kernel table's copy and fill (core/cuda/copy_cuda.cu): dst = src where either is on a GPU (any
-// strides and dtypes), and fill of a GPU tensor; core/tensor.cpp reaches them through the table.
+// The kernels of core/tensor.h's copy and fill slots (core/cuda/copy_cuda.cu): dst = src where
+// either is on a GPU (any strides and dtypes), and fill of a GPU tensor.
 void copy_tensor_cuda(const Tensor& dst, const Tensor& src);
 void fill_cuda(const Tensor& t, double value);
-// The caching allocator of cuda:`index` (core/cuda/allocator_cuda.cu), reached through the table.
+// The caching allocator of cuda:`index` (core/cuda/allocator_cuda.cu): core/allocator.h's slot.
 CachingAllocator& cuda_allocator(int index);
 }  // namespace kiln
 
@@ -163,7 +165,7 @@ BatchNormGrads batch_norm_backward_train(const Tensor& grad_out, const Tensor& x
                                          const Tensor& save_mean, const Tensor& save_invstd);
 BatchNormGrads batch_norm_backward_eval(const Tensor& grad_out, const Tensor& x, const Tensor& gamma,
                                         const Tensor& running_mean, const Tensor& running_var, double eps);
-// The kernel table's training batch norm runs on cuDNN for f32/f16/bf16 (N, H, W, C) x (where cuDNN takes it) when this is on
+// The registered training batch norm runs on cuDNN for f32/f16/bf16 (N, H, W, C) x (where cuDNN takes it) when this is on
 // (default; KILN_CUDNN_BATCH_NORM=0 in the environment starts it off); off, on the kernels above.
 // Process-wide. The functions above always run kiln's own kernels.
 void set_batch_norm_cudnn(bool on);
@@ -197,7 +199,7 @@ Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, doubl
 
 // --- optimizers and loss scaling (core/cuda/optim_cuda.cu): one kernel launch for all tensors -------
 // param, buffers f32; grad f32, f16 or bf16 of the param's shape; all on one device. The entries
-// are the kernel table's (core/kernels.h).
+// are core/optim_kernels.h's.
 using SgdEntry = SgdStepEntry;
 using SgdOptions = SgdStepOptions;
 // PyTorch's SGD: g += wd*p; buf = m*buf + (1-dampening)*g; g = nesterov ? g + m*buf : buf; p -= lr*g.
@@ -210,7 +212,7 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
 // Loss scaler: multiplies every gradient by inv_scale in place; returns false if any element (before
 // or after scaling) is inf or NaN.
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale);
-// The loss scaler kept on the device (core/kernels.h: loss_scale_unscale, loss_scale_update): one
+// The loss scaler kept on the device (core/optim_kernels.h: loss_scale_unscale, loss_scale_update): one
 // multi-tensor launch and a one-thread update; neither reads anything back.
 void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, const Tensor& found_inf);
 void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule);

@@ -1,5 +1,5 @@
 // Elementwise kernels: binary ops with NumPy broadcasting, unary ops, a*x+b, relu backward and the
-// inf/NaN check, and the kernel table's two entries over them (elementwise_binary, elementwise_unary).
+// inf/NaN check, and the two registered kernels over them (elementwise_binary, elementwise_unary).
 // Math in f32 (the scalar affine in f64, as the CPU does), storage f32/f16/bf16.
 // Packed operands of one shape take a vectorised path (16-byte loads); broadcasting goes through
 // OffsetCalc (a bias over the last dim costs one division per element). Tests:
@@ -135,7 +135,7 @@ Tensor unary(UnaryOp op, const Tensor& a) {
 
 Tensor affine(const Tensor& a, double mul, double add) { return unary_impl("affine", a, AffineF{mul, add}); }
 
-// --- the kernel table's entries (core/kernels.h, listed in kernels_cuda.cu) ---------------------------
+// --- the kernels of core/ops/elementwise.h's slots (registered in kernels_cuda.cu) --------------------
 Tensor elementwise_binary(ElementwiseBinary op, const Tensor& a, const Tensor& b) {
   switch (op) {
     case ElementwiseBinary::add: return binary(BinaryOp::add, a, b);

@@ -1,4 +1,4 @@
-// The weight EMA's update on a GPU (the kernel-table entry of core/kernels.h, used by optim/ema.cpp):
+// The weight EMA's update on a GPU (the kernel of core/optim_kernels.h's slot, used by optim/ema.cpp):
 // one grid-stride launch per tensor on the device's stream, f32 math as the CPU's
 // (d * ema + (1 - d) * w), nothing read back to the host.
 #include <cstdint>

@@ -1,10 +1,27 @@
-// The CUDA backend's kernel table (core/kernels.h): the one place that lists its kernels, one line
-// per entry. Kernels not declared in cuda_ops.h are declared here and defined in their op's .cu file.
+// The CUDA backend's kernel registration (core/kernel_slot.h): the one place that lists its
+// kernels, one line per kernel in register_kernels(). Kernels not declared in cuda_ops.h or
+// runtime.h are declared here and defined in their op's .cu file. Tests: tests/gpu/*.cpp.
 #include <cuda_profiler_api.h>
 
+#include "core/allocator.h"
+#include "core/comm.h"
 #include "core/cuda/cuda_ops.h"
 #include "core/cuda/runtime.h"
-#include "core/kernels.h"
+#include "core/device.h"
+#include "core/kernel_slot.h"
+#include "core/ops/batch_norm.h"
+#include "core/ops/conv2d.h"
+#include "core/ops/dropout.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/linear.h"
+#include "core/ops/loss.h"
+#include "core/ops/lrn.h"
+#include "core/ops/pool.h"
+#include "core/ops/reduce.h"
+#include "core/ops/silu.h"
+#include "core/optim_kernels.h"
+#include "core/pinned.h"
+#include "core/step_stats.h"
 
 namespace kiln::cuda {
 
@@ -17,7 +34,7 @@ Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
 // core/cuda/conv2d_cuda.cu: conv2d_backward_data, conv2d_backward_weight and the bias gradient in one entry
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
 
-// core/cuda/batch_norm_cuda.cu (the table's entries: train and eval, the forward's statistics saved)
+// core/cuda/batch_norm_cuda.cu (the registered kernels: train and eval, the forward's statistics saved)
 Tensor batch_norm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& running_mean,
                           const Tensor& running_var, bool training, double momentum, double eps, Tensor* save_mean,
                           Tensor* save_invstd, std::shared_ptr<void>* saved);
@@ -42,81 +59,82 @@ std::unique_ptr<Communicator> make_communicator(const std::string& id, int nrank
                                                double timeout_s, std::unique_ptr<Communicator> also);
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<int>& devices);
 
-const Kernels& kernels() {
-  static const Kernels table = [] {
-    Kernels k;
-    k.device = "cuda";
-    k.dropout_forward = dropout_forward;
-    k.dropout_backward = dropout_backward;
-    k.silu_forward = silu_forward;
-    k.silu_backward = silu_backward;
-    k.lrn_forward = lrn_forward;
-    k.max_pool2d_forward = max_pool2d_forward;
-    k.max_pool2d_backward = max_pool2d_backward;
-    k.avg_pool2d_forward = avg_pool2d_forward;
-    k.avg_pool2d_backward = avg_pool2d_backward;
-    k.adaptive_avg_pool2d_forward = adaptive_avg_pool2d_forward;
-    k.adaptive_avg_pool2d_backward = adaptive_avg_pool2d_backward;
-    k.global_avg_pool_forward = global_avg_pool_forward;
-    k.global_avg_pool_backward = global_avg_pool_backward;
-    k.sgd_step = sgd_step;
-    k.adamw_step = adamw_step;
-    k.scale_and_check_finite = unscale_and_check_finite;  // same contract: x *= factor, all finite
-    k.loss_scale_unscale = loss_scale_unscale;
-    k.loss_scale_update = loss_scale_update;
-    k.sum_of_squares = [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); };
-    k.max_abs = max_abs;
-    k.ema_update = ema_update;
+void register_kernels() {
+  constexpr DeviceType gpu = DeviceType::CUDA;
+  dropout_forward_kernel.set(gpu, dropout_forward);
+  dropout_backward_kernel.set(gpu, dropout_backward);
+  silu_forward_kernel.set(gpu, silu_forward);
+  silu_backward_kernel.set(gpu, silu_backward);
+  lrn_forward_kernel.set(gpu, lrn_forward);
+  max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);
+  max_pool2d_backward_kernel.set(gpu, max_pool2d_backward);
+  avg_pool2d_forward_kernel.set(gpu, avg_pool2d_forward);
+  avg_pool2d_backward_kernel.set(gpu, avg_pool2d_backward);
+  adaptive_avg_pool2d_forward_kernel.set(gpu, adaptive_avg_pool2d_forward);
+  adaptive_avg_pool2d_backward_kernel.set(gpu, adaptive_avg_pool2d_backward);
+  global_avg_pool_forward_kernel.set(gpu, global_avg_pool_forward);
+  global_avg_pool_backward_kernel.set(gpu, global_avg_pool_backward);
+  sgd_step_kernel.set(gpu, sgd_step);
+  adamw_step_kernel.set(gpu, adamw_step);
+  scale_and_check_finite_kernel.set(gpu, unscale_and_check_finite);  // same contract: x *= factor, all finite
+  loss_scale_unscale_kernel.set(gpu, loss_scale_unscale);
+  loss_scale_update_kernel.set(gpu, loss_scale_update);
+  sum_of_squares_kernel.set(gpu, [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); });
+  max_abs_kernel.set(gpu, max_abs);
+  ema_update_kernel.set(gpu, ema_update);
 
-    // cuDNN keeps no state between the passes: the `saved` handle stays null
-    k.conv2d_forward = [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
-                          std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); };
-    k.conv2d_backward = conv2d_backward;
-    k.matmul = matmul;
+  // cuDNN keeps no state between the passes: the `saved` handle stays null
+  conv2d_forward_kernel.set(gpu, [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
+                                    std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); });
+  conv2d_backward_kernel.set(gpu, conv2d_backward);
+  matmul_kernel.set(gpu, matmul);
 
-    k.batch_norm_forward = batch_norm_forward;
-    k.batch_norm_backward = batch_norm_backward;
-    k.batch_norm_relu_forward = batch_norm_relu_forward;
-    k.batch_norm_relu_backward = batch_norm_relu_backward;
-    k.increment_i64 = increment;  // core/cuda/copy_cuda.cu
-    // cross_entropy's saved state is the weight sum of the weighted loss (undefined without weights)
-    k.cross_entropy_forward = cross_entropy_forward;
-    k.cross_entropy_backward = cross_entropy_backward;
-    // soft_cross_entropy keeps no saved state: its backward recomputes from the logits and targets
-    k.soft_cross_entropy_forward = [](const Tensor& logits, const Tensor& targets, double e, const Tensor& w,
-                                      Tensor* /*saved*/) { return soft_cross_entropy_forward(logits, targets, e, w); };
-    k.soft_cross_entropy_backward = [](const Tensor& gl, const Tensor& logits, const Tensor& targets, double e,
-                                       const Tensor& w, const Tensor& /*saved*/) {
-      return soft_cross_entropy_backward(gl, logits, targets, e, w);
-    };
-    k.softmax = softmax;
+  batch_norm_forward_kernel.set(gpu, batch_norm_forward);
+  batch_norm_backward_kernel.set(gpu, batch_norm_backward);
+  batch_norm_relu_forward_kernel.set(gpu, batch_norm_relu_forward);
+  batch_norm_relu_backward_kernel.set(gpu, batch_norm_relu_backward);
+  increment_i64_kernel.set(gpu, increment);  // core/cuda/copy_cuda.cu
+  // cross_entropy's saved state is the weight sum of the weighted loss (undefined without weights)
+  cross_entropy_forward_kernel.set(gpu, cross_entropy_forward);
+  cross_entropy_backward_kernel.set(gpu, cross_entropy_backward);
+  // soft_cross_entropy keeps no saved state: its backward recomputes from the logits and targets
+  soft_cross_entropy_forward_kernel.set(gpu, [](const Tensor& logits, const Tensor& targets, double e, const Tensor& w,
+                                                Tensor* /*saved*/) {
+    return soft_cross_entropy_forward(logits, targets, e, w);
+  });
+  soft_cross_entropy_backward_kernel.set(gpu, [](const Tensor& gl, const Tensor& logits, const Tensor& targets, double e,
+                                                 const Tensor& w, const Tensor& /*saved*/) {
+    return soft_cross_entropy_backward(gl, logits, targets, e, w);
+  });
+  softmax_kernel.set(gpu, softmax);
 
-    k.binary = elementwise_binary;
-    k.unary = elementwise_unary;
-    k.affine = affine;
-    k.all_finite = all_finite;
-    k.sum = sum;
-    k.accumulate_step_stats = accumulate_step_stats;
-    k.copy = copy_tensor_cuda;
-    k.fill = fill_cuda;
-    k.allocator = cuda_allocator;
-    k.device_name = device_name;
-    k.native_bf16 = [](int index) { return context(index).cc_major >= 8; };
-    k.synchronize = synchronize;
-    k.memory_info = cuda_mem_get_info;
-    k.set_conv_benchmark = set_cudnn_benchmark;
-    k.conv_benchmark = cudnn_benchmark;
-    k.profile_range = [](bool on) { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); };
-    k.communicator_id = communicator_id;
-    k.make_communicator = make_communicator;
-    k.make_local_communicators = make_local_communicators;
-    // cuda::lrn_backward takes grad_out in x's dtype
-    k.lrn_backward = [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double kk) {
-      return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, kk);
-    };
-    return k;
-  }();
-  return table;
+  binary_kernel.set(gpu, elementwise_binary);
+  unary_kernel.set(gpu, elementwise_unary);
+  affine_kernel.set(gpu, affine);
+  all_finite_kernel.set(gpu, all_finite);
+  sum_kernel.set(gpu, sum);
+  accumulate_step_stats_kernel.set(gpu, accumulate_step_stats);
+  copy_kernel.set(gpu, copy_tensor_cuda);
+  fill_kernel.set(gpu, fill_cuda);
+  allocator_kernel.set(gpu, cuda_allocator);
+  device_name_kernel.set(gpu, device_name);
+  native_bf16_kernel.set(gpu, [](int index) { return context(index).cc_major >= 8; });
+  synchronize_kernel.set(gpu, synchronize);
+  memory_info_kernel.set(gpu, cuda_mem_get_info);
+  set_conv_benchmark_kernel.set(gpu, set_cudnn_benchmark);
+  conv_benchmark_kernel.set(gpu, cudnn_benchmark);
+  profile_range_kernel.set(gpu, [](bool on) { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); });
+  communicator_id_kernel.set(gpu, communicator_id);
+  make_communicator_kernel.set(gpu, make_communicator);
+  make_local_communicators_kernel.set(gpu, make_local_communicators);
+  // cuda::lrn_backward takes grad_out in x's dtype
+  lrn_backward_kernel.set(gpu, [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double k) {
+    return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, k);
+  });
+  pinned_alloc_kernel.set(gpu, pinned_alloc);  // core/cuda/pinned_cuda.cu
+  pinned_free_kernel.set(gpu, pinned_free);
+  is_pinned_kernel.set(gpu, is_pinned_ptr);
+  wait_host_copies_kernel.set(gpu, wait_host_copies);
 }
 
 }  // namespace kiln::cuda

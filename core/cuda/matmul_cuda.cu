@@ -8,7 +8,7 @@
 // the workspace is the device's 32 MiB cuBLASLt buffer. When the heuristic has nothing (tiny or odd
 // problems, e.g. 1x1x1 with a bias), the plan falls back to cuBLASLt without the epilogue, then to
 // cublasGemmEx, the bias then added by the elementwise kernel; the choice is cached with the plan
-// (MatmulPath in cuda_ops.h). matmul() is the kernel table's `matmul` entry (core/kernels.h; the ops are
+// (MatmulPath in cuda_ops.h). matmul() is the kernel of matmul_kernel (core/ops/linear.h; the ops are
 // core/ops/linear.cpp). Tests: tests/gpu/matmul_test.cpp.
 #include <array>
 #include <atomic>

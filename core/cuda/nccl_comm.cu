@@ -14,7 +14,7 @@
 #include <memory>
 #include <thread>
 
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/cuda/nccl_comm.h"
 #include "core/cuda/runtime.h"
 

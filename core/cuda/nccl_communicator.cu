@@ -1,7 +1,7 @@
 // kiln::Communicator over NCCL (nccl_comm.h): what the trainer's data-parallel code (GradSync,
-// weight broadcast, metric sums) talks to when its replicas are GPUs; and the kernel table's
-// communicator entries that create it (core/comm.h's make_device_communicator and
-// make_local_communicators reach them through the table).
+// weight broadcast, metric sums) talks to when its replicas are GPUs; and the kernels of
+// core/comm.h's communicator slots that create it (its make_device_communicator and
+// make_local_communicators reach them through the slots).
 #include <chrono>
 
 #include "core/cuda/nccl_comm.h"
@@ -86,7 +86,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<NcclComm> n
   return std::make_unique<NcclCommunicator>(std::move(nccl), std::move(also));
 }
 
-// --- the kernel table's communicator entries (core/kernels.h; core/comm.h's device-neutral functions) ---
+// --- the kernels of core/comm.h's communicator slots (used by its device-neutral functions) ---
 std::string communicator_id() { return NcclComm::unique_id(); }
 
 std::unique_ptr<Communicator> make_communicator(const std::string& id, int nranks, int rank, int device,

@@ -1,6 +1,8 @@
 // Pinned host memory (cudaHostAlloc, portable to every device) with a registry of the blocks, so the
 // copy code can tell a pinned source (asynchronous copy) from pageable memory and record, per block,
-// an event after the last copy that reads it. See pinned.h. Tests: tests/gpu/copy_test.cpp.
+// an event after the last copy that reads it. These are the CUDA kernels of core/pinned.h's slots
+// (pinned_alloc, pinned_free, is_pinned, wait_host_copies; registered in kernels_cuda.cu); the
+// tensors over the blocks are made in core/pinned.cpp. Tests: tests/gpu/copy_test.cpp.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -8,8 +10,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/cuda/host_wait.h"
-#include "core/cuda/pinned.h"
+#include "core/host_wait.h"
 #include "core/cuda/runtime.h"
 
 namespace kiln {
@@ -48,8 +49,12 @@ std::vector<cudaEvent_t> events_of(const void* p) {
   return out;
 }
 
+}  // namespace
+
+namespace cuda {
+
 // Storage deleter: no exceptions (runs in destructors); waits for readers, then frees.
-void release_pinned(void* p) {
+void pinned_free(void* p) {
   std::vector<std::pair<int, cudaEvent_t>> events;
   {
     std::lock_guard<std::mutex> lock(registry_mu());
@@ -67,46 +72,25 @@ void release_pinned(void* p) {
   cudaGetLastError();
 }
 
-}  // namespace
-
-Tensor empty_pinned(const Shape& shape, DType dtype) {
-  if (cuda_device_count() == 0) return Tensor::empty(shape, dtype, Device::cpu());
-  for (int64_t d : shape) KILN_CHECK(d >= 0, "empty_pinned: negative size in shape ", shape_str(shape));
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+void* pinned_alloc(size_t bytes) {
   void* p = nullptr;
-  cudaError_t e = cudaHostAlloc(&p, std::max<size_t>(bytes, 1), cudaHostAllocPortable);
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    throw OutOfMemoryError("out of pinned host memory: cudaHostAlloc of " + std::to_string(bytes) +
-                           " bytes failed for a tensor " + shape_str(shape));
+    return nullptr;
   }
   CUDA_CHECK(e);
-  {
-    std::lock_guard<std::mutex> lock(registry_mu());
-    registry()[reinterpret_cast<uintptr_t>(p)].bytes = bytes;
-  }
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(p, bytes, Device::cpu(), release_pinned);
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
-  impl->dtype = dtype;
-  return Tensor(std::move(impl));
+  std::lock_guard<std::mutex> lock(registry_mu());
+  registry()[reinterpret_cast<uintptr_t>(p)].bytes = bytes;
+  return p;
 }
 
-bool is_pinned(const Tensor& t) {
-  if (!t.defined() || !t.device().is_cpu()) return false;
-  return cuda::is_pinned_ptr(t.impl().storage->data);
-}
-
-void wait_host_copies(const Tensor& t) {
-  if (!t.defined() || !t.device().is_cpu()) return;
-  for (cudaEvent_t ev : events_of(t.impl().storage->data)) {
+void wait_host_copies(const void* p) {
+  for (cudaEvent_t ev : events_of(p)) {
     HostWaitTimer wait;
     CUDA_CHECK(cudaEventSynchronize(ev));
   }
 }
-
-namespace cuda {
 
 bool is_pinned_ptr(const void* p) {
   std::lock_guard<std::mutex> lock(registry_mu());

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_ops.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 
 namespace kiln {
 

@@ -111,9 +111,13 @@ T& per_device(int device) {
 }
 
 // Pinned host blocks (core/cuda/pinned_cuda.cu): whether p lies in one, and recording that a copy
-// reading it was just queued on `device`'s stream (wait_host_copies() then waits for it).
+// reading it was just queued on `device`'s stream (wait_host_copies() then waits for it). With
+// pinned_alloc, pinned_free and wait_host_copies, the kernels of core/pinned.h's slots.
 bool is_pinned_ptr(const void* p);
 void record_pinned_read(const void* p, int device);
+void* pinned_alloc(size_t bytes);  // nullptr when out of page-locked memory
+void pinned_free(void* p);
+void wait_host_copies(const void* p);
 
 // Grid size for a grid-stride loop over n items with `threads` per block: enough blocks to fill
 // the device a few times over, never more than the items need.

@@ -1,9 +1,9 @@
-// SiLU on the GPU (the kernel-table entries of core/kernels.h; the op is core/ops/silu.cpp): PyTorch's
+// SiLU on the GPU (the kernels of core/ops/silu.h's slots; the op is core/ops/silu.cpp): PyTorch's
 // formulas in f32, storage f32/f16/bf16, the packed elementwise loop of elementwise_util.cuh.
 // Tests: tests/gpu/silu_test.cpp (against the CPU kernels).
 #include "core/cuda/elementwise_util.cuh"
 #include "core/cuda/kernel_util.cuh"
-#include "core/kernels.h"
+#include "core/ops/silu.h"
 
 namespace kiln::cuda {
 namespace {

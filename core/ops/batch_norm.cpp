@@ -1,17 +1,24 @@
-// Batch normalisation: the op (checks, one backward closure); the kernels are the device's table
-// entries (core/kernels.h: core/cpu/batch_norm.cpp, core/cuda/batch_norm_cuda.cu). The forward
+// Batch normalisation: the op (checks, one backward closure); the kernels fill the slots of
+// batch_norm.h (core/cpu/batch_norm.cpp, core/cuda/batch_norm_cuda.cu). The forward
 // hands the per-channel mean and invstd it used to the backward as saved tensors. batch_norm_relu
-// (batch norm, residual add, ReLU) takes the fused entries where the device has them.
+// (batch norm, residual add, ReLU) takes the fused kernels where the device has them.
 // Tests: tests/core/batch_norm_test.cpp, tests/gpu/batch_norm_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #include "core/ops/batch_norm.h"
 
 #include <atomic>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/nn_util.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(batch_norm_forward);
+KILN_DEFINE_KERNEL_SLOT(batch_norm_backward);
+KILN_DEFINE_KERNEL_SLOT(batch_norm_relu_forward);
+KILN_DEFINE_KERNEL_SLOT(batch_norm_relu_backward);
+KILN_DEFINE_KERNEL_SLOT(increment_i64);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -77,8 +84,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, cons
                   const Tensor& running_var, bool training, double momentum, double eps) {
   const Device d = op_device("batch_norm", {x, gamma, beta, running_mean, running_var});
   check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
-  const auto forward = kernel(d, &Kernels::batch_norm_forward, "batch_norm");
-  const auto backward = kernel(d, &Kernels::batch_norm_backward, "batch_norm");
+  const auto forward = batch_norm_forward_kernel.get(d, "batch_norm");
+  const auto backward = batch_norm_backward_kernel.get(d, "batch_norm");
   BnBackwardState bw(x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta});
   Tensor y = forward(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,
@@ -95,12 +102,12 @@ Tensor batch_norm_relu(const Tensor& x, const Tensor& gamma, const Tensor& beta,
   check_args(x, gamma, beta, running_mean, running_var, training, momentum, eps);
   KILN_CHECK(!residual.defined() || (residual.shape() == x.shape() && residual.dtype() == x.dtype()),
              "batch_norm_relu: residual ", residual.str(), " must have the shape and dtype of x ", x.str());
-  const auto fused = batch_norm_relu_fused() ? kernels(d).batch_norm_relu_forward : nullptr;
+  const auto fused = batch_norm_relu_fused() ? batch_norm_relu_forward_kernel.find(d, "batch_norm_relu") : nullptr;
   if (!fused) {  // this device has no fused kernel (or it is switched off): the three ops
     Tensor y = batch_norm(x, gamma, beta, running_mean, running_var, training, momentum, eps);
     return relu(residual.defined() ? add(y, residual) : y);
   }
-  const auto backward = kernel(d, &Kernels::batch_norm_relu_backward, "batch_norm_relu");
+  const auto backward = batch_norm_relu_backward_kernel.get(d, "batch_norm_relu");
   BnBackwardState bw(x, gamma, beta, training);
   const bool rec = needs_record({x, gamma, beta, residual});
   Tensor y = fused(x.detach(), bw.gd, detached(beta), detached(running_mean), detached(running_var), training,

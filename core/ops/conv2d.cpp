@@ -1,8 +1,8 @@
-// conv2d: the op (checks, one backward closure); its kernels are the device's kernel-table entries
-// conv2d_forward and conv2d_backward (core/kernels.h): oneDNN, Winograd and im2col in
+// conv2d: the op (checks, one backward closure); its kernels fill the slots
+// conv2d_forward and conv2d_backward (conv2d.h): oneDNN, Winograd and im2col in
 // core/cpu/conv2d.cpp (the choice among them, core/cpu/conv_algo.h, lives inside the CPU kernel),
 // cuDNN in core/cuda/conv2d_cuda.cu. What the forward leaves for the backward (the CPU's reordered
-// weights) travels as the table's opaque `saved` handle.
+// weights) travels as the slots' opaque `saved` handle.
 //
 // Tests: tests/core/conv2d_test.cpp, tests/gpu/ops_dispatch_test.cpp. Benchmark: `kiln bench conv`,
 // tools/bench/bench_ops.py.
@@ -11,8 +11,12 @@
 #include <memory>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(conv2d_forward);
+KILN_DEFINE_KERNEL_SLOT(conv2d_backward);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -57,8 +61,8 @@ Tensor conv2d(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2d
   Shape ys = conv2d_output_shape(x0.shape(), w0.shape(), p);
   KILN_CHECK(!b0.defined() || b0.shape() == Shape{w0.size(0)}, "conv2d: bias ", b0.str(), " must have shape [",
              w0.size(0), "] for weight ", w0.str());
-  const auto backward = kernel(d, &Kernels::conv2d_backward, "conv2d");
-  const auto forward = kernel(d, &Kernels::conv2d_forward, "conv2d");
+  const auto backward = conv2d_backward_kernel.get(d, "conv2d");
+  const auto forward = conv2d_forward_kernel.get(d, "conv2d");
   Conv2dBackwardArgs args;
   args.x_shape = x0.shape();
   args.w_shape = w0.shape();

@@ -16,8 +16,7 @@ Device op_device(const char* op, std::initializer_list<Tensor> ts) {
   }
   if (!first) return Device::cpu();
   Device d = first->device();
-  KILN_CHECK(!d.is_cuda() || cuda_compiled(), op, ": tensor ", first->str(), " is on ", d.str(),
-             ", and kiln was built without CUDA");
+  check_available(d, op);
   return d;
 }
 

@@ -1,8 +1,9 @@
 // Device dispatch of the public ops: op_device() finds the device an op's tensors share, and the op
-// takes its kernels from that device's kernel table (core/kernels.h, docs/adding_an_op.md). Tensors
-// on different devices are an error naming the op and both devices; there is never a silent copy to
-// another device. A build without CUDA cannot create a CUDA tensor; op_device() throws there if one
-// shows up anyway ("<op>: tensor ... is on cuda:0, and kiln was built without CUDA").
+// takes its kernels for that device from its kernel slots (core/kernel_slot.h, docs/adding_an_op.md).
+// Tensors on different devices are an error naming the op and both devices; there is never a silent
+// copy to another device. A build without CUDA cannot create a CUDA tensor; op_device() throws there
+// if one shows up anyway (check_available: "<op>: device cuda:0 is not available: kiln was built
+// without CUDA").
 // Tests: tests/core/*_test.cpp (CPU), tests/gpu/ops_dispatch_test.cpp (CUDA against CPU).
 #pragma once
 #include <initializer_list>

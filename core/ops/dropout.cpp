@@ -1,13 +1,17 @@
 // Inverted dropout: the op (checks, the generator state, one backward closure); the kernels are the
-// device's table entries (core/kernels.h: core/cpu/dropout.cpp, core/cuda/dropout_cuda.cu).
+// device's kernel slots (dropout.h: core/cpu/dropout.cpp, core/cuda/dropout_cuda.cu).
 // Tests: tests/core/dropout_test.cpp, tests/gpu/dropout_test.cpp.
 #include "core/ops/dropout.h"
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
 #include "core/rng.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(dropout_forward);
+KILN_DEFINE_KERNEL_SLOT(dropout_backward);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -16,8 +20,8 @@ Tensor dropout(const Tensor& x, double p, bool training) {
   nn::check_floating("dropout", "x", x);
   KILN_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got ", p, " (x ", x.str(), ")");
   if (!training || p == 0 || x.numel() == 0) return x;
-  const auto forward = kernel(d, &Kernels::dropout_forward, "dropout");
-  const auto backward = kernel(d, &Kernels::dropout_backward, "dropout");
+  const auto forward = dropout_forward_kernel.get(d, "dropout");
+  const auto backward = dropout_backward_kernel.get(d, "dropout");
   // The mask's counters are reserved on the host, whatever the device: the same mask everywhere.
   RngState state = default_generator().advance(static_cast<uint64_t>(x.numel()));
   Tensor y = forward(x.detach(), p, state);

@@ -5,6 +5,8 @@
 // In training a call reserves numel(x) counters of the default generator (element i uses counter
 // offset + i) and keeps element i iff uniform_at(state, i) >= p. Tests: tests/core/dropout_test.cpp.
 #pragma once
+#include "core/kernel_slot.h"
+#include "core/rng.h"
 #include "core/tensor.h"
 
 namespace kiln::ops {
@@ -12,3 +14,13 @@ namespace kiln::ops {
 Tensor dropout(const Tensor& x, double p, bool training);
 
 }  // namespace kiln::ops
+
+namespace kiln {
+
+// --- dropout's kernels (core/kernel_slot.h): element i (row-major) is kept iff
+// uniform_at(state, i) >= float(p), kept values scaled by 1/(1-p) (a multiply: a dropped NaN stays
+// NaN); the backward redraws the mask from the same state. Output dtype = input dtype.
+extern KernelSlot<Tensor (*)(const Tensor& x, double p, RngState state)> dropout_forward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& grad_out, double p, RngState state)> dropout_backward_kernel;
+
+}  // namespace kiln

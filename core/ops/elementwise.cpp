@@ -1,14 +1,20 @@
 // Elementwise ops and their autograd, written once for every device: the checks here, the kernels
-// from the device's table (core/kernels.h; the CPU's in core/cpu/elementwise.cpp, CUDA's in
+// from the device's kernel slots (elementwise.h; the CPU's in core/cpu/elementwise.cpp, CUDA's in
 // core/cuda/elementwise_cuda.cu). The backward closures are written with these same public ops.
 #include "core/ops/elementwise.h"
 
 #include <algorithm>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(binary);
+KILN_DEFINE_KERNEL_SLOT(unary);
+KILN_DEFINE_KERNEL_SLOT(affine);
+KILN_DEFINE_KERNEL_SLOT(all_finite);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -36,7 +42,7 @@ void check_binary(const Tensor& a, const Tensor& b) {
 Tensor binary(const char* name, ElementwiseBinary op, const Tensor& a, const Tensor& b) {
   check_binary(a, b);
   const Device d = op_device(name, {a, b});
-  return kernel(d, &Kernels::binary, name)(op, a.detach(), b.detach());
+  return binary_kernel.get(d, name)(op, a.detach(), b.detach());
 }
 
 void check_unary(const char* name, const Tensor& a) {
@@ -46,14 +52,14 @@ void check_unary(const char* name, const Tensor& a) {
 Tensor unary(const char* name, ElementwiseUnary op, const Tensor& a) {
   check_unary(name, a);
   const Device d = op_device(name, {a});
-  return kernel(d, &Kernels::unary, name)(op, a.detach());
+  return unary_kernel.get(d, name)(op, a.detach());
 }
 
 // a * mul + add (add_scalar, mul_scalar).
 Tensor affine(const char* name, const Tensor& a, double mul, double add) {
   check_unary(name, a);
   const Device d = op_device(name, {a});
-  return kernel(d, &Kernels::affine, name)(a.detach(), mul, add);
+  return affine_kernel.get(d, name)(a.detach(), mul, add);
 }
 
 }  // namespace
@@ -136,7 +142,7 @@ Tensor square(const Tensor& a) {
 
 bool all_finite(const Tensor& a) {
   const Device d = op_device("all_finite", {a});
-  return kernel(d, &Kernels::all_finite, "all_finite")(a.detach());
+  return all_finite_kernel.get(d, "all_finite")(a.detach());
 }
 
 }  // namespace kiln::ops

@@ -1,5 +1,5 @@
 // matmul and linear: the ops (checks, one backward closure each); the product itself is the device's
-// kernel-table entry `matmul` (core/kernels.h: oneDNN in core/cpu/linear.cpp, cuBLASLt in
+// kernel slot `matmul_kernel` (linear.h: oneDNN in core/cpu/linear.cpp, cuBLASLt in
 // core/cuda/matmul_cuda.cu), which takes the transposes as flags, so no operand is copied:
 //
 //   matmul: y = a b            da = gy b^T      db = a^T gy
@@ -10,9 +10,12 @@
 #include "core/ops/linear.h"
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/reduce.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(matmul);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -34,7 +37,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
              " vs ", b.size(0), ")");
   KILN_CHECK(a.dtype() == b.dtype(), "matmul: a ", a.str(), " and b ", b.str(), " must have the same dtype");
   const Device d = op_device("matmul", {a, b});
-  const auto mm = kernel(d, &Kernels::matmul, "matmul");
+  const auto mm = matmul_kernel.get(d, "matmul");
   DType dt = a.dtype();
   Tensor ad = a.detach(), bd = b.detach();
   Tensor y = mm(ad, bd, false, false, Tensor());
@@ -60,7 +63,7 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& b) {
     KILN_CHECK(b.dtype() == x.dtype(), "linear: bias ", b.str(), " and input x ", x.str(), " must have the same dtype");
   }
   const Device d = op_device("linear", {x, w, b});
-  const auto mm = kernel(d, &Kernels::matmul, "linear");
+  const auto mm = matmul_kernel.get(d, "linear");
   DType dt = x.dtype();
   Tensor xd = x.detach(), wd = w.detach();
   Tensor y = mm(xd, wd, false, true, b.defined() ? b.detach() : Tensor());

@@ -1,5 +1,5 @@
 // Softmax and the softmax cross-entropy losses: the ops (checks, one backward closure each); the
-// kernels are the device's table entries (core/kernels.h: core/cpu/loss.cpp, core/cuda/loss_cuda.cu).
+// kernels fill the slots of loss.h (core/cpu/loss.cpp, core/cuda/loss_cuda.cu).
 // The forward kernels hand the backward an opaque saved state (the CPU: each row's log-sum-exp; CUDA:
 // the weight sum of weighted cross_entropy).
 // Tests: tests/core/loss_test.cpp, tests/core/soft_loss_test.cpp, tests/core/weighted_loss_test.cpp,
@@ -7,9 +7,16 @@
 #include "core/ops/loss.h"
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(cross_entropy_forward);
+KILN_DEFINE_KERNEL_SLOT(cross_entropy_backward);
+KILN_DEFINE_KERNEL_SLOT(soft_cross_entropy_forward);
+KILN_DEFINE_KERNEL_SLOT(soft_cross_entropy_backward);
+KILN_DEFINE_KERNEL_SLOT(softmax);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -39,9 +46,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1, "cross_entropy: label_smoothing must be in [0, 1], got ",
              label_smoothing);
   check_class_weights("cross_entropy", logits, class_weights);
-  const auto backward = kernel(d, &Kernels::cross_entropy_backward, "cross_entropy");
+  const auto backward = cross_entropy_backward_kernel.get(d, "cross_entropy");
   Tensor w = detached(class_weights), y = labels.detach(), saved;
-  Tensor loss = kernel(d, &Kernels::cross_entropy_forward, "cross_entropy")(logits.detach(), y, label_smoothing, w,
+  Tensor loss = cross_entropy_forward_kernel.get(d, "cross_entropy")(logits.detach(), y, label_smoothing, w,
                                                                             needs_record({logits}) ? &saved : nullptr);
   return record("cross_entropy", {logits}, loss,
                 [backward, zd = logits.detach(), y, label_smoothing, w, saved](const Tensor& g) {
@@ -62,9 +69,9 @@ Tensor soft_cross_entropy(const Tensor& logits, const Tensor& targets, double la
   KILN_CHECK(label_smoothing >= 0 && label_smoothing <= 1,
              "soft_cross_entropy: label_smoothing must be in [0, 1], got ", label_smoothing);
   check_class_weights("soft_cross_entropy", logits, class_weights);
-  const auto backward = kernel(d, &Kernels::soft_cross_entropy_backward, "soft_cross_entropy");
+  const auto backward = soft_cross_entropy_backward_kernel.get(d, "soft_cross_entropy");
   Tensor w = detached(class_weights), t = targets.detach(), saved;
-  Tensor loss = kernel(d, &Kernels::soft_cross_entropy_forward, "soft_cross_entropy")(
+  Tensor loss = soft_cross_entropy_forward_kernel.get(d, "soft_cross_entropy")(
       logits.detach(), t, label_smoothing, w, needs_record({logits}) ? &saved : nullptr);
   return record("soft_cross_entropy", {logits}, loss,
                 [backward, zd = logits.detach(), t, label_smoothing, w, saved](const Tensor& g) {
@@ -78,7 +85,7 @@ Tensor softmax(const Tensor& logits) {
   KILN_CHECK(logits.dim() >= 1 && logits.size(-1) > 0, "softmax: needs a last dim of size > 0, got ", logits.str());
   const int64_t K = logits.size(-1);
   Tensor rows = logits.detach().reshape({logits.numel() / K, K});
-  return kernel(d, &Kernels::softmax, "softmax")(rows).reshape(logits.shape());
+  return softmax_kernel.get(d, "softmax")(rows).reshape(logits.shape());
 }
 
 }  // namespace kiln::ops

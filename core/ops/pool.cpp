@@ -1,14 +1,24 @@
-// Pooling: the ops (checks, one backward closure each); the kernels are the device's table entries
-// (core/kernels.h: core/cpu/pool.cpp, core/cuda/pool_cuda.cu). Tests: tests/core/pool_test.cpp,
+// Pooling: the ops (checks, one backward closure each); the kernels fill the slots of pool.h
+// (core/cpu/pool.cpp, core/cuda/pool_cuda.cu). Tests: tests/core/pool_test.cpp,
 // tests/gpu/ops_dispatch_test.cpp.
 #include "core/ops/pool.h"
 
 #include <limits>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/nn_util.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(max_pool2d_forward);
+KILN_DEFINE_KERNEL_SLOT(max_pool2d_backward);
+KILN_DEFINE_KERNEL_SLOT(avg_pool2d_forward);
+KILN_DEFINE_KERNEL_SLOT(avg_pool2d_backward);
+KILN_DEFINE_KERNEL_SLOT(adaptive_avg_pool2d_forward);
+KILN_DEFINE_KERNEL_SLOT(adaptive_avg_pool2d_backward);
+KILN_DEFINE_KERNEL_SLOT(global_avg_pool_forward);
+KILN_DEFINE_KERNEL_SLOT(global_avg_pool_backward);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -60,9 +70,9 @@ Shape pool2d_output_shape(const Shape& x, const Pool2dParams& p) {
 
 Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
   const Device d = check_pool("max_pool2d", x, p);
-  const auto backward = kernel(d, &Kernels::max_pool2d_backward, "max_pool2d");
+  const auto backward = max_pool2d_backward_kernel.get(d, "max_pool2d");
   Tensor idx;  // the argmax of each window, kept for the backward
-  Tensor y = kernel(d, &Kernels::max_pool2d_forward, "max_pool2d")(x.detach(), p, needs_record({x}) ? &idx : nullptr);
+  Tensor y = max_pool2d_forward_kernel.get(d, "max_pool2d")(x.detach(), p, needs_record({x}) ? &idx : nullptr);
   return record("max_pool2d", {x}, y, [backward, idx, p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
     return grads{in_dtype(backward(as_dtype(gy, dt), idx, xs, p), dt)};
   });
@@ -70,8 +80,8 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
 
 Tensor avg_pool2d(const Tensor& x, const Pool2dParams& p) {
   const Device d = check_pool("avg_pool2d", x, p);
-  const auto backward = kernel(d, &Kernels::avg_pool2d_backward, "avg_pool2d");
-  Tensor y = kernel(d, &Kernels::avg_pool2d_forward, "avg_pool2d")(x.detach(), p);
+  const auto backward = avg_pool2d_backward_kernel.get(d, "avg_pool2d");
+  Tensor y = avg_pool2d_forward_kernel.get(d, "avg_pool2d")(x.detach(), p);
   return record("avg_pool2d", {x}, y, [backward, p, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
     return grads{in_dtype(backward(as_dtype(gy, dt), xs, p), dt)};
   });
@@ -82,8 +92,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
   KILN_CHECK(out_h > 0 && out_w > 0, "adaptive_avg_pool2d: output size ", out_h, "x", out_w,
              " must be positive (x ", x.str(), ")");
   KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "adaptive_avg_pool2d: empty input plane in ", x.str());
-  const auto backward = kernel(d, &Kernels::adaptive_avg_pool2d_backward, "adaptive_avg_pool2d");
-  Tensor y = kernel(d, &Kernels::adaptive_avg_pool2d_forward, "adaptive_avg_pool2d")(x.detach(), out_h, out_w);
+  const auto backward = adaptive_avg_pool2d_backward_kernel.get(d, "adaptive_avg_pool2d");
+  Tensor y = adaptive_avg_pool2d_forward_kernel.get(d, "adaptive_avg_pool2d")(x.detach(), out_h, out_w);
   return record("adaptive_avg_pool2d", {x}, y, [backward, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
     return grads{in_dtype(backward(as_dtype(gy, dt), xs), dt)};
   });
@@ -92,8 +102,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w) {
 Tensor global_avg_pool(const Tensor& x) {
   const Device d = check_input("global_avg_pool", x);
   KILN_CHECK(x.size(1) > 0 && x.size(2) > 0, "global_avg_pool: empty input plane in ", x.str());
-  const auto backward = kernel(d, &Kernels::global_avg_pool_backward, "global_avg_pool");
-  Tensor y = kernel(d, &Kernels::global_avg_pool_forward, "global_avg_pool")(x.detach());
+  const auto backward = global_avg_pool_backward_kernel.get(d, "global_avg_pool");
+  Tensor y = global_avg_pool_forward_kernel.get(d, "global_avg_pool")(x.detach());
   return record("global_avg_pool", {x}, y, [backward, xs = x.shape(), dt = x.dtype()](const Tensor& gy) {
     return grads{in_dtype(backward(as_dtype(gy, dt), xs), dt)};
   });

@@ -8,6 +8,7 @@
 //   global_avg_pool: (N, H, W, C) -> (N, C).
 //   adaptive_avg_pool2d: PyTorch's bins (start = floor(i*H/OH), end = ceil((i+1)*H/OH)).
 #pragma once
+#include "core/kernel_slot.h"
 #include "core/tensor.h"
 
 namespace kiln::ops {
@@ -29,3 +30,24 @@ Tensor global_avg_pool(const Tensor& x);
 Tensor adaptive_avg_pool2d(const Tensor& x, int64_t out_h, int64_t out_w);
 
 }  // namespace kiln::ops
+
+namespace kiln {
+
+// --- the pools' kernels (core/kernel_slot.h), NHWC, PyTorch's windows; inputs checked by the op.
+// Forward outputs in x's dtype; grad_out comes in x's dtype, and dx may be returned in it or in the
+// compute dtype (the op converts).
+// max: *indices (if not null) receives the argmax of each window as h*W + w in its image (i32),
+// which the backward takes. global_avg_pool: (N, H, W, C) -> (N, C).
+extern KernelSlot<Tensor (*)(const Tensor& x, const ops::Pool2dParams& p, Tensor* indices)> max_pool2d_forward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& grad_out, const Tensor& indices, const Shape& x_shape,
+                             const ops::Pool2dParams& p)>
+    max_pool2d_backward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& x, const ops::Pool2dParams& p)> avg_pool2d_forward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& grad_out, const Shape& x_shape, const ops::Pool2dParams& p)>
+    avg_pool2d_backward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& x, int64_t out_h, int64_t out_w)> adaptive_avg_pool2d_forward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& grad_out, const Shape& x_shape)> adaptive_avg_pool2d_backward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& x)> global_avg_pool_forward_kernel;
+extern KernelSlot<Tensor (*)(const Tensor& grad_out, const Shape& x_shape)> global_avg_pool_backward_kernel;
+
+}  // namespace kiln

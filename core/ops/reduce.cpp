@@ -1,5 +1,5 @@
 // Reductions, written once for every device: the checks and autograd here, the kernels from the
-// device's table (core/kernels.h; the CPU's sum in core/cpu/reduce.cpp, CUDA's in
+// device's kernel slots (reduce.h, core/optim_kernels.h; the CPU's sum in core/cpu/reduce.cpp, CUDA's in
 // core/cuda/reduce_cuda.cu with f32 accumulation, deterministic two-pass). argmax and topk_indices
 // rank on the host and return the indices on the input's device.
 #include "core/ops/reduce.h"
@@ -9,9 +9,13 @@
 #include <numeric>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
+#include "core/optim_kernels.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(sum);
+}  // namespace kiln
 
 namespace kiln::ops {
 
@@ -54,7 +58,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims0, bool keepdim) {
   KILN_CHECK(is_floating(x.dtype()), "sum: needs a floating tensor, got ", x.str());
   std::vector<int64_t> dims = normalize_dims(x, dims0);
   const Device d = op_device("sum", {x});
-  Tensor out = kernel(d, &Kernels::sum, "sum")(x.detach(), dims, keepdim);
+  Tensor out = sum_kernel.get(d, "sum")(x.detach(), dims, keepdim);
   Shape in_shape = x.shape();
   return record("sum", {x}, out, [in_shape, dims](const Tensor& g) { return grads{expand_to(g, in_shape, dims)}; });
 }
@@ -138,7 +142,7 @@ double sum_of_squares(const Tensor& x) {
     return s;
   }
   Tensor xf = (x.dtype() == DType::f32 ? x.detach() : x.detach().to(DType::f32)).contiguous();
-  return kernel(d, &Kernels::sum_of_squares, "sum_of_squares")({xf});
+  return sum_of_squares_kernel.get(d, "sum_of_squares")({xf});
 }
 
 double max_abs(const Tensor& x) {
@@ -152,7 +156,7 @@ double max_abs(const Tensor& x) {
     return m;
   }
   Tensor xf = (x.dtype() == DType::f32 ? x.detach() : x.detach().to(DType::f32)).contiguous();
-  return kernel(d, &Kernels::max_abs, "max_abs")(xf);
+  return max_abs_kernel.get(d, "max_abs")(xf);
 }
 
 }  // namespace kiln::ops

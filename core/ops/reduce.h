@@ -1,10 +1,11 @@
 // Reductions. sum/mean are recorded by autograd; dims may be negative; keepdim keeps size-1 dims.
 // Accumulation is in f64 for f64 inputs and f32 otherwise (blocked, so large sums stay accurate).
-// Any device: the kernels come from the device's table (core/kernels.h).
+// Any device: the kernels come from the device's slots (sum_kernel below).
 // Tests: tests/core/autograd_test.cpp, tests/core/nan_test.cpp, tests/gpu/ops_dispatch_test.cpp.
 #pragma once
 #include <vector>
 
+#include "core/kernel_slot.h"
 #include "core/tensor.h"
 
 namespace kiln::ops {
@@ -26,3 +27,12 @@ double max_abs(const Tensor& x);
 Shape reduced_shape(const Shape& s, const std::vector<int64_t>& dims, bool keepdim);
 
 }  // namespace kiln::ops
+
+namespace kiln {
+
+// --- the sum's kernel (core/kernel_slot.h): the sum over `dims` (sorted, distinct, in range: the op
+// normalises them), keepdim keeping them as size 1. Output in x's dtype (floating); accumulated in
+// f64 on the CPU, f32 on a GPU. (sum of squares and max |x| are core/optim_kernels.h's.)
+extern KernelSlot<Tensor (*)(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim)> sum_kernel;
+
+}  // namespace kiln

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/cpu/conv_algo.h"
+#include "core/conv_policy.h"
 #include "core/device.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "tools/cli/commands.h"
 
 using namespace kiln;
@@ -198,7 +198,7 @@ TEST(BenchCheckpoint, RoundsAlternateAndGiveOneRowPerPolicy) {
   }
 }
 
-// The host-wait counter (core/cuda/host_wait.h) that bench train's host_blocked column reads: each
+// The host-wait counter (core/host_wait.h) that bench train's host_blocked column reads: each
 // HostWaitTimer scope adds its duration and one call; the column is "n/a" off a GPU and a percentage
 // of the step time on one.
 TEST(BenchTrain, HostWaitCounterAndColumn) {

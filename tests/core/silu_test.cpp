@@ -1,17 +1,22 @@
 // ops::silu on the CPU (core/ops/silu.h): values against a double-precision reference, f16/bf16
 // rounded once from f32, PyTorch's values at the extremes, the gradient (formula and finite
-// differences), the silu layer, and the kernel table's error for a missing entry.
+// differences), and the kernel slots (core/kernel_slot.h): registration, lookup and
+// the error for a missing kernel.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
+#include "core/device.h"
+#include "core/kernel_slot.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/silu.h"
+#include "tests/expect_error.h"
 #include "tests/gradcheck.h"
 
 using namespace kiln;
+using kiln::testing::expect_error;
 using kiln::testing::randn;
 
 namespace {
@@ -71,18 +76,43 @@ TEST(Silu, ExtremesAreThoseOfPyTorch) {
 }
 
 
-TEST(KernelTable, EntriesAndMissingOnes) {
-  const Kernels& cpu = kernels(Device::cpu());
-  EXPECT_STREQ(cpu.device, "cpu");
-  EXPECT_NE(cpu.silu_forward, nullptr);
-  EXPECT_NE(cpu.dropout_backward, nullptr);
-  EXPECT_EQ(kernel(Device::cpu(), &Kernels::silu_forward, "silu"), cpu.silu_forward);
-#ifndef KILN_WITH_CUDA
-  try {
-    kernels(Device::cuda(0));
-    ADD_FAILURE() << "a CUDA table in a CPU-only build";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no kernels for device cuda:0"), std::string::npos) << e.what();
+TEST(KernelSlot, RegisteredKernelsAndMissingOnes) {
+  // cpu::register_kernels filled silu's slots (on the first lookup); the op runs what get() returns.
+  const auto forward = silu_forward_kernel.get(Device::cpu(), "silu");
+  ASSERT_NE(forward, nullptr);
+  EXPECT_EQ(silu_forward_kernel.find(Device::cpu()), forward);
+  Tensor x = randn({2, 3}, 4);
+  EXPECT_EQ(forward(x).to_double_vector(), ops::silu(x).to_double_vector());
+  EXPECT_STREQ(silu_forward_kernel.name(), "silu_forward");
+  // A kernel the CPU does not have: an error naming the op and the device, never a fallback.
+  EXPECT_EQ(memory_info_kernel.find(Device::cpu()), nullptr);
+  expect_error([] { memory_info_kernel.get(Device::cpu(), "memory_info"); }, {"memory_info: no cpu kernel"});
+  expect_error([] { memory_info_kernel.get(Device::cpu()); }, {"memory_info: no cpu kernel"});  // the slot's name
+  if (!cuda_compiled())
+    expect_error([] { silu_forward_kernel.get(Device::cuda(0), "silu"); },
+                 {"silu: device cuda:0 is not available: kiln was built without CUDA"});
+  else
+    EXPECT_NE(silu_forward_kernel.find(Device::cuda(0)), nullptr);  // cuda::register_kernels filled it
+}
+
+namespace {
+Tensor twice(const Tensor& x) { return ops::mul_scalar(x, 2.0); }
+}  // namespace
+
+TEST(KernelSlot, OneKernelPerDeviceTypeAndTheErrorOfAMissingOne) {
+  KernelSlot<Tensor (*)(const Tensor&)> slot("probe");
+  expect_error([&] { slot.get(Device::cpu(), "probe_op"); }, {"probe_op: no cpu kernel"});
+  slot.set(DeviceType::CPU, twice);
+  EXPECT_EQ(slot.get(Device::cpu()), &twice);
+  EXPECT_EQ(slot.find(Device::cpu()), &twice);
+  if (cuda_compiled()) {
+    // The CPU's kernel is never used for a GPU.
+    EXPECT_EQ(slot.find(Device::cuda(0)), nullptr);
+    expect_error([&] { slot.get(Device::cuda(0), "probe_op"); }, {"probe_op: no cuda kernel"});
+    slot.set(DeviceType::CUDA, twice);
+    EXPECT_EQ(slot.get(Device::cuda(1)), &twice);
+  } else {
+    expect_error([&] { slot.get(Device::cuda(0)); },
+                 {"probe: device cuda:0 is not available: kiln was built without CUDA"});
   }
-#endif
 }

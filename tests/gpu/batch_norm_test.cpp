@@ -8,7 +8,6 @@
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
-#include "core/kernels.h"
 #include "core/ops/batch_norm.h"
 #include "core/ops/elementwise.h"
 
@@ -112,14 +111,13 @@ void check(const Shape& s, DType t, bool affine, double mean, uint64_t seed) {
   }
 }
 
-// The kernel table's training entries (the op's path): cuDNN's persistent NHWC batch norm for f32/f16
+// The registered training kernels (the op's path): cuDNN's persistent NHWC batch norm for f32/f16
 // (N, H, W, C) when set_batch_norm_cudnn is on, kiln's kernels otherwise; both against the formulas.
 // `want_cudnn`: 1 (0) when the forward must (must not) have taken cuDNN (it leaves its reserve in
 // `saved`), -1 when either is right (bf16: cuDNN may refuse it); the path taken is printed.
 // `mean`: the inputs' offset (1000: a large mean, which a one-pass E[x^2] - E[x]^2 would cancel).
 void check_table(const Shape& s, DType t, bool affine, bool running, double eps, int want_cudnn, uint64_t seed,
                  double mean = 0.3) {
-  const Kernels& k = kernels(gpu());
   int64_t C = s.back();
   Tensor x = rand_cpu(s, seed, t, 2.0, mean);
   Tensor gamma = affine ? rand_cpu({C}, seed + 1, DType::f32, 0.5, 1.0) : Tensor();
@@ -136,7 +134,8 @@ void check_table(const Shape& s, DType t, bool affine, bool running, double eps,
   BnRef r = ref_bn(x, gamma, beta, rm, rv, gy, true, momentum, eps);
   Tensor grm = running ? rm.to(gpu()) : Tensor(), grv = running ? rv.to(gpu()) : Tensor(), sm, si;
   std::shared_ptr<void> saved;
-  Tensor y = k.batch_norm_forward(x.to(gpu()), opt(gamma), opt(beta), grm, grv, true, momentum, eps, &sm, &si, &saved);
+  Tensor y = batch_norm_forward_kernel.get(gpu())(x.to(gpu()), opt(gamma), opt(beta), grm, grv, true, momentum, eps,
+                                                 &sm, &si, &saved);
   if (want_cudnn >= 0) {
     EXPECT_EQ(saved != nullptr, want_cudnn == 1) << what;
   } else {
@@ -149,7 +148,8 @@ void check_table(const Shape& s, DType t, bool affine, bool running, double eps,
     gputest::expect_near_all(grm, r.rm, 1e-5 * (1 + std::fabs(mean)), 1e-5, "table running_mean " + what);
     gputest::expect_near_all(grv, r.rv, 1e-5, 1e-4, "table running_var " + what);
   }
-  BatchNormGradients gr = k.batch_norm_backward(gy.to(gpu()), x.to(gpu()), opt(gamma), sm, si, saved, true, true);
+  BatchNormGradients gr =
+      batch_norm_backward_kernel.get(gpu())(gy.to(gpu()), x.to(gpu()), opt(gamma), sm, si, saved, true, true);
   gputest::expect_near_all(gr.dx, r.dx, ytol, 10 * tol, "table dx " + what);
   double n = std::sqrt(static_cast<double>(x.numel() / C));
   gputest::expect_near_all(gr.dgamma, r.dgamma, 1e-4 * n, 1e-4, "table dgamma " + what);
@@ -245,11 +245,11 @@ bool check_bn_relu(const Shape& s, DType t, bool with_residual, uint64_t seed) {
   }
   gputest::expect_near_all(grm, crm.to_double_vector(), 1e-5, 1e-5, "running_mean " + what);
   gputest::expect_near_all(grv, crv.to_double_vector(), 1e-5, 1e-4, "running_var " + what);
-  // Which path the table took, for the log.
+  // Which path the registered kernel took, for the log.
   std::shared_ptr<void> saved;
   Tensor sm, si;
-  kernels(gpu()).batch_norm_relu_forward(x.to(gpu()), gamma.to(gpu()), beta.to(gpu()), Tensor(), Tensor(), true, 0.1,
-                                         1e-5, with_residual ? r.to(gpu()) : Tensor(), &sm, &si, &saved);
+  batch_norm_relu_forward_kernel.get(gpu())(x.to(gpu()), gamma.to(gpu()), beta.to(gpu()), Tensor(), Tensor(), true,
+                                            0.1, 1e-5, with_residual ? r.to(gpu()) : Tensor(), &sm, &si, &saved);
   return cuda::batch_norm_saved_is_fused(saved);
 }
 

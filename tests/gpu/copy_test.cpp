@@ -2,11 +2,11 @@
 // fill on a GPU: the results must equal the CPU's copy/fill bit for bit.
 #include <gtest/gtest.h>
 
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "tests/gpu/gpu_test_util.h"
 
 #ifdef KILN_WITH_CUDA
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/ops/linear.h"
 #endif
 

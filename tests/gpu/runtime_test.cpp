@@ -8,13 +8,13 @@
 #include <functional>
 
 #include "core/allocator.h"
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "core/device.h"
 #include "tests/gpu/gpu_test_util.h"
 
 #ifdef KILN_WITH_CUDA
 #include "core/cuda/cuda_ops.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/cuda/runtime.h"
 #include "core/ops/linear.h"
 #include "core/ops/reduce.h"

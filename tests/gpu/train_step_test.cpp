@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"

@@ -10,7 +10,7 @@
 // steps (the data loader is not involved: this is the model's speed, see tools/bench/bench_gpu.py).
 // `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
-// (core/cpu/conv_algo.h) measuring from scratch; per layer shape and pass (forward, backward-data,
+// (core/conv_policy.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/cli/data_cmd.cpp.
 //
@@ -29,12 +29,12 @@
 #include <string>
 
 #include "core/autograd.h"
-#include "core/cpu/winograd.h"
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 #include "core/dnnl_context.h"
-#include "core/kernels.h"
+#include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
-#include "core/cpu/conv_algo.h"
+#include "core/ops/elementwise.h"
+#include "core/conv_policy.h"
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/rng.h"
@@ -65,7 +65,7 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
 
 // Milliseconds per call of `step`, after `warmup` untimed calls. `sync` waits for the device.
 // `blocked_s` (optional) gets the time the host spent blocked in CUDA calls during the timed steps
-// (core/cuda/host_wait.h), not counting the final sync that ends the measurement.
+// (core/host_wait.h), not counting the final sync that ends the measurement.
 double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters,
                double* blocked_s = nullptr, const std::function<void(bool)>& profile = nullptr) {
   for (int64_t i = 0; i < warmup; ++i) step();
@@ -236,7 +236,7 @@ int bench_conv(const Args& in) {
 }
 
 namespace ca = ops::conv_algo;
-namespace wg = ops::winograd;
+namespace wg = ops::conv_algo;
 
 // The candidates a conv_algo name leaves out ("auto-winograd-im2col" -> winograd, im2col); false when
 // `n` is not "auto" followed by one or more "-NAME" of winograd and im2col.
@@ -413,7 +413,7 @@ int bench_train(const Args& args) {
       "                        [profile=0] [depth=] [width=] [paced=0]\n"
       "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
       "  convolution choice round by round in one process (auto-im2col: measured, without the im2col\n"
-      "  candidates; core/cpu/conv_algo.h); depth= and width= set the model's\n"
+      "  candidates; core/conv_policy.h); depth= and width= set the model's\n"
       "  keys of those names (model=resnet_cifar depth=14 width=24: a CIFAR ResNet's depth 6n+2 and first\n"
       "  stage's channels); paced=1: after the warm-up, each timed step waits for a line on stdin and prints\n"
       "  `step_ms T` when done (a driver interleaves another program's steps with kiln's:\n"
@@ -431,7 +431,7 @@ int bench_train(const Args& args) {
   std::map<std::string, int64_t> ints;
   for (const char* k : {"batch", "size", "channels", "classes", "steps", "warmup", "cudnn_benchmark", "rounds", "profile", "paced"})
     ints[k] = kv.integer(k, min_int_arg(k));
-  // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/cpu/winograd.h); with
+  // conv_algo=direct,winograd: the CPU's 3x3 convolution algorithm (core/conv_policy.h); with
   // several, the rounds alternate between them in one process, for A/B timings on a noisy machine.
   // auto-im2col, auto-winograd, auto-winograd-im2col: the measured choice without those candidates.
   std::vector<std::string> algos = parse_conv_algos(a["conv_algo"]);
@@ -465,7 +465,7 @@ int bench_train(const Args& args) {
 
 
 // One training step's convolutions of a registry model, measured by the chooser
-// (core/cpu/conv_algo.h) from a fresh process cache: per shape and pass, each candidate's time
+// (core/conv_policy.h) from a fresh process cache: per shape and pass, each candidate's time
 // and the choice, then per pass the time of the choices against direct everywhere.
 int bench_winograd(const Args& in) {
   static const char* kUsage =
@@ -558,7 +558,7 @@ int bench_winograd(const Args& in) {
   return 0;
 }
 
-// `kiln bench bn_relu`: the fused batch norm + ReLU backward (the kernel table's
+// `kiln bench bn_relu`: the fused batch norm + ReLU backward (core/ops/batch_norm.h's
 // batch_norm_relu_backward) against what it replaces, relu_backward then batch_norm_backward, the
 // two alternating in every iteration (medians; on a shared machine the speed drifts).
 int bench_bn_relu(const Args& in) {
@@ -576,7 +576,6 @@ int bench_bn_relu(const Args& in) {
               shape_str(s).c_str(), static_cast<long long>(a["iters"]), omp_get_max_threads());
   std::printf("%-7s %-5s %-9s %14s %10s %8s\n", "device", "dtype", "residual", "separate ms", "fused ms", "speedup");
   for (const Device& d : devices) {
-    const Kernels& k = kernels(d);
     for (DType t : {DType::f32, DType::bf16}) {
       for (bool res : {false, true}) {
         Generator gen(3);
@@ -584,17 +583,17 @@ int bench_bn_relu(const Args& in) {
         Tensor gy = rand_normal(s, 0, 1, t, d, &gen), g = rand_normal({C}, 1, 0.1, DType::f32, d, &gen);
         Tensor b = rand_normal({C}, 0, 0.1, DType::f32, d, &gen), sm, si;
         std::shared_ptr<void> saved;
-        Tensor y = k.batch_norm_relu_forward(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(), &sm,
-                                             &si, &saved);
+        Tensor y = batch_norm_relu_forward_kernel.get(d)(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(),
+                                                         &sm, &si, &saved);
         std::vector<double> sep, fused;
         for (int64_t i = 0; i < a["iters"] + 2; ++i) {  // the first two untimed
           BatchNormGradients out;
           const double ms_sep = time_ms([&] {
-            Tensor m = k.binary(ElementwiseBinary::relu_backward, gy, y);
-            out = k.batch_norm_backward(m, x, g, sm, si, saved, true, true);
+            Tensor m = binary_kernel.get(d)(ElementwiseBinary::relu_backward, gy, y);
+            out = batch_norm_backward_kernel.get(d)(m, x, g, sm, si, saved, true, true);
           }, [&] { sync_on(out.dx); }, 0, 1);
           const double ms_fused = time_ms([&] {
-            out = k.batch_norm_relu_backward(gy, y, x, g, b, sm, si, saved, true, true, res);
+            out = batch_norm_relu_backward_kernel.get(d)(gy, y, x, g, b, sm, si, saved, true, true, res);
           }, [&] { sync_on(out.dx); }, 0, 1);
           if (i < 2) continue;
           sep.push_back(ms_sep);

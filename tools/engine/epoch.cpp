@@ -11,8 +11,8 @@
 
 #include "core/allocator.h"
 #include "core/autograd.h"
-#include "core/cpu/conv_algo.h"
-#include "core/kernels.h"
+#include "core/conv_policy.h"
+#include "core/step_stats.h"
 #include "core/rng.h"
 #include "data/mix.h"
 #include "tools/engine/progress.h"
@@ -109,7 +109,7 @@ void recheck_budget_after(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
 // --- an epoch's training statistics ----------------------------------------------------------------
 
 // A step does not wait for the device: each micro-batch's loss and correct count are accumulated on
-// the device (`acc`, the kernel table's accumulate_step_stats) and read every `read_every` steps
+// the device (`acc`, core/step_stats.h's accumulate_step_stats) and read every `read_every` steps
 // (the log interval) and at the end of the epoch, where a non-finite loss (fp32/bf16) is reported
 // with the step it happened at. Where the step reads its loss anyway (StepSetup::read_loss: the CPU,
 // where reading is free) they are read every step.
@@ -183,7 +183,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
   Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), r.steps_per_epoch, r.tty,
                opt.log_every);
   EpochStats st(r);
-  const auto accumulate_step_stats = kernel(r.device, &Kernels::accumulate_step_stats, "accumulate_step_stats");
+  const auto accumulate_step_stats = accumulate_step_stats_kernel.get(r.device, "accumulate_step_stats");
   st.acc = Tensor::zeros({5}, DType::f64, r.device);
   auto t0 = Clock::now();
   Batch b;

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/comm.h"
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "core/device.h"
 #include "core/json_util.h"
 #include "data/config.h"

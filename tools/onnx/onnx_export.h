@@ -1,5 +1,5 @@
 // ONNX export of a kiln model (`kiln export format=onnx`, tools/cli/export_cmd.cpp; docs/export.md).
-// The graph is built with libonnx (Debian's libonnx-dev, linked into kiln_tools only) from kiln's
+// The graph is built with libonnx (Debian's libonnx-dev, linked into kiln_onnx only) from kiln's
 // module tree, walked layer by layer:
 //   Sequential, the models of models/ (ResNet, LeNet/AlexNet/VGG's features -> [avgpool] -> flatten
 //   -> classifier, a "layers" list), Conv2d, BatchNorm2d (2-D and 4-D inputs), ReLU, Dropout (no node:

@@ -1,4 +1,4 @@
-// Time the host spends blocked in CUDA calls that wait for the device (cudaStreamSynchronize,
+// Time the host spends blocked in calls that wait for a device (on CUDA: cudaStreamSynchronize,
 // cudaEventSynchronize, blocking device-to-host copies, NCCL waits): the backend wraps each such
 // call in a HostWaitTimer, which adds its duration to a process-wide counter (all threads). A
 // training step should block only at logging intervals; `kiln bench train` reports the share of

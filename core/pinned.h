@@ -2,11 +2,15 @@
 // tensor to a GPU returns before the transfer ends (the loader keeps decoding meanwhile), so a
 // buffer must not be refilled until wait_host_copies() says the transfers that read it are done.
 // Without CUDA (or without a visible GPU) these are ordinary CPU tensors and the wait is a no-op,
-// so callers need no #ifdef. Tests: tests/gpu/copy_test.cpp.
+// so callers need no #ifdef. The device-neutral part is here (core/pinned.cpp,
+// core/pinned_staging.cpp); the page-locked blocks and the waits on the copies that read them are
+// kernel slots that the CUDA backend fills (core/cuda/pinned_cuda.cu). Tests: tests/gpu/copy_test.cpp,
+// tests/core/device_functions_test.cpp (without a GPU).
 #pragma once
 #include <cstddef>
 #include <vector>
 
+#include "core/kernel_slot.h"
 #include "core/tensor.h"
 
 namespace kiln {
@@ -37,5 +41,17 @@ class PinnedStaging {
   std::vector<std::vector<Tensor>> slots_;  // [role][depth]
   std::vector<size_t> next_;                // [role]: the slot handed out next
 };
+
+// --- the kernel slots behind these, filled by a device whose copies from page-locked host memory
+// are asynchronous (CUDA; the CPU fills none). Pinned blocks serve every device of that kind.
+// A page-locked block of `bytes` (>= 1) host bytes, registered so the device's copies can tell it
+// from pageable memory; nullptr when the host is out of page-locked memory.
+extern KernelSlot<void* (*)(size_t bytes)> pinned_alloc_kernel;
+// Waits for the copies that read the block, then frees it. Never throws (runs in destructors).
+extern KernelSlot<void (*)(void* block)> pinned_free_kernel;
+// Whether p lies in a block from pinned_alloc_kernel that is not freed yet.
+extern KernelSlot<bool (*)(const void* p)> is_pinned_kernel;
+// Blocks until every asynchronous copy that reads the block holding p has finished (none: returns).
+extern KernelSlot<void (*)(const void* p)> wait_host_copies_kernel;
 
 }  // namespace kiln

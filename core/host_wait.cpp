@@ -1,5 +1,5 @@
 // The host-wait counter, see host_wait.h.
-#include "core/cuda/host_wait.h"
+#include "core/host_wait.h"
 
 #include <atomic>
 

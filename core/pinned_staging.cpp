@@ -1,7 +1,7 @@
-// PinnedStaging (core/cuda/pinned.h): rings of pinned buffers, in every build (without CUDA,
+// PinnedStaging (core/pinned.h): rings of pinned buffers, in every build (without CUDA,
 // empty_pinned() gives ordinary tensors and nothing is staged).
 #include "core/check.h"
-#include "core/cuda/pinned.h"
+#include "core/pinned.h"
 #include "core/device.h"
 
 namespace kiln {
