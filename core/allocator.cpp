@@ -83,11 +83,6 @@ void CachingAllocator::set_limit(size_t bytes) {
   stats_.limit = bytes;
 }
 
-void CachingAllocator::empty_cache() {
-  std::lock_guard<std::mutex> lock(mu_);
-  release_cached_locked();
-}
-
 void CachingAllocator::release_cached_locked() {
   for (auto& [sz, p] : free_) {
     raw_free_(p);

@@ -41,8 +41,6 @@ class CachingAllocator {
   void reset_peak();
   // Caps `allocated`; 0 removes the cap. Allocations over it throw OutOfMemoryError.
   void set_limit(size_t bytes);
-  // Returns every cached free block to the system.
-  void empty_cache();
 
   static size_t round_size(size_t bytes);
 

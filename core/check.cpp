@@ -1,4 +1,4 @@
-// kiln::Error formatting (see check.h). Tests: tests/core/json_util_test.cpp (ErrorLocation.*).
+// kiln::Error formatting (see check.h). Tests: tests/core/json_reader_test.cpp (ErrorLocation.*).
 #include "core/check.h"
 
 #include <cstdlib>

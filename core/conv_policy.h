@@ -19,7 +19,6 @@ enum class Mode { automatic, direct, winograd, heuristic };
 Mode mode();         // KILN_CONV_ALGO on first use
 void set_mode(Mode m);  // for tests and benchmarks; not thread-safe against running convolutions
 Mode parse_mode(const std::string& s, const std::string& what);  // throws naming `what` and the accepted values
-const char* mode_name(Mode m);
 
 enum class Algo { direct, winograd, im2col };
 enum class Pass { forward, backward_data, backward_weights };
@@ -64,7 +63,7 @@ std::string report_once();
 void reset();
 
 // The disk cache: its path ("" when off); set_cache_path("") turns it off (core/cpu/conv_algo.h's
-// load_cache() and save_cache() read and write it).
+// load_cache() reads it; measuring a shape writes it).
 std::string cache_path();
 void set_cache_path(const std::string& path);
 // The machine a cache file belongs to: CPU model and ISA flags, OpenMP threads, oneDNN version.

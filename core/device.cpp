@@ -4,12 +4,14 @@
 // machine without those GPUs), tests/gpu/runtime_test.cpp.
 #include "core/device.h"
 
+#include "core/dnnl_context.h"
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
 
 #include "core/check.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "core/pinned.h"
 
 namespace kiln {
@@ -78,6 +80,18 @@ bool conv_benchmark(Device d) {
 bool reads_block(Device d) { return synchronize_kernel.find(d, "reads_block") != nullptr; }
 
 bool has_pinned_host_memory(Device d) { return pinned_alloc_kernel.find(d, "has_pinned_host_memory") != nullptr; }
+
+bool has_own_memory(Device d) { return memory_info_kernel.find(d, "has_own_memory") != nullptr; }
+
+bool native_compute(Device d, DType dtype) {
+  if (dtype == DType::f32) return true;
+  if (d.is_cpu()) return onednn::native_compute(dtype);  // AVX-512 BF16, AVX512-FP16 or AMX
+  return dtype == DType::bf16 ? native_bf16(d) : true;
+}
+
+double free_memory_bytes(Device d) {
+  return has_own_memory(d) ? static_cast<double>(memory_info(d).first) : host_available_bytes();
+}
 
 Device parse_device(const std::string& raw) {
   std::string s;

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "core/dtype.h"
 #include "core/kernel_slot.h"
 
 namespace kiln {
@@ -95,6 +96,15 @@ bool reads_block(Device d);
 // Whether copies between `d` and page-locked host memory (empty_pinned(), core/pinned.h) run
 // asynchronously, so staging host data there pays: true for a CUDA device, false for the CPU.
 bool has_pinned_host_memory(Device d);
+// Whether `d` has memory of its own (a GPU: memory_info answers), or computes in the host's (the CPU,
+// whose memory the OS, other processes and other ranks on the machine share).
+bool has_own_memory(Device d);
+// The memory a run on `d` may still take: the device's free memory, or host_available_bytes() for a
+// device that computes in the host's memory.
+double free_memory_bytes(Device d);
+// Whether `d` computes in `dtype` natively: f32 everywhere; bf16 and f16 where the device has
+// the units (native_bf16 for bf16; a GPU for f16; the CPU through oneDNN's own check).
+bool native_compute(Device d, DType dtype);
 
 // --- the device services' kernel slots (core/kernel_slot.h), filled by the devices other than the
 // CPU (the CPU's memory and runtime are the host's, handled in core/ itself; the CPU fills

@@ -1,89 +1,73 @@
-// The one JSON options reader, shared by every options struct (layers, models, optimizers, schedules,
-// transforms, data sources, the trainer, checkpoint metadata). An error names the JSON path, what was
-// wrong and what is accepted; an unknown key suggests the closest accepted one. The typed conversions and
-// messages underneath are core/json_read.h's, so every field of every config fails the same way:
-//   "model.stride must be an integer, not a string \"2\""
-//   "model.stride = 0 is out of range; accepted: 1..64"
-//   "unknown key model.strid (did you mean model.stride?); accepted keys: ..."
-//   "model.name is required"
-//
-// Two styles, one reader (pick per field; a null value reads as absent in both):
-//   JsonReader r(j, "model");                       // j: an object (null reads as {}); path for messages
-//   r.read("padding", o.padding);                   // into a field, typed: keeps the default when absent
-//   r.require("size", o.size);                      // required
-//   o.stride = r.get("stride", o.stride, 1, 64);    // a value, range-checked
-//   o.mode = r.get_choice("mode", "fan_in", {"fan_in", "fan_out"});
-//   r.finish();                                     // any key not asked for above is an error
-// Tests: tests/core/json_util_test.cpp, tests/data/json_read_test.cpp.
+// JSON helpers for options structs and configs: typed reads whose errors name the JSON path
+// ("data.train_transforms[1].p must be a number, not a string \"half\""), and unknown keys reported with
+// the closest accepted key ("unknown key data.workres (did you mean data.workers?)") found by edit
+// distance. The one options reader built on them, JsonReader, is in core/json_reader.h.
+// Tests: tests/core/json_util_test.cpp, tests/data/options_json_test.cpp, tests/core/json_reader_test.cpp.
 #pragma once
+#include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "core/check.h"
-#include "core/json_read.h"
+#include <nlohmann/json.hpp>
 
 namespace kiln {
 
-using json = nlohmann::json;
+using Json = nlohmann::json;
 
-class JsonReader {
- public:
-  // `path` is the JSON path of `j` ("" for the root, "model", "data.train_transforms[0]"). Throws if
-  // `j` is neither an object nor null. The reader refers to `j`, which must outlive it.
-  JsonReader(const json& j, std::string path);
-  JsonReader(json&& j, std::string path) = delete;
+// Edit distance where insertion, deletion, substitution and the swap of two neighbours cost 1
+// (optimal string alignment), so "paddnig" is one edit from "padding".
+size_t edit_distance(std::string_view a, std::string_view b);
 
-  std::string path_of(const std::string& key) const { return json_path(path_, key); }
-  const std::string& path() const { return path_; }
-  // Whether `key` is present with a non-null value.
-  bool has(const std::string& key) const;
-  // Marks `key` as accepted (so finish() takes it) without reading it, e.g. "type".
-  void allow(const std::string& key);
+// The candidate closest to `key` if it is plausibly a typo of it (few edits for its length, same
+// letters in another case, or one a prefix of the other); "" when none is close.
+std::string closest_match(const std::string& key, const std::vector<std::string>& candidates);
 
-  // --- into a field: absent (or null) -> false and `out` unchanged; else json_read's typed conversion.
-  template <typename T>
-  bool read(const std::string& key, T& out) {
-    const json* v = find(key);
-    if (!v) return false;
-    json_read(*v, path_of(key), out);
-    return true;
-  }
-  // Like read(), but a missing key is an error naming its path (and a near-miss key that is present).
-  template <typename T>
-  void require(const std::string& key, T& out) {
-    if (!read(key, out)) fail_missing(key);
-  }
+// "data" + "workers" -> "data.workers"; "" + "workers" -> "workers".
+std::string json_path(const std::string& parent, const std::string& key);
+// "data.train_transforms" + 2 -> "data.train_transforms[2]".
+std::string json_path(const std::string& parent, size_t index);
 
-  // --- values: absent (or null) -> `def`; wrong type or out of range -> Error naming the path.
-  bool get(const std::string& key, bool def);
-  int64_t get(const std::string& key, int64_t def, int64_t lo, int64_t hi);
-  int get(const std::string& key, int def, int lo, int hi) {
-    return static_cast<int>(get(key, static_cast<int64_t>(def), static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
-  }
-  double get(const std::string& key, double def, double lo, double hi);
-  std::string get(const std::string& key, const std::string& def);
-  std::string get(const std::string& key, const char* def) { return get(key, std::string(def)); }
-  // One of `choices` ("<path> = \"x\" is not accepted (did you mean \"y\"?); accepted: ...").
-  std::string get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& choices);
-  std::vector<double> get_numbers(const std::string& key, const std::vector<double>& def);
-  std::vector<int64_t> get_ints(const std::string& key, const std::vector<int64_t>& def);
+// "a, b, c"
+std::string join(const std::vector<std::string>& v, const std::string& sep = ", ");
+// "a number", "a string", ... for messages.
+std::string json_type_name(const Json& j);
 
-  // --- raw values (each marks `key` accepted):
-  // the value, or nullptr when absent or null;
-  const json* find(const std::string& key);
-  // the value, or a null json when absent;
-  const json& raw(const std::string& key);
-  // the value; absent -> Error.
-  const json& require(const std::string& key);
+// Throws kiln::Error: "<what> 'value' at <path> (did you mean 'x'?); accepted: a, b".
+// `what` is e.g. "unknown key" or "unknown transform type".
+[[noreturn]] void fail_unknown_name(const std::string& what, const std::string& value, const std::string& path,
+                                    const std::vector<std::string>& accepted);
 
-  // Throws for the first key that no read/require/get/find/raw/allow asked for.
-  void finish() const;
+// Throws when `value` is not one of `accepted`, with a suggestion; `path` names the JSON field.
+void check_choice(const std::string& value, const std::vector<std::string>& accepted, const std::string& path);
 
- private:
-  [[noreturn]] void fail_missing(const std::string& key) const;
-  const json& j_;
-  std::string path_;
-  std::vector<std::string> known_;  // in the order asked, for the "accepted:" list
-};
+// Whether `j` holds an integer in [lo, hi] (an integral float such as 2.0 or 1e3 counts); on ok,
+// `out` holds it. Shared by every integer field.
+enum class IntegerCheck { ok, not_integer, out_of_range };
+IntegerCheck json_integer(const Json& j, int64_t lo, int64_t hi, int64_t& out);
+
+// Typed conversions; each throws "<path>: expected <type>, got <json>" on a mismatch. Integers
+// reject fractions and out-of-range values ("<path>: 1e+30 is out of range; accepted: 64-bit
+// integers in [...]"); floating fields accept integers and refuse inf/NaN; a float list also
+// accepts a single number.
+void json_read(const Json& j, const std::string& path, bool& out);
+void json_read(const Json& j, const std::string& path, int& out);
+void json_read(const Json& j, const std::string& path, int64_t& out);
+void json_read(const Json& j, const std::string& path, uint64_t& out);
+void json_read(const Json& j, const std::string& path, double& out);
+void json_read(const Json& j, const std::string& path, std::string& out);
+void json_read(const Json& j, const std::string& path, std::vector<double>& out);
+void json_read(const Json& j, const std::string& path, std::vector<int64_t>& out);
+
+// The errors every typed read gives: "<path> must be <expected>, not <type> <json>" and
+// "<path> = <json> is out of range; accepted: <accepted>".
+[[noreturn]] void fail_json_type(const Json& j, const std::string& path, const std::string& expected);
+[[noreturn]] void fail_json_range(const Json& j, const std::string& path, const std::string& accepted);
+
+// Lets nlohmann convert an options struct both ways (`j.get<T>()`, `Json j = t;`) through its
+// `static T from_json(const Json&, path)` and `Json to_json() const`. Use at namespace kiln scope.
+#define KILN_JSON_CONVERSIONS(T)                                         \
+  inline void to_json(::kiln::Json& j, const T& o) { j = o.to_json(); } \
+  inline void from_json(const ::kiln::Json& j, T& o) { o = T::from_json(j); }
 
 }  // namespace kiln

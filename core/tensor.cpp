@@ -161,12 +161,6 @@ Tensor Tensor::from_vector(const std::vector<int64_t>& v, const Shape& s, DType 
   return d.is_cpu() ? c : c.to(d);
 }
 
-Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, Device device) {
-  Tensor t = Tensor::empty(shape, dtype, Device::cpu());
-  std::memcpy(t.raw_data(), data, t.nbytes());
-  return device.is_cpu() ? t : t.to(device);
-}
-
 // ---------------------------------------------------------------------------------------------
 // Properties
 int64_t Tensor::size(int64_t d) const {

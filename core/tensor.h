@@ -71,8 +71,6 @@ class Tensor {
                             Device device = Device::cpu());
   static Tensor from_vector(const std::vector<int64_t>& values, const Shape& shape, DType dtype = DType::i64,
                             Device device = Device::cpu());
-  // Raw bytes of `dtype` elements, contiguous, copied.
-  static Tensor from_blob(const void* data, const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor scalar(double value, DType dtype = DType::f32, Device device = Device::cpu());
 
   // --- properties ------------------------------------------------------------------------------

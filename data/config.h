@@ -54,7 +54,7 @@
 #include <variant>
 
 #include "data/dataset.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "data/loader.h"
 #include "data/pipeline.h"
 #include "data/progressive.h"

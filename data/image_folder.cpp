@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace fs = std::filesystem;
 

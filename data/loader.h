@@ -41,7 +41,7 @@
 
 #include "core/tensor.h"
 #include "data/dataset.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "data/pipeline.h"
 #include "data/progressive.h"
 

@@ -17,7 +17,7 @@
 #include <cstdint>
 
 #include "core/pinned.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/tensor.h"
 #include "data/loader.h"
 #include "data/transform.h"

@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "data/dataset.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "core/check.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace kiln {
 

@@ -21,7 +21,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

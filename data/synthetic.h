@@ -6,7 +6,7 @@
 #include <string>
 
 #include "data/dataset.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

@@ -14,7 +14,7 @@
 
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

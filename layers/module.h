@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/tensor.h"
 
 namespace kiln {

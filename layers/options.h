@@ -1,9 +1,9 @@
-// Small helpers shared by the layers' and models' options from_json (core/json_util.h does the
+// Small helpers shared by the layers' and models' options from_json (core/json_reader.h does the
 // strict parsing: typed getters, ranges, unknown keys with did-you-mean).
 #pragma once
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

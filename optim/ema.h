@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/tensor.h"
 
 namespace kiln {

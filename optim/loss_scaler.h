@@ -29,7 +29,7 @@
 #include <optional>
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/loss_scale_rule.h"
 #include "optim/optimizer.h"
 

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/tensor.h"
 #include "optim/param.h"
 

@@ -6,7 +6,7 @@
 #pragma once
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln::testing {
 

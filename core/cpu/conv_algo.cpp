@@ -260,11 +260,6 @@ Mode parse_mode(const std::string& s, const std::string& what) {
   KILN_FAIL(what, "=", s, ": accepted values are auto (measure), heuristic, direct and winograd");
 }
 
-const char* mode_name(Mode m) {
-  static const char* const kNames[] = {"auto", "direct", "winograd", "heuristic"};  // the order of Mode
-  return kNames[static_cast<int>(m)];
-}
-
 Mode mode() {
   int m = g_mode.load();
   if (m < 0) {
@@ -450,12 +445,6 @@ bool load_cache() {
   State& s = state();
   std::lock_guard<std::mutex> l(s.mu);
   return load_locked(s);
-}
-
-void save_cache() {
-  State& s = state();
-  std::lock_guard<std::mutex> l(s.mu);
-  save_locked(s);
 }
 
 std::string machine_id() {

@@ -71,10 +71,9 @@ void set_timer(Timer t);
 
 // The disk cache (core/conv_policy.h's cache_path()): load_cache() reads it into the process cache
 // (done on first use of the automatic mode); a file that cannot be trusted is ignored with a
-// warning and false. save_cache() merges this process's measurements into the file (written to a
-// temporary, then renamed).
+// warning and false. Measuring a shape merges this process's measurements into the file (written to
+// a temporary, then renamed).
 bool load_cache();
-void save_cache();
 // Where warnings go (default: one line on stderr); for tests.
 void set_warning_sink(std::function<void(const std::string&)> sink);
 

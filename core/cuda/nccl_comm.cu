@@ -236,7 +236,5 @@ void NcclComm::synchronize(double timeout_s) {
 
 void NcclComm::abort() { impl_->do_abort(); }
 
-void nccl_group_start() { NCCL_CHECK(ncclGroupStart()); }
-void nccl_group_end() { NCCL_CHECK(ncclGroupEnd()); }
 
 }  // namespace kiln::cuda

@@ -64,8 +64,5 @@ class NcclComm {
 std::unique_ptr<Communicator> make_nccl_communicator(std::unique_ptr<NcclComm> nccl,
                                                      std::unique_ptr<Communicator> also = nullptr);
 
-// Brackets collectives that one thread issues on several communicators (create_local without threads).
-void nccl_group_start();
-void nccl_group_end();
 
 }  // namespace kiln::cuda

@@ -12,6 +12,7 @@
 
 #include "core/comm.h"
 #include "core/device.h"
+#include "core/dnnl_context.h"
 #include "core/host_wait.h"
 #include "core/pinned.h"
 #include "core/step_stats.h"
@@ -59,6 +60,20 @@ TEST(DeviceCapabilities, TheCpuNeitherBlocksOnReadsNorHasPinnedMemory) {
     EXPECT_TRUE(reads_block(Device::cuda(0)));
     EXPECT_TRUE(has_pinned_host_memory(Device::cuda(0)));
   }
+}
+
+TEST(DeviceCapabilities, TheCpuComputesInTheHostsMemory) {
+  EXPECT_FALSE(has_own_memory(Device::cpu()));
+  const double free_cpu = free_memory_bytes(Device::cpu()), host = host_available_bytes();
+  EXPECT_GT(free_cpu, 0.0);
+  EXPECT_NEAR(free_cpu, host, 0.25 * host);  // the same quantity, read twice while other work runs
+  if (cuda_compiled()) EXPECT_TRUE(has_own_memory(Device::cuda(0)));  // its memory_info kernel is registered
+}
+
+TEST(DeviceCapabilities, NativeComputeIsF32EverywhereAndTheCpusOwnCheckForLowPrecision) {
+  EXPECT_TRUE(native_compute(Device::cpu(), DType::f32));
+  EXPECT_EQ(native_compute(Device::cpu(), DType::bf16), onednn::native_compute(DType::bf16));
+  EXPECT_EQ(native_compute(Device::cpu(), DType::f16), onednn::native_compute(DType::f16));
 }
 
 TEST(DeviceFunctions, HostAvailableBytesIsMeminfosMemAvailable) {

@@ -1,87 +1,94 @@
+// JSON helpers (core/json_util.h): edit distance, suggestions, typed reads with path-naming errors,
+// unknown keys. Options structs read through them: tests/data/options_json_test.cpp; the one options
+// reader, JsonReader: tests/core/json_reader_test.cpp.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <cstdlib>
 #include <limits>
 
+#include "core/check.h"
+#include "core/json_reader.h"
 #include "tests/expect_error.h"
-#include "core/json_util.h"
 
 using namespace kiln;
 
 using kiln::testing::error_of;
 
-TEST(JsonReader, TypedGettersAndDefaults) {
-  json j = json::parse(R"({"lr": 0.1, "epochs": 3, "nesterov": true, "name": "sgd", "milestones": [30, 60]})");
-  JsonReader r(j, "optim");
-  EXPECT_DOUBLE_EQ(r.get("lr", 0.5, 0.0, 10.0), 0.1);
-  EXPECT_EQ(r.get("epochs", 1, 1, 1000), 3);
-  EXPECT_TRUE(r.get("nesterov", false));
-  EXPECT_EQ(r.get_choice("name", "adamw", {"sgd", "adamw"}), "sgd");
-  EXPECT_EQ(r.get_ints("milestones", {}), (std::vector<int64_t>{30, 60}));
-  EXPECT_DOUBLE_EQ(r.get("momentum", 0.9, 0.0, 1.0), 0.9);  // absent -> default
+TEST(JsonUtil, EditDistance) {
+  EXPECT_EQ(edit_distance("", ""), 0u);
+  EXPECT_EQ(edit_distance("abc", ""), 3u);
+  EXPECT_EQ(edit_distance("", "ab"), 2u);
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("padding", "paddnig"), 1u);  // a swap of neighbours is one edit
+  EXPECT_EQ(edit_distance("workers", "workres"), 1u);
+  EXPECT_EQ(edit_distance("abc", "ca"), 3u);             // optimal string alignment, not full Damerau
+  EXPECT_EQ(edit_distance("flaw", "lawn"), 2u);
+}
+
+TEST(JsonUtil, ClosestMatch) {
+  std::vector<std::string> keys = {"batch_size", "shuffle", "workers", "prefetch", "seed", "p", "size"};
+  EXPECT_EQ(closest_match("workres", keys), "workers");
+  EXPECT_EQ(closest_match("Workers", keys), "workers");
+  EXPECT_EQ(closest_match("batch", keys), "batch_size");      // a prefix
+  EXPECT_EQ(closest_match("batchsize", keys), "batch_size");
+  EXPECT_EQ(closest_match("sed", keys), "seed");
+  EXPECT_EQ(closest_match("learning_rate", keys), "");        // nothing close
+  EXPECT_EQ(closest_match("q", keys), "p");
+  EXPECT_EQ(closest_match("xyz", keys), "");
+}
+
+TEST(JsonUtil, TypedReadsNameThePath) {
+  int64_t i = 0;
+  json_read(Json(5), "a", i);
+  EXPECT_EQ(i, 5);
+  json_read(Json(6.0), "a", i);  // an integer written as a float
+  EXPECT_EQ(i, 6);
+  EXPECT_HAS(error_of([&] { json_read(Json(2.5), "x.y", i); }), "x.y must be an integer, not a number 2.5");
+  EXPECT_HAS(error_of([&] { json_read(Json(true), "x", i); }), "x must be an integer, not a boolean true");
+  int small = 0;
+  EXPECT_HAS(error_of([&] { json_read(Json(int64_t{1} << 40), "x", small); }), "x = 1099511627776 is out of range; accepted: 32-bit integers");
+  uint64_t u = 0;
+  json_read(Json(uint64_t{18446744073709551615ull}), "s", u);
+  EXPECT_EQ(u, 18446744073709551615ull);
+  EXPECT_HAS(error_of([&] { json_read(Json(-1), "s", u); }), "s = -1 is out of range; accepted: non-negative integers");
+  double d = 0;
+  json_read(Json(3), "d", d);
+  EXPECT_EQ(d, 3.0);
+  EXPECT_HAS(error_of([&] { json_read(Json("3"), "d", d); }), "d must be a number, not a string \"3\"");
+  std::vector<double> v;
+  json_read(Json(0.5), "v", v);
+  EXPECT_EQ(v, std::vector<double>{0.5});
+  json_read(Json{1, 2.5}, "v", v);
+  EXPECT_EQ(v, (std::vector<double>{1.0, 2.5}));
+  EXPECT_HAS(error_of([&] { json_read(Json{1, "a"}, "m.mean", v); }), "m.mean[1] must be a number");
+  bool b = false;
+  EXPECT_HAS(error_of([&] { json_read(Json(1), "flag", b); }), "flag must be true or false");
+  std::string s;
+  EXPECT_HAS(error_of([&] { json_read(Json(1), "name", s); }), "name must be a string");
+  EXPECT_EQ(json_path("", "a"), "a");
+  EXPECT_EQ(json_path("a.b", 3), "a.b[3]");
+}
+
+TEST(JsonUtil, ObjectReader) {
+  Json j = {{"size", 3}, {"padding", 1}, {"type", "x"}};
+  JsonReader r(j, "t[0]");
+  int64_t size = 0, padding = 0, fill = 9;
+  r.require("size", size);
+  EXPECT_TRUE(r.read("padding", padding));
+  EXPECT_FALSE(r.read("fill", fill));
+  EXPECT_EQ(fill, 9);  // absent: default kept
+  EXPECT_HAS(error_of([&] { r.finish(); }), "unknown key t[0].type");
+  r.allow("type");
   r.finish();
+  EXPECT_HAS(error_of([&] { r.require("mode", size); }), "t[0].mode is required");
+
+  Json null;
+  JsonReader empty(null, "opt");  // null reads as {}
+  EXPECT_FALSE(empty.read("a", size));
+  empty.finish();
+  Json list = {1, 2};
+  EXPECT_HAS(error_of([&] { JsonReader(list, "opt"); }), "opt must be an object, not a list [1,2]");
+  EXPECT_HAS(error_of([] { check_choice("edg", {"constant", "edge"}, "m"); }),
+             "value 'edg' at m (did you mean 'edge'?); accepted: constant, edge");
+  EXPECT_HAS(error_of([] { check_choice("zzz", {"constant", "edge"}, "m"); }), "value 'zzz' at m; accepted: constant, edge");
 }
 
-TEST(JsonReader, ErrorsNamePathAndAccepted) {
-  json j = json::parse(R"({"lr": "fast", "epochs": 0, "nestrov": true, "name": "sdg"})");
-  JsonReader r(j, "optim");
-  std::string m = error_of([&] { r.get("lr", 0.1, 0.0, 10.0); });
-  EXPECT_NE(m.find("optim.lr must be a number"), std::string::npos) << m;
-  m = error_of([&] { r.get("epochs", 1, 1, 1000); });
-  EXPECT_NE(m.find("optim.epochs = 0 is out of range; accepted: 1..1000"), std::string::npos) << m;
-  m = error_of([&] { r.get_choice("name", "sgd", {"sgd", "adamw"}); });
-  EXPECT_NE(m.find("did you mean \"sgd\""), std::string::npos) << m;
-  r.get("nesterov", false);
-  m = error_of([&] { r.finish(); });
-  EXPECT_NE(m.find("unknown key optim.nestrov (did you mean optim.nesterov?)"), std::string::npos) << m;
-}
-
-// Every integer is range-checked in its own type before conversion: 2^64 (parsed as a double),
-// 1e30 and an unsigned above INT64_MAX used to wrap to -9223372036854775808 or a negative batch.
-TEST(JsonReader, IntegersAreRangeCheckedBeforeConversion) {
-  json j = json::parse(R"({"seed": 18446744073709551616, "batch": 1e30, "big": 18446744073709551615,
-                           "neg": -1e19, "two": 2.0, "half": 2.5, "ints": [1, 18446744073709551615]})");
-  JsonReader r(j, "train");
-  std::string m = error_of([&] { r.get("seed", int64_t{0}, int64_t{0}, INT64_MAX); });
-  EXPECT_NE(m.find("train.seed = 1.8446744073709552e+19 is out of range; accepted: 0..9223372036854775807"),
-            std::string::npos) << m;
-  m = error_of([&] { r.get("batch", int64_t{64}, int64_t{1}, INT64_MAX); });
-  EXPECT_NE(m.find("train.batch = 1e+30 is out of range"), std::string::npos) << m;
-  m = error_of([&] { r.get("big", int64_t{0}, int64_t{0}, INT64_MAX); });
-  EXPECT_NE(m.find("train.big = 18446744073709551615 is out of range"), std::string::npos) << m;
-  m = error_of([&] { r.get("neg", int64_t{0}, INT64_MIN, INT64_MAX); });
-  EXPECT_NE(m.find("train.neg = -1e+19 is out of range"), std::string::npos) << m;
-  EXPECT_EQ(r.get("two", 0, 0, 10), 2);
-  m = error_of([&] { r.get("half", 0, 0, 10); });
-  EXPECT_NE(m.find("train.half must be an integer"), std::string::npos) << m;
-  m = error_of([&] { r.get_ints("ints", {}); });
-  EXPECT_NE(m.find("train.ints[1] = 18446744073709551615 is out of range"), std::string::npos) << m;
-}
-
-TEST(JsonReader, FloatsMustBeFinite) {
-  json j = {{"lr", std::numeric_limits<double>::infinity()}, {"mean", {0.5, std::nan("")}}};
-  JsonReader r(j, "optim");
-  std::string m = error_of([&] { r.get("lr", 0.1, 0.0, 1e300); });
-  EXPECT_NE(m.find("optim.lr"), std::string::npos) << m;
-  EXPECT_NE(m.find("out of range"), std::string::npos) << m;
-  m = error_of([&] { r.get_numbers("mean", {}); });
-  EXPECT_NE(m.find("optim.mean[1]"), std::string::npos) << m;
-  EXPECT_NE(m.find("finite numbers"), std::string::npos) << m;
-}
-
-// Source locations are for us: only in debug builds or with KILN_DEBUG=1.
-TEST(ErrorLocation, OnlyInDebugBuildsOrWithKilnDebug) {
-  unsetenv("KILN_DEBUG");
-  std::string m = error_of([] { KILN_FAIL("plain message"); });
-#ifdef NDEBUG
-  EXPECT_EQ(m, "plain message");
-#else
-  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
-#endif
-  setenv("KILN_DEBUG", "1", 1);
-  m = error_of([] { KILN_FAIL("plain message"); });
-  unsetenv("KILN_DEBUG");
-  EXPECT_EQ(m.rfind("plain message (", 0), 0u) << m;
-  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
-}

@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "core/autograd.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/ops/loss.h"
 #include "tests/gradcheck.h"
 

@@ -102,9 +102,10 @@ double host_issue_ms(const std::function<void()>& step, const std::function<void
 
 }  // namespace
 
-// "n/a" on the CPU (nothing to block on), else the blocked share of the step time in percent.
+// "n/a" on a device whose reads do not wait (the CPU: nothing to block on), else the blocked share of
+// the step time in percent.
 std::string host_blocked_column(const Device& d, double blocked_s, double total_s) {
-  if (!d.is_cuda()) return "n/a";
+  if (!reads_block(d)) return "n/a";
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", total_s > 0 ? 100.0 * blocked_s / total_s : 0.0);
   return buf;
@@ -114,7 +115,7 @@ namespace {
 
 // Waits for `t`'s device by reading one element back to the host.
 void sync_on(const Tensor& t) {
-  if (t.defined() && t.device().is_cuda()) (void)t.detach().reshape({-1}).slice(0, 0, 1).to(Device::cpu()).item();
+  if (t.defined() && reads_block(t.device())) (void)t.detach().reshape({-1}).slice(0, 0, 1).to(Device::cpu()).item();
 }
 
 void print_row(const char* name, const Device& d, const char* dtype, double ms, double flops) {
@@ -362,7 +363,7 @@ TrainTimings time_train_rounds(TrainBench& b, const std::vector<std::string>& al
       t.blocked[i] += blocked;
       t.timed[i] += t.ms[i].back() * 1e-3 * static_cast<double>(ints["steps"]);
     }
-  if (b.d.is_cuda())
+  if (reads_block(b.d))  // host_ms: the host's own time to issue a step, where the device runs behind it
     for (size_t i = 0; i < algos.size(); ++i) {
       if (!algos[i].empty()) use_conv_algo(algos[i]);
       t.host_ms[i] = host_issue_ms(step, sync, std::min<int64_t>(ints["steps"], 5));
@@ -385,7 +386,7 @@ void print_train_table(const TrainBench& b, const std::vector<std::string>& algo
                 static_cast<long long>(ints["rounds"]));
   std::printf("# host_blocked: the share of the timed steps the host spent blocked in CUDA calls (syncs, "
               "event waits, blocking copies; the final wait that ends the timing not counted)\n");
-  if (d.is_cuda())
+  if (reads_block(d))
     std::printf("# host_ms: the host's own time to issue one step (median of up to 5 extra steps, each started "
                 "on an idle GPU, the waits inside it left out); near ms/step, the host limits the step\n");
   std::printf("%-10s %-7s %-5s %6s %-12s %12s %10s %10s %10s %12s %8s\n", "model", "device", "dtype", "batch",
@@ -396,7 +397,7 @@ void print_train_table(const TrainBench& b, const std::vector<std::string>& algo
     std::sort(t.begin(), t.end());
     double ms = t[t.size() / 2];
     char host[32] = "n/a";
-    if (d.is_cuda()) std::snprintf(host, sizeof host, "%.2f", tt.host_ms[i]);
+    if (reads_block(d)) std::snprintf(host, sizeof host, "%.2f", tt.host_ms[i]);
     std::printf("%-10s %-7s %-5s %6lld %-12s %12.2f %10.1f %10.1f %10.4f %12s %8s\n", a["model"].c_str(),
                 d.str().c_str(), a["precision"].c_str(), (long long)batch,
                 algos[i].empty() ? "default" : algos[i].c_str(), ms, static_cast<double>(batch) / (ms * 1e-3),

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "core/json_read.h"  // closest_match
+#include "core/json_util.h"  // closest_match
 #include "tools/cli/commands.h"
 
 namespace kiln::cli {

@@ -5,7 +5,7 @@
 #include <stdexcept>
 
 #include "core/check.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "tools/deploy/config.h"
 
 namespace kiln::cli {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/io/safetensors.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/ops/elementwise.h"
 #include "data/config.h"
 #include "layers/interop.h"

@@ -29,7 +29,7 @@
 #include <map>
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "core/rng.h"
 #include "layers/module.h"
 #include "optim/optimizer.h"

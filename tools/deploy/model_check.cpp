@@ -2,12 +2,12 @@
 #include "tools/deploy/model_check.h"
 
 #include <algorithm>
-#include <fstream>
 #include <string>
 #include <cstdio>
 
 #include "core/autograd.h"
 #include "core/check.h"
+#include "core/device.h"  // host_available_bytes
 #include "layers/sequential.h"
 
 namespace kiln {
@@ -34,7 +34,7 @@ double loader_buffer_bytes(const DataConfig& data, ImageShape shape, int64_t bat
 void check_loader_memory(const DataConfig& data, ImageShape shape, int64_t batch, double available_bytes) {
   if (!shape.known()) return;  // image sources end in a fixed size (DataConfig::from_json checks)
   const double need = loader_buffer_bytes(data, shape, batch);
-  const double have = available_bytes >= 0 ? available_bytes : cpu_available_bytes();
+  const double have = available_bytes >= 0 ? available_bytes : host_available_bytes();
   if (need <= have) return;
   // Name first the key furthest above its default (batch 64, prefetch 4), then the others.
   struct Key {
@@ -129,14 +129,5 @@ void check_before_run(Module& model, const DataConfig& data, ImageShape source_s
   }
 }
 
-double cpu_available_bytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 4.0 * (1 << 30);
-}
 
 }  // namespace kiln

@@ -15,7 +15,7 @@ namespace kiln {
 double loader_buffer_bytes(const DataConfig& data, ImageShape shape, int64_t batch);
 
 // Throws naming data.batch_size, data.val_batch_size or data.prefetch and the memory when the
-// loaders' buffers would exceed `available_bytes` (cpu_available_bytes() by default: < 0).
+// loaders' buffers would exceed `available_bytes` (host_available_bytes(), core/device.h, by default: < 0).
 void check_loader_memory(const DataConfig& data, ImageShape shape, int64_t batch, double available_bytes = -1);
 
 // Runs two zero images of `shape` (the data's images after the train transforms) through `model`
@@ -30,9 +30,5 @@ void check_model_fits_data(Module& model, const std::string& model_path, ImageSh
 // `batch` the per-rank batch (1 while AutoBatch has not chosen).
 void check_before_run(Module& model, const DataConfig& data, ImageShape source_shape, int64_t batch,
                       int64_t num_classes);
-
-// The host memory available now (/proc/meminfo MemAvailable; 4 GiB when unreadable): the CPU's free
-// memory for AutoBatch and the checks above.
-double cpu_available_bytes();
 
 }  // namespace kiln

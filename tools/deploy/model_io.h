@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "layers/module.h"
 
 namespace kiln {

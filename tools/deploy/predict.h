@@ -18,7 +18,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "data/config.h"
 #include "data/image_decode.h"
 #include "data/pipeline.h"

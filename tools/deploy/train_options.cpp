@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 #include "core/device.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 
 namespace kiln {
 

@@ -11,7 +11,7 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "data/mix.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "tools/deploy/train_options.h"
 #include "data/loader.h"
 #include "tools/engine/autobatch.h"

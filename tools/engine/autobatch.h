@@ -15,8 +15,6 @@
 #include <string>
 #include <vector>
 
-#include "tools/deploy/model_check.h"  // cpu_available_bytes
-
 namespace kiln {
 
 struct AutoBatchResult {

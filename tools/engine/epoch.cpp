@@ -195,7 +195,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
     // for the whole batch, so that train.accumulate does not change what is mixed.
     MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, r.num_classes, opt.label_smoothing,
-                                 r.device.is_cuda() ? &r.mix_staging : nullptr);
+                                 has_pinned_host_memory(r.device) ? &r.mix_staging : nullptr);
     // The shared step (tools/engine/train_step.h): micro-batches (train.accumulate), scaled backward,
     // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
     // count go to the epoch's statistics, accumulated on the device.

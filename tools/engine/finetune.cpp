@@ -5,7 +5,7 @@
 #include <iostream>
 
 #include "core/io/safetensors.h"
-#include "core/json_read.h"
+#include "core/json_util.h"
 #include "layers/interop.h"
 #include "tools/deploy/checkpoint.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "tools/deploy/train_options.h"
 #include "layers/module.h"
 #include "optim/param.h"

@@ -20,7 +20,7 @@
 #include "core/comm.h"
 #include "core/pinned.h"
 #include "core/device.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "data/config.h"
 #include "data/loader.h"
 #include "layers/module.h"

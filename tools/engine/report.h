@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/json_util.h"
+#include "core/json_reader.h"
 
 namespace kiln {
 

@@ -8,7 +8,7 @@
 #include <memory>
 
 #include "core/device.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "layers/module.h"
 #include "optim/ema.h"
 

@@ -1,6 +1,8 @@
 // One training step (see train_step.h).
 #include "tools/engine/train_step.h"
 
+#include "core/device.h"  // reads_block
+
 #include <cmath>
 #include <vector>
 
@@ -13,11 +15,6 @@
 namespace kiln {
 
 namespace {
-
-// Whether reading a value back from `d` waits for its queued work (a GPU: a step that reads
-// nothing back never waits for it); the host's reads are free.
-// NOTE: a stand-in until core says it of a device; today every device but the CPU is a GPU.
-bool reads_block(Device d) { return !d.is_cpu(); }
 
 // Whether an fp16 step's verdict (skip or step) can stay on `device`, and why (or why not).
 bool verdict_on_device(const StepOptions& o, Device device, const Optimizer& opt, std::string* why) {

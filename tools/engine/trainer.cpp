@@ -15,7 +15,6 @@
 #include "core/allocator.h"
 #include "core/comm.h"
 #include "core/device.h"
-#include "core/dnnl_context.h"
 #include "core/rng.h"
 #include "data/config.h"
 #include "models/registry.h"
@@ -248,7 +247,7 @@ void choose_accumulation(ReplicaRun& r, const std::function<double(int64_t)>& pr
 void choose_batch(ReplicaRun& r, const std::function<double(int64_t)>& probe, double free_bytes, int sharing) {
   AutoBatchOptions ao;
   ao.fraction = r.breq.auto_fraction;
-  ao.max_batch = std::min<int64_t>(r.device.is_cpu() ? 1024 : 8192, r.train_set->size() / r.world);
+  ao.max_batch = std::min<int64_t>(has_own_memory(r.device) ? 8192 : 1024, r.train_set->size() / r.world);
   AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
   int64_t per_rank = r.comm.all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
   r.breq.global = per_rank * r.world * r.accumulate;   // with train.accumulate = N: N micro-batches per rank
@@ -269,10 +268,11 @@ void run_autobatch(ReplicaRun& r) {
   for (auto& [n, t] : r.model->named_buffers()) saved[n] = t.detach().clone();
   RngState rng = default_generator().state();
   const std::function<double(int64_t)> probe = memory_probe(r, shape);
-  double free_bytes = r.device.is_cpu() ? cpu_available_bytes() : static_cast<double>(memory_info(r.device).first);
+  double free_bytes = free_memory_bytes(r.device);
   // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
   // of one machine share its RAM, so each plans with its share of what is free.
-  const int sharing = r.device.is_cpu() ? (launched_by_mpirun() ? local_size() : r.world) : 1;
+  // Ranks that compute in the host's memory share it (every rank of this machine); a GPU's is its own.
+  const int sharing = has_own_memory(r.device) ? 1 : (launched_by_mpirun() ? local_size() : r.world);
   free_bytes /= sharing;
   BenchmarkOff benchmark_off(r.device);
   if (r.accumulate == 0) choose_accumulation(r, probe, free_bytes);
@@ -389,10 +389,10 @@ void open_run_folder(ReplicaRun& r) {
             << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string())
             << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
             << "\n";
-  if (r.device.is_cpu() && r.compute != DType::f32 && !onednn::native_compute(r.compute))
-    std::cout << "kiln: note: this CPU has no native " << dtype_name(r.compute)
-              << " convolutions (no AVX-512 BF16 or AMX): they run in f32 with conversions, usually slower than "
-              << "train.precision=fp32 (docs/precision.md)\n";
+  if (!native_compute(r.device, r.compute))
+    std::cout << "kiln: note: " << r.device.str() << " has no native " << dtype_name(r.compute)
+              << " convolutions (a CPU without AVX-512 BF16 or AMX): they run in f32 with conversions, usually "
+              << "slower than train.precision=fp32 (docs/precision.md)\n";
 }
 
 // The training step's setup (make_step_setup): the all-reduce over several ranks; with fp16 the loss

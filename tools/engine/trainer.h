@@ -17,7 +17,7 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/dtype.h"
-#include "core/json_util.h"
+#include "core/json_reader.h"
 #include "tools/deploy/train_options.h"
 
 namespace kiln {

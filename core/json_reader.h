@@ -1,0 +1,89 @@
+// The one JSON options reader, shared by every options struct (layers, models, optimizers, schedules,
+// transforms, data sources, the trainer, checkpoint metadata). An error names the JSON path, what was
+// wrong and what is accepted; an unknown key suggests the closest accepted one. The typed conversions and
+// messages underneath are core/json_util.h's, so every field of every config fails the same way:
+//   "model.stride must be an integer, not a string \"2\""
+//   "model.stride = 0 is out of range; accepted: 1..64"
+//   "unknown key model.strid (did you mean model.stride?); accepted keys: ..."
+//   "model.name is required"
+//
+// Two styles, one reader (pick per field; a null value reads as absent in both):
+//   JsonReader r(j, "model");                       // j: an object (null reads as {}); path for messages
+//   r.read("padding", o.padding);                   // into a field, typed: keeps the default when absent
+//   r.require("size", o.size);                      // required
+//   o.stride = r.get("stride", o.stride, 1, 64);    // a value, range-checked
+//   o.mode = r.get_choice("mode", "fan_in", {"fan_in", "fan_out"});
+//   r.finish();                                     // any key not asked for above is an error
+// Tests: tests/core/json_reader_test.cpp, tests/core/json_util_test.cpp.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/check.h"
+#include "core/json_util.h"
+
+namespace kiln {
+
+using json = nlohmann::json;
+
+class JsonReader {
+ public:
+  // `path` is the JSON path of `j` ("" for the root, "model", "data.train_transforms[0]"). Throws if
+  // `j` is neither an object nor null. The reader refers to `j`, which must outlive it.
+  JsonReader(const json& j, std::string path);
+  JsonReader(json&& j, std::string path) = delete;
+
+  std::string path_of(const std::string& key) const { return json_path(path_, key); }
+  const std::string& path() const { return path_; }
+  // Whether `key` is present with a non-null value.
+  bool has(const std::string& key) const;
+  // Marks `key` as accepted (so finish() takes it) without reading it, e.g. "type".
+  void allow(const std::string& key);
+
+  // --- into a field: absent (or null) -> false and `out` unchanged; else json_read's typed conversion.
+  template <typename T>
+  bool read(const std::string& key, T& out) {
+    const json* v = find(key);
+    if (!v) return false;
+    json_read(*v, path_of(key), out);
+    return true;
+  }
+  // Like read(), but a missing key is an error naming its path (and a near-miss key that is present).
+  template <typename T>
+  void require(const std::string& key, T& out) {
+    if (!read(key, out)) fail_missing(key);
+  }
+
+  // --- values: absent (or null) -> `def`; wrong type or out of range -> Error naming the path.
+  bool get(const std::string& key, bool def);
+  int64_t get(const std::string& key, int64_t def, int64_t lo, int64_t hi);
+  int get(const std::string& key, int def, int lo, int hi) {
+    return static_cast<int>(get(key, static_cast<int64_t>(def), static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
+  }
+  double get(const std::string& key, double def, double lo, double hi);
+  std::string get(const std::string& key, const std::string& def);
+  std::string get(const std::string& key, const char* def) { return get(key, std::string(def)); }
+  // One of `choices` ("<path> = \"x\" is not accepted (did you mean \"y\"?); accepted: ...").
+  std::string get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& choices);
+  std::vector<double> get_numbers(const std::string& key, const std::vector<double>& def);
+  std::vector<int64_t> get_ints(const std::string& key, const std::vector<int64_t>& def);
+
+  // --- raw values (each marks `key` accepted):
+  // the value, or nullptr when absent or null;
+  const json* find(const std::string& key);
+  // the value, or a null json when absent;
+  const json& raw(const std::string& key);
+  // the value; absent -> Error.
+  const json& require(const std::string& key);
+
+  // Throws for the first key that no read/require/get/find/raw/allow asked for.
+  void finish() const;
+
+ private:
+  [[noreturn]] void fail_missing(const std::string& key) const;
+  const json& j_;
+  std::string path_;
+  std::vector<std::string> known_;  // in the order asked, for the "accepted:" list
+};
+
+}  // namespace kiln
