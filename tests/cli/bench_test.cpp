@@ -17,6 +17,7 @@
 #include "core/conv_policy.h"
 #include "core/device.h"
 #include "core/host_wait.h"
+#include "tests/expect_error.h"
 #include "tools/cli/commands.h"
 
 using namespace kiln;
@@ -151,19 +152,12 @@ TEST(BenchTrain, DepthAndWidthSetTheModel) {
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0);
   EXPECT_NE(out.find("\nresnet_cifar"), std::string::npos) << out;
-  auto error_of = [](std::vector<std::string> args) {
-    try {
-      cli::cmd_bench(args);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("(no error)");
-  };
-  std::string m = error_of({"train", "model=resnet_cifar", "depth=15", "size=8", "batch=2", "steps=1"});
+  auto bench_error = [](std::vector<std::string> args) { return kiln::testing::error_of([&] { cli::cmd_bench(args); }); };
+  std::string m = bench_error({"train", "model=resnet_cifar", "depth=15", "size=8", "batch=2", "steps=1"});
   EXPECT_NE(m.find("model.depth = 15 is not accepted; accepted: 6n+2"), std::string::npos) << m;
-  m = error_of({"train", "model=lenet", "depth=8", "size=28", "batch=2", "steps=1"});
+  m = bench_error({"train", "model=lenet", "depth=8", "size=28", "batch=2", "steps=1"});
   EXPECT_NE(m.find("unknown key model.depth"), std::string::npos) << m;
-  m = error_of({"train", "model=resnet_cifar", "width=0", "size=8", "batch=2", "steps=1"});
+  m = bench_error({"train", "model=resnet_cifar", "width=0", "size=8", "batch=2", "steps=1"});
   EXPECT_NE(m.find("width"), std::string::npos) << m;
 }
 

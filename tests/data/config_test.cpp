@@ -13,7 +13,7 @@ using namespace kiln;
 namespace kt = kiln::testing;
 
 namespace {
-std::string error_of(const Json& j) {
+std::string config_error(const Json& j) {
   return kt::error_of([&] { DataConfig::from_json(j); });
 }
 }  // namespace
@@ -46,41 +46,41 @@ TEST(DataConfig, ParsesAndRoundTrips) {
 }
 
 TEST(DataConfig, ErrorsNameThePathAndSuggest) {
-  std::string m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
+  std::string m = config_error(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
   EXPECT_HAS(m, "unknown key data.workres (did you mean data.workers?)");
   // Every source's keys are accepted keys (each source refuses the others' by name, below), right after source.
   EXPECT_HAS(m, "accepted keys: source, root, synthetic, channels, max_image_pixels, train_list, val_list, "
                 "num_classes, train_transforms, val_transforms, batch_size");
-  m = error_of(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
+  m = config_error(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
   EXPECT_HAS(m, "did you mean data.batch_size?");
-  m = error_of(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
+  m = config_error(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
   EXPECT_HAS(m, "value 'fashion-mnist' at data.source (did you mean 'fashion_mnist'?)");
-  m = error_of(Json{{"sorce", "mnist"}, {"root", "/r"}});
+  m = config_error(Json{{"sorce", "mnist"}, {"root", "/r"}});
   EXPECT_HAS(m, "data.source is required (found 'sorce': did you mean 'source'?)");
-  m = error_of(Json{{"source", "mnist"}});
+  m = config_error(Json{{"source", "mnist"}});
   EXPECT_HAS(m, "data.root is required");
-  m = error_of(Json{{"source", "synthetic"}, {"root", "/r"}});
+  m = config_error(Json{{"source", "synthetic"}, {"root", "/r"}});
   EXPECT_HAS(m, "data.root: the synthetic source reads no files");
-  m = error_of(Json{{"source", "cifar10"}, {"root", "/r"}, {"synthetic", {{"size", 3}}}});
+  m = config_error(Json{{"source", "cifar10"}, {"root", "/r"}, {"synthetic", {{"size", 3}}}});
   EXPECT_HAS(m, "data.synthetic: only used with source \"synthetic\"");
-  m = error_of(Json{{"source", "synthetic"}, {"synthetic", {{"sise", 3}}}});
+  m = config_error(Json{{"source", "synthetic"}, {"synthetic", {{"sise", 3}}}});
   EXPECT_HAS(m, "unknown key data.synthetic.sise (did you mean data.synthetic.size?)");
-  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"workers", "two"}});
+  m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"workers", "two"}});
   EXPECT_HAS(m, "data.workers must be an integer, not a string \"two\"");
-  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"batch_size", -1}});
+  m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"batch_size", -1}});
   EXPECT_HAS(m, "data.batch_size: must be positive");
-  m = error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"dtype", "fp16"}});
+  m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"dtype", "fp16"}});
   EXPECT_HAS(m, "data.dtype");
-  m = error_of(Json::parse(R"({"source": "mnist", "root": "/r",
+  m = config_error(Json::parse(R"({"source": "mnist", "root": "/r",
                                "train_transforms": [{"type": "horizontal_flip", "p": 0.5}, {"type": "random_crop", "sz": 3}]})"));
   EXPECT_HAS(m, "data.train_transforms[1].size is required");
   // Checked against the source's image shape without opening a file.
-  m = error_of(Json::parse(R"({"source": "cifar10", "root": "/r",
+  m = config_error(Json::parse(R"({"source": "cifar10", "root": "/r",
                                "val_transforms": [{"type": "normalize", "mean": [0.5, 0.5], "std": [0.2, 0.2]}]})"));
   EXPECT_HAS(m, "data.val_transforms[0]: mean/std have 2 values but the images have 3 channels");
-  m = error_of(Json::parse(R"({"source": "mnist", "root": "/r", "train_transforms": [{"type": "random_crop", "size": 32}]})"));
+  m = config_error(Json::parse(R"({"source": "mnist", "root": "/r", "train_transforms": [{"type": "random_crop", "size": 32}]})"));
   EXPECT_HAS(m, "data.train_transforms[0]: random_crop: a 32x32 crop does not fit in a 28x28x1 image");
-  m = error_of(Json::array());
+  m = config_error(Json::array());
   EXPECT_HAS(m, "data must be an object");
 }
 
@@ -107,20 +107,20 @@ TEST(DataConfig, EachSourceHasItsOptionsAndRefusesTheOthersKeys) {
   EXPECT_EQ(std::get<SyntheticOptions>(c.options).width, 7);
   EXPECT_EQ(c.source_image_shape(), (ImageShape{5, 7, 2}));
 
-  EXPECT_HAS(error_of(Json{{"source", "mnist"}, {"root", "/r"}, {"train_list", "t"}}),
+  EXPECT_HAS(config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"train_list", "t"}}),
              "data.train_list: only used with source \"image_list\", not \"mnist\"");
-  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", "/r"}, {"num_classes", 3}}),
+  EXPECT_HAS(config_error(Json{{"source", "image_folder"}, {"root", "/r"}, {"num_classes", 3}}),
              "data.num_classes: only used with source \"image_list\", not \"image_folder\"");
-  EXPECT_HAS(error_of(Json{{"source", "synthetic"}, {"max_image_pixels", 3}}),
+  EXPECT_HAS(config_error(Json{{"source", "synthetic"}, {"max_image_pixels", 3}}),
              "data.max_image_pixels: only used with the image_folder and image_list sources");
-  EXPECT_HAS(error_of(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"root", "/r"}}),
+  EXPECT_HAS(config_error(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"root", "/r"}}),
              "data.root: the image_list source reads data.train_list and data.val_list; remove root");
-  EXPECT_HAS(error_of(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"num_classes", 0}}),
+  EXPECT_HAS(config_error(Json{{"source", "image_list"}, {"train_list", "t"}, {"val_list", "v"}, {"num_classes", 0}}),
              "data.num_classes: a positive number of classes");
-  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", ""}}), "data.root: empty folder name");
-  EXPECT_HAS(error_of(Json{{"source", "image_folder"}}),
+  EXPECT_HAS(config_error(Json{{"source", "image_folder"}, {"root", ""}}), "data.root: empty folder name");
+  EXPECT_HAS(config_error(Json{{"source", "image_folder"}}),
              "data.root is required: the folder of the image_folder files (holding train/<class>/<image>");
-  EXPECT_HAS(error_of(Json{{"source", "image_folder"}, {"root", "/r"}, {"channels", 2}}),
+  EXPECT_HAS(config_error(Json{{"source", "image_folder"}, {"root", "/r"}, {"channels", 2}}),
              "data.channels: accepted: 1 (grey) or 3 (RGB), got 2");
   // A DataConfig built in code whose options are another source's: an error, not a crash.
   DataConfig wrong;

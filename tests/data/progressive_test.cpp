@@ -24,7 +24,7 @@ std::vector<int64_t> sizes(const ProgressiveResizeOptions& o, int64_t epochs, in
   return s;
 }
 
-std::string error_of(const std::string& text) {
+std::string schedule_error(const std::string& text) {
   return kt::error_of([&] { schedule(text); });
 }
 
@@ -55,21 +55,21 @@ TEST(ProgressiveResize, ScheduleByEpochCountedFromOne) {
 }
 
 TEST(ProgressiveResize, ConfigErrorsNameTheKey) {
-  EXPECT_HAS(error_of(R"({"end_epoch": 4})"), "data.progressive_resize.min_size: required");
-  EXPECT_HAS(error_of(R"({"min_size": 20})"), "data.progressive_resize.end_epoch: required");
-  EXPECT_HAS(error_of(R"({"min_size": 20, "start_epoch": 5, "end_epoch": 5})"),
+  EXPECT_HAS(schedule_error(R"({"end_epoch": 4})"), "data.progressive_resize.min_size: required");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20})"), "data.progressive_resize.end_epoch: required");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20, "start_epoch": 5, "end_epoch": 5})"),
              "data.progressive_resize.end_epoch: must be after start_epoch (5), got 5");
-  EXPECT_HAS(error_of(R"({"min_size": 30, "max_size": 28, "end_epoch": 5})"),
+  EXPECT_HAS(schedule_error(R"({"min_size": 30, "max_size": 28, "end_epoch": 5})"),
              "data.progressive_resize.min_size: 30 is larger than max_size (28)");
-  EXPECT_HAS(error_of(R"({"min_size": 0, "end_epoch": 5})"), "data.progressive_resize.min_size");
-  EXPECT_HAS(error_of(R"({"min_size": 1e12, "end_epoch": 5})"), "data.progressive_resize.min_size");
-  EXPECT_HAS(error_of(R"({"min_size": 20, "end_epoch": 5, "step": 0})"), "data.progressive_resize.step");
-  EXPECT_HAS(error_of(R"({"min_size": 20, "end_epoch": -1})"), "data.progressive_resize.end_epoch");
-  EXPECT_HAS(error_of(R"({"min_size": 20, "end_epoch": 5, "interpolation": "cubic"})"),
+  EXPECT_HAS(schedule_error(R"({"min_size": 0, "end_epoch": 5})"), "data.progressive_resize.min_size");
+  EXPECT_HAS(schedule_error(R"({"min_size": 1e12, "end_epoch": 5})"), "data.progressive_resize.min_size");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20, "end_epoch": 5, "step": 0})"), "data.progressive_resize.step");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20, "end_epoch": -1})"), "data.progressive_resize.end_epoch");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20, "end_epoch": 5, "interpolation": "cubic"})"),
              "data.progressive_resize.interpolation");
-  EXPECT_HAS(error_of(R"({"min_size": 20, "end_epoch": 5, "min_res": 3})"), "data.progressive_resize.min_res");
-  EXPECT_HAS(error_of(R"({"min_size": "20", "end_epoch": 5})"), "data.progressive_resize.min_size");
-  EXPECT_HAS(error_of(R"([20, 28])"), "data.progressive_resize");
+  EXPECT_HAS(schedule_error(R"({"min_size": 20, "end_epoch": 5, "min_res": 3})"), "data.progressive_resize.min_res");
+  EXPECT_HAS(schedule_error(R"({"min_size": "20", "end_epoch": 5})"), "data.progressive_resize.min_size");
+  EXPECT_HAS(schedule_error(R"([20, 28])"), "data.progressive_resize");
 
   auto o = schedule(R"({"min_size": 20, "start_epoch": 10, "end_epoch": 16, "step": 4, "interpolation": "area"})");
   EXPECT_EQ(ProgressiveResizeOptions::from_json(o.to_json()).to_json(), o.to_json());
