@@ -5,6 +5,7 @@
 // evaluates: Replicas.EvaluationIsThatOfTheSavedBatchNormStatistics.)
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/json_reader.h"
 
@@ -29,5 +30,16 @@ inline json data_parallel_config(const std::string& runs_dir, const std::string&
   c["train"]["comm_timeout_s"] = comm_timeout_s;
   return c;
 }
+
+// The same tiny synthetic problem (4 classes) trained for one epoch, and the classification report's
+// files a finished run or `kiln eval` writes (tools/engine/report.h): tests/engine/report_test.cpp
+// and tests/cli/eval_cmd_test.cpp.
+inline json tiny_report_config(const std::string& runs_dir) {
+  json c = data_parallel_config(runs_dir, "tiny", 600);
+  c["train"]["epochs"] = 1;
+  return c;
+}
+inline const std::vector<std::string> kReportFiles = {"report.csv", "report.json", "confusion.csv", "confusion.png",
+                                                      "confused_pairs.csv"};
 
 }  // namespace kiln::testing

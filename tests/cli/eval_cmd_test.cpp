@@ -24,14 +24,8 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
-json tiny_config(const std::string& runs) {
-  json c = kiln::testing::data_parallel_config(runs, "tiny", 600);
-  c["train"]["epochs"] = 1;
-  return c;
-}
-
-const std::vector<std::string> kFiles = {"report.csv", "report.json", "confusion.csv", "confusion.png",
-                                         "confused_pairs.csv"};
+using kiln::testing::kReportFiles;
+json tiny_config(const std::string& runs) { return kiln::testing::tiny_report_config(runs); }
 
 }  // namespace
 
@@ -44,20 +38,20 @@ TEST(EvalCommand, WritesTheReportIntoTheRunOutOrANewFolder) {
   // kiln eval CONFIG weights=<inside the run>: into the run folder.
   const std::string cfg_file = runs + "/tiny.json";
   std::ofstream(cfg_file) << tiny_config(runs).dump();
-  for (const std::string& f : kFiles) fs::remove(r.run_dir + "/" + f);
+  for (const std::string& f : kReportFiles) fs::remove(r.run_dir + "/" + f);
   EXPECT_EQ(cli::cmd_eval({cfg_file, "weights=" + r.run_dir + "/last.safetensors"}), 0);
-  for (const std::string& f : kFiles) EXPECT_TRUE(fs::is_regular_file(r.run_dir + "/" + f)) << f;
+  for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(r.run_dir + "/" + f)) << f;
   std::ifstream jf2(r.run_dir + "/report.json");
   EXPECT_EQ(json::parse(jf2)["confusion"], j["confusion"]);  // the same weights, the same counts
 
   // kiln eval RUN weights=... out=DIR: into DIR.
   EXPECT_EQ(cli::cmd_eval({r.run_dir, "weights=" + r.run_dir, "out=" + runs + "/mine"}), 0);
-  for (const std::string& f : kFiles) EXPECT_TRUE(fs::is_regular_file(runs + "/mine/" + f)) << f;
+  for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(runs + "/mine/" + f)) << f;
 
   // Weights outside any run folder: a new folder <runs>/<name>-eval.
   fs::copy_file(r.run_dir + "/last.safetensors", runs + "/w.safetensors");
   EXPECT_EQ(cli::cmd_eval({cfg_file, "weights=" + runs + "/w.safetensors"}), 0);
-  for (const std::string& f : kFiles) EXPECT_TRUE(fs::is_regular_file(runs + "/tiny-eval/" + f)) << f;
+  for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(runs + "/tiny-eval/" + f)) << f;
 
   EXPECT_EQ(cli::cmd_eval({"--help"}), 0);
   EXPECT_NE(error_of([&] { cli::cmd_eval({cfg_file}); }).find("weights=FILE"), std::string::npos);

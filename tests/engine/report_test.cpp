@@ -226,15 +226,8 @@ TEST(Report, HeatMapOfManyClassesDropsCellTextAndThinsNames) {
 
 namespace {
 
-// A tiny synthetic problem (4 classes), one epoch.
-json tiny_config(const std::string& runs) {
-  json c = kiln::testing::data_parallel_config(runs, "tiny", 600);
-  c["train"]["epochs"] = 1;
-  return c;
-}
-
-const std::vector<std::string> kFiles = {"report.csv", "report.json", "confusion.csv", "confusion.png",
-                                         "confused_pairs.csv"};
+using kiln::testing::kReportFiles;
+json tiny_config(const std::string& runs) { return kiln::testing::tiny_report_config(runs); }
 
 }  // namespace
 
@@ -264,7 +257,7 @@ TEST(ReportTrainer, TrainingWritesTheReport) {
   std::string runs = fresh_dir("eval");
   TrainResult r = train(tiny_config(runs), true);
   // The end of training: the report in the run folder, over the whole validation split.
-  for (const std::string& f : kFiles) EXPECT_TRUE(fs::is_regular_file(r.run_dir + "/" + f)) << f;
+  for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(r.run_dir + "/" + f)) << f;
   std::ifstream jf(r.run_dir + "/report.json");
   json j = json::parse(jf);
   EXPECT_EQ(j["names"].size(), 4u);
