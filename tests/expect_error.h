@@ -9,6 +9,9 @@
 
 #include "core/check.h"
 
+// EXPECT_HAS(message, part): the message contains `part` (printed whole when it does not).
+#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
+
 namespace kiln::testing {
 
 inline void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {

@@ -16,8 +16,6 @@
 
 namespace kiln::testing {
 
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << (msg)
-
 // A fresh folder under the system temp dir, removed with everything in it at the end of the test.
 class TempDir {
  public:
