@@ -77,11 +77,11 @@ TEST(ErrorLocation, OnlyInDebugBuildsOrWithKilnDebug) {
 #ifdef NDEBUG
   EXPECT_EQ(m, "plain message");
 #else
-  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
+  EXPECT_NE(m.find("json_reader_test.cpp:"), std::string::npos) << m;
 #endif
   setenv("KILN_DEBUG", "1", 1);
   m = error_of([] { KILN_FAIL("plain message"); });
   unsetenv("KILN_DEBUG");
   EXPECT_EQ(m.rfind("plain message (", 0), 0u) << m;
-  EXPECT_NE(m.find("json_util_test.cpp:"), std::string::npos) << m;
+  EXPECT_NE(m.find("json_reader_test.cpp:"), std::string::npos) << m;
 }
