@@ -157,6 +157,10 @@ KILN_DEFINE_KERNEL_SLOT(communicator_id);
 KILN_DEFINE_KERNEL_SLOT(make_communicator);
 KILN_DEFINE_KERNEL_SLOT(make_local_communicators);
 
+bool has_device_communicators(Device device) {
+  return communicator_id_kernel.find(device, "has_device_communicators") != nullptr;
+}
+
 std::string communicator_id(Device device) {
   check_available(device, "communicator_id");
   return communicator_id_kernel.get(device)();

@@ -72,6 +72,9 @@ std::vector<std::unique_ptr<Communicator>> make_thread_communicators(int n);
 // timeout_s when the others do not. `also` (optional) is kept alive and aborted with it: the MPI
 // communicator that handed out the id, so abort() ends the job.
 std::string communicator_id(Device device);
+// Whether `device` has communicators of its own between processes (NCCL between GPUs); a device
+// without (the CPU) reduces over the processes' own communicator (MPI, tools/engine/mpi_comm.h).
+bool has_device_communicators(Device device);
 std::unique_ptr<Communicator> make_device_communicator(const std::string& id, int nranks, int rank, Device device,
                                                        double timeout_s, std::unique_ptr<Communicator> also = nullptr);
 // One process driving several devices of one kind: one communicator per device (rank i drives

@@ -56,9 +56,11 @@ TEST(DeviceFunctions, CheckAvailablePassesTheCpuAndEveryDeviceOfABuildWithCuda) 
 TEST(DeviceCapabilities, TheCpuNeitherBlocksOnReadsNorHasPinnedMemory) {
   EXPECT_FALSE(reads_block(Device::cpu()));
   EXPECT_FALSE(has_pinned_host_memory(Device::cpu()));
+  EXPECT_FALSE(has_device_communicators(Device::cpu()));  // its ranks reduce over MPI or threads
   if (cuda_compiled()) {  // answered by the registered kernels, whether or not a GPU is visible
     EXPECT_TRUE(reads_block(Device::cuda(0)));
     EXPECT_TRUE(has_pinned_host_memory(Device::cuda(0)));
+    EXPECT_TRUE(has_device_communicators(Device::cuda(0)));
   }
 }
 

@@ -77,7 +77,7 @@ TrainResult train(const json& config, bool quiet) {
   if (launched_by_mpirun()) {  // one replica per process
     std::unique_ptr<Communicator> mpi = make_mpi_communicator();
     Device device = device_for_mpi_rank(device_option, mpi->rank());
-    if (device.is_cpu()) return train_replica(config, quiet, *mpi, device);
+    if (!has_device_communicators(device)) return train_replica(config, quiet, *mpi, device);  // MPI between ranks
     // The gradients go over the devices' communicator (NCCL between GPUs); MPI hands every rank
     // rank 0's communicator id.
     Tensor id = Tensor::zeros({128}, DType::u8);
