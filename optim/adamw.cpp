@@ -11,6 +11,7 @@ namespace kiln {
 AdamWOptions AdamWOptions::from_json(const json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow("name");
+  r.allow("lr_mult");  // every optimizer's, read by make_optimizer (optim/registry.cpp)
   AdamWOptions o;
   o.lr = r.get("lr", o.lr, 0.0, 1e6);
   std::vector<double> betas = r.get_numbers("betas", {o.betas[0], o.betas[1]});

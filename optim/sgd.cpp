@@ -10,6 +10,7 @@ namespace kiln {
 SGDOptions SGDOptions::from_json(const json& j, const std::string& path) {
   JsonReader r(j, path);
   r.allow("name");
+  r.allow("lr_mult");  // every optimizer's, read by make_optimizer (optim/registry.cpp)
   SGDOptions o;
   o.lr = r.get("lr", o.lr, 0.0, 1e6);
   o.momentum = r.get("momentum", o.momentum, 0.0, 1.0);

@@ -116,6 +116,16 @@ TEST(CliHelp, KilnHelpListsEveryCommand) {
   EXPECT_EQ(none.out, run_kiln(fresh_dir("top"), "--help").out);
 }
 
+TEST(CliHelp, VersionIsTheProjects) {
+  for (const char* flag : {"--version", "-V"}) {
+    KilnRun r = run_kiln(fresh_dir("version"), flag);
+    EXPECT_EQ(r.exit_code, 0);
+    EXPECT_EQ(r.out, std::string("kiln ") + KILN_PROJECT_VERSION + "\n");
+  }
+  KilnRun info = run_kiln(fresh_dir("version"), "info");
+  EXPECT_EQ(info.out.rfind(std::string("kiln ") + KILN_PROJECT_VERSION + "\n", 0), 0u) << info.out;
+}
+
 TEST(CliHelp, AMistypedCommandGetsADidYouMean) {
   KilnRun r = run_kiln(fresh_dir("typo"), "trian x.json");
   EXPECT_EQ(r.exit_code, 1);

@@ -19,6 +19,7 @@
 #include "optim/optimizer.h"
 #include "tests/expect_error.h"
 #include "tools/deploy/config.h"
+#include "tools/engine/finetune.h"
 #include "tools/engine/trainer.h"
 
 using namespace kiln;
@@ -330,6 +331,28 @@ TEST(Freeze, RefusesEntriesThatMatchNothingAndFreezingEverything) {
   expect_error([&] { train(c, true); }, {"freezes every parameter"});
   c["train"]["freeze"] = "conv1";
   expect_error([&] { train(c, true); }, {"train.freeze", "a list of parameter-name prefixes"});
+}
+
+TEST(Freeze, TheLineCountsParametersNotTensors) {
+  auto model = models::build_model(json{{"name", "lenet"}});
+  int64_t frozen = 0, tensors = 0;  // features.1: the first batch norm's weight and bias
+  for (auto& [name, p] : model->named_parameters())
+    if (name.rfind("features.1.", 0) == 0) frozen += p.numel(), ++tensors;
+  ASSERT_EQ(tensors, 2);
+  std::vector<ParamRef> trained;
+  ::testing::internal::CaptureStdout();
+  std::string error;
+  try {
+    trained = trainable_params(*model, {"features.1"}, /*show=*/true);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(error, "");
+  const std::string want = "freeze: " + std::to_string(frozen) + " parameters frozen (2 tensors under features.1), " +
+                           std::to_string(model->num_parameters() - frozen) + " trained (" +
+                           std::to_string(trained.size()) + " tensors)\n";
+  EXPECT_EQ(out, want);
 }
 
 TEST(Freeze, NameUnderIsByWholeParts) {

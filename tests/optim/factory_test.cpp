@@ -90,3 +90,15 @@ TEST(LossScalerOptions, DefaultsJsonAndErrors) {
   EXPECT_THROW(LossScalerOptions::from_json(json::parse(R"({"min_scale": 1e6})")), Error);  // above init_scale
   EXPECT_THROW(LossScalerOptions::from_json(json::parse(R"({"backoff_factor": 2})")), Error);
 }
+
+TEST(OptimizerFactory, LrMultIsAnAcceptedKeyOfEveryOptimizer) {
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    // A typo of lr_mult is answered with lr_mult, which the accepted keys list.
+    expect_error(std::string(R"({"name": ")") + name + R"(", "lrmult": {"w": 0.5}})",
+                 "unknown key optim.lrmult (did you mean optim.lr_mult?)");
+    expect_error(std::string(R"({"name": ")") + name + R"(", "bogus": 1})", ", lr_mult");
+    auto opt = make_optimizer(json::parse(std::string(R"({"name": ")") + name + R"(", "lr_mult": {"w": 0.5}})"), params());
+    EXPECT_EQ(opt->type(), name);
+  }
+}

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/json_util.h"  // closest_match
+#include "core/version.h"
 #include "tools/cli/commands.h"
 
 namespace kiln::cli {
@@ -61,7 +62,8 @@ bool wants_help(const Args& args, const char* usage) {
 std::string group_usage(const std::string& group) {
   std::ostringstream os;
   os << "usage: kiln " << (group.empty() ? "" : group + " ") << "<command> [arguments]   ('kiln "
-     << (group.empty() ? "" : group + " ") << "<command> --help' for one command's arguments)\ncommands:\n";
+     << (group.empty() ? "" : group + " ") << "<command> --help' for one command's arguments"
+     << (group.empty() ? "; kiln --version" : "") << ")\ncommands:\n";
   const std::vector<Command>* table = &top_commands();
   for (const Command& c : top_commands())
     if (c.name == group && c.subcommands) table = c.subcommands;
@@ -94,6 +96,12 @@ int dispatch(const std::vector<Command>& table, const Args& args, const std::str
             group.empty() ? "" : group + " ", "--help)");
 }
 
-int run(const Args& args) { return dispatch(top_commands(), args, ""); }
+int run(const Args& args) {
+  if (args.size() == 1 && (args[0] == "--version" || args[0] == "-V")) {
+    std::cout << "kiln " << kiln_version() << "\n";
+    return 0;
+  }
+  return dispatch(top_commands(), args, "");
+}
 
 }  // namespace kiln::cli

@@ -46,9 +46,13 @@ std::vector<ParamRef> trainable_params(Module& model, const std::vector<std::str
     if (p.requires_grad()) params.push_back({name, p, false});
   KILN_CHECK(!params.empty() || model.named_parameters().empty(), "config: train.freeze = [", join(freeze_prefixes),
              "] freezes every parameter of ", model.type(), "; nothing would train: leave at least the head out");
-  if (show && !frozen.empty())
-    std::cout << "freeze: " << frozen.size() << " parameters frozen (" << join(freeze_prefixes) << "), "
-              << params.size() << " trained\n";
+  if (show && !frozen.empty()) {
+    int64_t trained = 0;
+    for (const ParamRef& p : params) trained += p.param.numel();
+    std::cout << "freeze: " << model.num_parameters() - trained << " parameters frozen (" << frozen.size()
+              << " tensors under " << join(freeze_prefixes) << "), " << trained << " trained (" << params.size()
+              << " tensors)\n";
+  }
   return params;
 }
 
