@@ -15,7 +15,8 @@ namespace {
 
 const std::vector<Command>& top_commands() {
   static const std::vector<Command> kCommands = {
-      {"train", "CONFIG [key=value ...]", "train a model; e.g. epochs=3 batch=128 device=0 lr=0.05", cmd_train},
+      {"train", "CONFIG|RUN [key=value ...]", "train a model (RUN: resume that run); e.g. epochs=3 batch=128 device=0",
+       cmd_train},
       {"eval", "CONFIG weights=FILE", "top-1/top-5 and a confusion matrix on the validation split", cmd_eval},
       {"predict", "RUN|CONFIG [weights=FILE] INPUT... [topk=5] [out=FILE.csv|FILE.jsonl]",
        "top-k classes of image files, folders or .txt image lists", cmd_predict},

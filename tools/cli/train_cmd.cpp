@@ -1,6 +1,8 @@
-// `kiln train CONFIG [key=value ...]` and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]`
+// `kiln train CONFIG|RUN [key=value ...]` (RUN: resume that run) and `kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]`
 // (the classification report: tools/engine/report.h, docs/reports.md). Tests: tests/engine/report_test.cpp.
+#include <algorithm>
 #include <cstdio>
+#include <optional>
 #include <filesystem>
 #include <iostream>
 
@@ -47,10 +49,21 @@ std::string eval_output_folder(const std::string& first, const std::string& weig
 
 int cmd_train(const Args& args) {
   static const char* kUsage =
-      "usage: kiln train CONFIG [key=value ...]  (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 "
-      "device=cpu)";
+      "usage: kiln train CONFIG|RUN [key=value ...]\n"
+      "  CONFIG starts a new run (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 device=cpu);\n"
+      "  RUN, a run folder such as runs/<name>, resumes that run from its last checkpoint, in place\n"
+      "  (epochs=N raises the target of a finished run). Keys: docs/training.md.";
   if (wants_help(args, kUsage)) return 0;
-  json config = config_from_args("train", args, kUsage, nullptr);
+  Args with_resume = args;
+  if (!args.empty() && is_run_folder(args[0])) {
+    // The run folder's config.json is the config as run; resume= (or train.resume=) given too wins.
+    const bool resume_given = std::any_of(args.begin() + 1, args.end(), [](const std::string& a) {
+      const std::optional<KeyValue> kv = split_key_value(a);
+      return kv && (kv->key == "resume" || kv->key == "train.resume");
+    });
+    if (!resume_given) with_resume.push_back("train.resume=" + args[0]);  // the trainer says "resumed ..."
+  }
+  json config = config_from_args("train", with_resume, kUsage, nullptr);
   TrainResult r = train(config);
   if (!r.run_dir.empty()) {
     std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,

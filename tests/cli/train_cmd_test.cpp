@@ -1,0 +1,65 @@
+// `kiln train` (tools/cli/train_cmd.cpp): a run folder resumes that run in place, a finished run is
+// refused naming epochs=N, epochs=N continues it, and a folder that is not a run is named.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/data_parallel_config.h"
+#include "tests/expect_error.h"
+#include "tools/cli/commands.h"
+
+using namespace kiln;
+using kiln::testing::error_of;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fresh_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "kiln_train_cmd_" + name;
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+int lines_in(const std::string& path) {
+  std::ifstream f(path);
+  int n = 0;
+  for (std::string l; std::getline(f, l);) n += !l.empty();
+  return n;
+}
+
+}  // namespace
+
+TEST(TrainCommand, ARunFolderResumesThatRunInPlace) {
+  const std::string runs = fresh_dir("resume");
+  const std::string cfg = runs + "/tiny.json";
+  std::ofstream(cfg) << kiln::testing::tiny_report_config(runs).dump();  // one epoch, run "tiny"
+  ::testing::internal::CaptureStdout();
+  const int first = cli::cmd_train({cfg, "train.plots=false"});
+  ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(first, 0);
+  const std::string run = runs + "/tiny";
+  ASSERT_TRUE(fs::is_regular_file(run + "/config.json"));
+  const int rows = lines_in(run + "/metrics.csv");  // a header and one row per epoch
+
+  // Finished: refused, naming what continues it; nothing new is written.
+  EXPECT_HAS(error_of([&] { cli::cmd_train({run}); }), "ask for more epochs (epochs=N) to continue");
+  EXPECT_FALSE(fs::exists(runs + "/tiny-2"));
+
+  // epochs=2: the same run goes on in its own folder, from its checkpoint.
+  ::testing::internal::CaptureStdout();
+  const int second = cli::cmd_train({run, "epochs=2"});
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(second, 0);
+  EXPECT_HAS(out, "resumed " + run);
+  EXPECT_FALSE(fs::exists(runs + "/tiny-2")) << "a run folder must not start a new run";
+  EXPECT_EQ(lines_in(run + "/metrics.csv"), rows + 1);
+  std::ifstream as_run(run + "/config.json");
+  EXPECT_EQ(json::parse(as_run)["train"]["epochs"], 2);
+
+  // A folder that is not a run (no config.json) is named, not trained from.
+  EXPECT_HAS(error_of([&] { cli::cmd_train({runs}); }), "is a folder without config.json, not a run folder");
+}
