@@ -53,6 +53,11 @@ TEST(EvalCommand, WritesTheReportIntoTheRunOutOrANewFolder) {
   EXPECT_EQ(cli::cmd_eval({cfg_file, "weights=" + runs + "/w.safetensors"}), 0);
   for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(runs + "/tiny-eval/" + f)) << f;
 
+  // A run folder without weights=: its own weights (its best checkpoint, else its last), report in it.
+  for (const std::string& f : kReportFiles) fs::remove(r.run_dir + "/" + f);
+  EXPECT_EQ(cli::cmd_eval({r.run_dir}), 0);
+  for (const std::string& f : kReportFiles) EXPECT_TRUE(fs::is_regular_file(r.run_dir + "/" + f)) << f;
+
   EXPECT_EQ(cli::cmd_eval({"--help"}), 0);
-  EXPECT_NE(error_of([&] { cli::cmd_eval({cfg_file}); }).find("weights=FILE"), std::string::npos);
+  EXPECT_NE(error_of([&] { cli::cmd_eval({cfg_file}); }).find("needs weights=FILE"), std::string::npos);
 }

@@ -23,7 +23,7 @@ Sizes: 32x32 for the CIFAR models and VGG (whose adaptive pooling then replicate
 224x224 only for the photo run. --photos also exports resnet18 at 224 with resize(256) +
 center_crop(224) and ImageNet's mean/std and compares on the skimage photos (images=).
 
---run RUN also exports a trained run folder (its last checkpoint) and compares on --run-images
+--run RUN also exports a trained run folder (its best checkpoint, else its last) and compares on --run-images
 (e.g. a `kiln data export` of its validation split) or the seeded random batch.
 
 Usage: /work/venv/bin/python tools/bench/onnx_compare.py [--kiln build/tools/kiln] [--models a,b]
@@ -152,7 +152,7 @@ def main():
     ap.add_argument("--photos", default="/usr/lib/python3/dist-packages/skimage/data",
                     help="folder of photos for the 224x224 run ('' to skip)")
     ap.add_argument("--keep", default="", help="keep the configs, .onnx and references in this folder")
-    ap.add_argument("--run", default="", help="also compare this trained run folder (its last checkpoint)")
+    ap.add_argument("--run", default="", help="also compare this trained run folder (its best checkpoint, else its last)")
     ap.add_argument("--run-images", default="", help="images for --run (a folder or files, comma-separated; "
                                                      "default: the seeded random batch)")
     args = ap.parse_args()

@@ -32,7 +32,7 @@ namespace fs = std::filesystem;
 const char* kUsage =
     "usage: kiln export RUN_OR_CONFIG [weights=FILE | init=random] [format=onnx] out=model.onnx\n"
     "                   [reference=REF.safetensors [images=DIR|FILE,...]] [key=value ...]\n"
-    "  RUN_OR_CONFIG   a run folder (its config.json; weights: its last checkpoint) or a config file\n"
+    "  RUN_OR_CONFIG   a run folder (its config.json; weights: its best checkpoint, else its last) or a config file\n"
     "  weights=FILE    a .safetensors file or a checkpoint (as kiln eval takes)\n"
     "  init=random     no weights: the model as initialised with the config's train.seed\n"
     "  format=onnx     the only format (default onnx): opset 13, input \"input\" (batch, C, H, W) float32\n"

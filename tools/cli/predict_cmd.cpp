@@ -26,7 +26,7 @@ namespace {
 const char* kUsage =
     "usage: kiln predict RUN|CONFIG [weights=FILE] INPUT... [topk=5] [out=FILE.csv|FILE.jsonl] [batch=N]\n"
     "                    [device=cpu|0|cuda:1] [key=value ...]\n"
-    "  RUN     a run folder (runs/<name>): its config.json, classes.json and last checkpoint\n"
+    "  RUN     a run folder (runs/<name>): its config.json, classes.json and best checkpoint (else its last)\n"
     "  CONFIG  a config file; then weights=FILE is required\n"
     "  INPUT   image files (.jpg .jpeg .png .bmp .webp), folders (searched recursively) or .txt image lists\n"
     "  topk    classes per image (default 5)    out  also write a .csv or .jsonl file\n"

@@ -82,8 +82,8 @@ int cmd_train(const Args& args) {
 
 int cmd_eval(const Args& args) {
   static const char* kUsage =
-      "usage: kiln eval CONFIG|RUN weights=FILE [out=DIR] [tta=none|flip] [key=value ...]\n"
-      "  Evaluates the weights on the validation split; prints top-1/top-5, the loss and the per-class\n"
+      "usage: kiln eval CONFIG weights=FILE | RUN [weights=FILE] [out=DIR] [tta=none|flip] [key=value ...]\n"
+      "  Evaluates the weights (a RUN's own: its best checkpoint, else its last) on the validation split; prints top-1/top-5, the loss and the per-class\n"
       "  report, and writes report.csv, report.json, confusion.csv, confusion.png and confused_pairs.csv\n"
       "  (docs/reports.md) into DIR; without out=: the run folder when RUN is one or the weights lie in\n"
       "  one (runs/<name>/best, runs/<name>/last-12/last.safetensors), else a new runs/<name>-eval.\n"
@@ -98,7 +98,9 @@ int cmd_eval(const Args& args) {
     else rest.push_back(a);
   }
   json config = config_from_args("eval", rest, kUsage, &weights);
-  KILN_CHECK(!weights.empty(), "kiln eval needs weights=FILE (a .safetensors file or a run folder such as runs/<name>)");
+  if (weights.empty() && is_run_folder(rest[0])) weights = rest[0];  // the run's weights (run_weights_checkpoint)
+  KILN_CHECK(!weights.empty(), "kiln eval ", rest[0], " needs weights=FILE (a .safetensors file, a checkpoint or a run "
+             "folder such as runs/<name>): a config file has no weights of its own");
   EvalResult r = evaluate(config, weights);
   std::printf("%lld images: top1 %.2f%%  top5 %.2f%%  loss %.4f\n\n", static_cast<long long>(r.samples), 100 * r.top1,
               100 * r.top5, r.loss);

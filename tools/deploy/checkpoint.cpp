@@ -297,9 +297,17 @@ std::string resolve_checkpoint(const std::string& path) {
   return p;
 }
 
+std::string run_weights_checkpoint(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  if (fs::is_directory(p) && !is_pair_folder(p) && (fs::is_directory(p + "/best") || fs::exists(p + "/best" + kExt)))
+    return resolve_checkpoint(p + "/best");
+  return resolve_checkpoint(path);
+}
+
 void load_weights(const std::string& path, Module& model) {
   std::string file = path;
-  if (!fs::is_regular_file(file)) file = checkpoint_files(resolve_checkpoint(path)).weights;
+  if (!fs::is_regular_file(file)) file = checkpoint_files(run_weights_checkpoint(path)).weights;
   SafetensorsContents c = load_safetensors(file);
   check_finite(c.tensors, file, "weights");
   try {

@@ -55,8 +55,15 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
 // With `ema`: the checkpoint's EMA weights go into it when it has them (state.ema_loaded), checked
 // like the weights (same step, finite, fitting the model); a checkpoint without them leaves `ema` alone.
 TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema = nullptr);
-// Loads only weights (PyTorch layout) into `model`: FILE.safetensors, or a checkpoint.
+// Loads only weights (PyTorch layout) into `model`: FILE.safetensors, a checkpoint, or a run folder
+// (the weights it stands for: run_weights_checkpoint).
 void load_weights(const std::string& path, Module& model);
+// The one rule for what a run folder `runs/x` stands for (docs/training.md, "Which checkpoint"):
+//   - weights (kiln eval, predict, export, train.init, load_model): its best checkpoint when it has
+//     one (the best validation top-1), else its last; name runs/x/last to take the last;
+//   - training state (resume=, kiln train runs/x): its last checkpoint (resolve_checkpoint).
+// A path that is not a run folder is resolve_checkpoint's.
+std::string run_weights_checkpoint(const std::string& path);
 // Accepts a run folder (-> its last checkpoint), `runs/x/last`, `runs/x/last.safetensors`,
 // `runs/x/last.state.safetensors`, a checkpoint folder `runs/x/last-12` or a file inside it; returns
 // the checkpoint (its parent is the run folder), or throws naming what is missing.

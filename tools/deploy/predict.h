@@ -1,7 +1,7 @@
 // Prediction: a trained model on image files, top-k classes with names and probabilities.
 //
 // A Predictor is loaded from a run folder (runs/<name>: its config.json, classes.json and the
-// weights `kiln eval` takes from it, the last checkpoint) or from a config file plus a weights file
+// weights `kiln eval` takes from it: its best checkpoint, else its last) or from a config file plus a weights file
 // (class names from the config's data source when it can be opened, else numbers). Images go
 // through the config's VALIDATION transforms (data.val_transforms), decoded as the data source
 // decodes (channels, max_image_pixels, reduced JPEG decoding), in batches, on the config's device

@@ -24,13 +24,7 @@ void load_init_weights(Module& model, const std::string& init, const std::vector
                "top-level modules are: ", tops.empty() ? "none" : join(tops));
   }
   std::string file = init;
-  if (!fs::is_regular_file(file)) {
-    std::string p = init;
-    while (p.size() > 1 && p.back() == '/') p.pop_back();
-    // A run folder: its best checkpoint (the weights a fine-tuning wants), else its last.
-    if (fs::is_directory(p) && (fs::exists(p + "/best") || fs::exists(p + "/best.safetensors"))) p += "/best";
-    file = checkpoint_files(resolve_checkpoint(p)).weights;
-  }
+  if (!fs::is_regular_file(file)) file = checkpoint_files(run_weights_checkpoint(init)).weights;  // a run: its best
   SafetensorsContents c = load_safetensors(file);
   InitReport r = import_pytorch_for_finetuning(model, c.tensors, file, fresh);
   if (!show) return;
