@@ -1,5 +1,6 @@
 // `kiln train` (tools/cli/train_cmd.cpp): a run folder resumes that run in place, a finished run is
-// refused naming epochs=N, epochs=N continues it, and a folder that is not a run is named.
+// refused naming epochs=N, epochs=N continues it, resume=RUN needs no config, and a folder that is not
+// a run is named.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -59,6 +60,14 @@ TEST(TrainCommand, ARunFolderResumesThatRunInPlace) {
   EXPECT_EQ(lines_in(run + "/metrics.csv"), rows + 1);
   std::ifstream as_run(run + "/config.json");
   EXPECT_EQ(json::parse(as_run)["train"]["epochs"], 2);
+
+  // resume=RUN without a config: the run's own config, the run's own folder.
+  ::testing::internal::CaptureStdout();
+  const int third = cli::cmd_train({"resume=" + run, "epochs=3"});
+  ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(third, 0);
+  EXPECT_FALSE(fs::exists(runs + "/tiny-2"));
+  EXPECT_EQ(lines_in(run + "/metrics.csv"), rows + 2);
 
   // A folder that is not a run (no config.json) is named, not trained from.
   EXPECT_HAS(error_of([&] { cli::cmd_train({runs}); }), "is a folder without config.json, not a run folder");

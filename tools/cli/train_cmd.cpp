@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "tools/cli/commands.h"
+#include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/metrics.h"
 #include "tools/deploy/model_io.h"
@@ -52,16 +53,27 @@ int cmd_train(const Args& args) {
       "usage: kiln train CONFIG|RUN [key=value ...]\n"
       "  CONFIG starts a new run (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 device=cpu);\n"
       "  RUN, a run folder such as runs/<name>, resumes that run from its last checkpoint, in place\n"
-      "  (epochs=N raises the target of a finished run). Keys: docs/training.md.";
+      "  (epochs=N raises the target of a finished run); so does resume=RUN|CHECKPOINT without a config.\n"
+      "  Keys: docs/training.md.";
   if (wants_help(args, kUsage)) return 0;
   Args with_resume = args;
-  if (!args.empty() && is_run_folder(args[0])) {
+  // `kiln train resume=RUN|CHECKPOINT [key=value ...]`: no config given, the run's own (as `kiln train RUN`).
+  const std::optional<KeyValue> first = args.empty() ? std::nullopt : split_key_value(args[0]);
+  if (first && (first->key == "resume" || first->key == "train.resume") && !first->value.empty()) {
+    const std::string run = is_run_folder(first->value)
+                                ? first->value
+                                : fs::path(resolve_checkpoint(first->value)).parent_path().string();
+    KILN_CHECK(is_run_folder(run), "kiln train ", args[0], ": ", run, " is not a run folder (no config.json); give the "
+               "config too: kiln train CONFIG ", args[0]);
+    with_resume.insert(with_resume.begin(), run);
+  }
+  if (!with_resume.empty() && is_run_folder(with_resume[0])) {
     // The run folder's config.json is the config as run; resume= (or train.resume=) given too wins.
-    const bool resume_given = std::any_of(args.begin() + 1, args.end(), [](const std::string& a) {
+    const bool resume_given = std::any_of(with_resume.begin() + 1, with_resume.end(), [](const std::string& a) {
       const std::optional<KeyValue> kv = split_key_value(a);
       return kv && (kv->key == "resume" || kv->key == "train.resume");
     });
-    if (!resume_given) with_resume.push_back("train.resume=" + args[0]);  // the trainer says "resumed ..."
+    if (!resume_given) with_resume.push_back("train.resume=" + with_resume[0]);  // the trainer says "resumed ..."
   }
   json config = config_from_args("train", with_resume, kUsage, nullptr);
   TrainResult r = train(config);
