@@ -126,12 +126,15 @@ TEST(CheckpointKill, EveryKillDuringSavesLeavesAResumablePair) {
   auto model = models::build_model(cfg["model"], "model");
 
   std::mt19937 rng(20240611);  // the random kill points
-  const int rounds = 24;
+  // At least 24 kills, and on until 6 of them landed inside a save (how many do depends on the
+  // machine's load: 5 of 24 were seen under the sanitizers beside other tests), at most 72.
+  const int min_rounds = 24, max_rounds = 72, min_mid_save = 6;
+  int rounds = 0;
   int64_t last_step = 0;
   int mid_save = 0;
   double save_period_s = 0;
   std::string why;
-  for (int round = 0; round < rounds; ++round) {
+  for (int round = 0; round < max_rounds && (round < min_rounds || mid_save < min_mid_save); ++round, ++rounds) {
     std::vector<std::string> args = {kiln, "train", cfg_file};
     if (round > 0) args.push_back("resume=" + run);
     std::ofstream(log, std::ios::app) << "--- round " << round << "\n";
@@ -164,7 +167,7 @@ TEST(CheckpointKill, EveryKillDuringSavesLeavesAResumablePair) {
               1e3 * save_period_s, mid_save, static_cast<long long>(last_step));
   RecordProperty("kills_mid_save", mid_save);
   // Kills inside a save must have happened, or the test did not test the save.
-  EXPECT_GE(mid_save, rounds / 4);
+  EXPECT_GE(mid_save, min_mid_save);
 
   // The last round trains two more epochs to the end: no temporaries, one pair.
   pid_t pid = spawn_kiln({kiln, "train", cfg_file, "resume=" + run, "epochs=" + std::to_string(last_step + 2)}, log);
