@@ -8,6 +8,7 @@
 
 #include "tests/data_parallel_config.h"
 #include "tests/layers/error_util.h"
+#include "tests/data/data_test_util.h"  // TempDir
 #include "tools/cli/commands.h"
 #include "tools/engine/trainer.h"
 
@@ -17,20 +18,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string fresh_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "kiln_eval_cmd_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
 using kiln::testing::kReportFiles;
 json tiny_config(const std::string& runs) { return kiln::testing::tiny_report_config(runs); }
 
 }  // namespace
 
 TEST(EvalCommand, WritesTheReportIntoTheRunOutOrANewFolder) {
-  std::string runs = fresh_dir("eval");
+  kiln::testing::TempDir dir;
+  const std::string runs = dir.str();
   TrainResult r = train(tiny_config(runs), true);
   std::ifstream jf(r.run_dir + "/report.json");
   json j = json::parse(jf);

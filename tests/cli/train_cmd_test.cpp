@@ -10,6 +10,7 @@
 
 #include "tests/data_parallel_config.h"
 #include "tests/expect_error.h"
+#include "tests/data/data_test_util.h"  // TempDir
 #include "tools/cli/commands.h"
 
 using namespace kiln;
@@ -17,13 +18,6 @@ using kiln::testing::error_of;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "kiln_train_cmd_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 int lines_in(const std::string& path) {
   std::ifstream f(path);
@@ -35,7 +29,8 @@ int lines_in(const std::string& path) {
 }  // namespace
 
 TEST(TrainCommand, ARunFolderResumesThatRunInPlace) {
-  const std::string runs = fresh_dir("resume");
+  kiln::testing::TempDir dir;  // removed with what the runs wrote
+  const std::string runs = dir.str();
   const std::string cfg = runs + "/tiny.json";
   std::ofstream(cfg) << kiln::testing::tiny_report_config(runs).dump();  // one epoch, run "tiny"
   ::testing::internal::CaptureStdout();

@@ -9,19 +9,13 @@
 
 #include "core/autograd.h"
 #include "layers/linear.h"
+#include "tests/data/data_test_util.h"  // TempDir
 #include "tools/deploy/checkpoint.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::string fresh_dir(const std::string& name) {
-  std::string d = ::testing::TempDir() + "kiln_run_weights_" + name;
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::shared_ptr<Linear> model_with(double value) {
   LinearOptions o;
@@ -44,7 +38,8 @@ double first_weight(const Module& m) { return m.named_parameters()[0].second.to_
 }  // namespace
 
 TEST(RunWeights, BestWhenThereIsOneElseLastAndTheStateIsAlwaysTheLast) {
-  const std::string run = fresh_dir("rule");
+  kiln::testing::TempDir dir;
+  const std::string run = dir.str();
   auto last = model_with(1.0), best = model_with(2.0), into = model_with(0.0);
   save_checkpoint(run + "/last", *last, state());
 

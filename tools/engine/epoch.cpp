@@ -185,6 +185,8 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
   EpochStats st(r);
   const auto accumulate_step_stats = accumulate_step_stats_kernel.get(r.device, "accumulate_step_stats");
   st.acc = Tensor::zeros({5}, DType::f64, r.device);
+  // MixUp/CutMix batches are staged in pinned memory where the device copies from it asynchronously.
+  PinnedStaging* const mix_staging = has_pinned_host_memory(r.device) ? &r.mix_staging : nullptr;
   auto t0 = Clock::now();
   Batch b;
   int64_t i = 0;
@@ -194,8 +196,8 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     r.optimizer->set_lr(lr);
     // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
     // for the whole batch, so that train.accumulate does not change what is mixed.
-    MixedBatch mixed = mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, r.num_classes, opt.label_smoothing,
-                                 has_pinned_host_memory(r.device) ? &r.mix_staging : nullptr);
+    MixedBatch mixed =
+        mix_batch(opt.mixup, static_cast<uint64_t>(opt.seed), b, r.num_classes, opt.label_smoothing, mix_staging);
     // The shared step (tools/engine/train_step.h): micro-batches (train.accumulate), scaled backward,
     // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
     // count go to the epoch's statistics, accumulated on the device.
