@@ -86,6 +86,9 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.max_steps_per_epoch = r.get("max_steps_per_epoch", o.max_steps_per_epoch, int64_t{0}, INT64_MAX);
   o.stop_after = r.get("stop_after", o.stop_after, int64_t{0}, int64_t{100000});
   o.eval_every = r.get("eval_every", o.eval_every, int64_t{1}, int64_t{100000});
+  o.save_every_steps = r.get("save_every_steps", o.save_every_steps, int64_t{0}, INT64_MAX);
+  o.save_every_minutes = r.get("save_every_minutes", o.save_every_minutes, 0.0, 1e7);
+  o.keep_last = r.get("keep_last", o.keep_last, int64_t{1}, int64_t{1000});
   o.plots = r.get("plots", o.plots);
   o.reuse_first_batch = r.get("reuse_first_batch", o.reuse_first_batch);
   o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
@@ -121,6 +124,9 @@ json TrainOptions::to_json() const {
               {"max_steps_per_epoch", max_steps_per_epoch},
               {"stop_after", stop_after},
               {"eval_every", eval_every},
+              {"save_every_steps", save_every_steps},
+              {"save_every_minutes", save_every_minutes},
+              {"keep_last", keep_last},
               {"plots", plots},
               {"reuse_first_batch", reuse_first_batch},
               {"comm_timeout_s", comm_timeout_s},

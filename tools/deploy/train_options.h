@@ -80,6 +80,15 @@ struct TrainOptions {
   int64_t stop_after = 0;
   /// evaluate on the validation split every N epochs and after the last (default 1)
   int64_t eval_every = 1;
+  /// also save the `last` checkpoint every N optimizer steps, mid-epoch; 0 = only at epoch ends
+  /// (default 0; docs/training.md, "Interrupting and resuming")
+  int64_t save_every_steps = 0;
+  /// also save the `last` checkpoint when this many minutes have passed since the previous save,
+  /// mid-epoch; 0 = off (default 0)
+  double save_every_minutes = 0;
+  /// how many `last` checkpoints (last-<step> folders) the run folder keeps, the newest; older ones
+  /// are removed by each save (default 1)
+  int64_t keep_last = 1;
   /// write PNG plots of loss, accuracy and lr at the end (default true)
   bool plots = true;
   /// seconds a collective may wait for the other ranks before the job is aborted (default 600)
