@@ -217,7 +217,9 @@ void DataLoader::cancel_locked(std::unique_lock<std::mutex>& lk) {
   st.drop_ready();
 }
 
-void DataLoader::start_epoch(int64_t epoch) {
+void DataLoader::start_epoch(int64_t epoch, int64_t first_batch) {
+  KILN_CHECK(first_batch >= 0 && first_batch <= batches_per_epoch(), "DataLoader::start_epoch: batch ", first_batch,
+             " is outside the epoch's ", batches_per_epoch(), " batches (", dataset_->name(), ")");
   std::vector<int64_t> indices = epoch_indices(epoch);
   State& st = *st_;
   {
@@ -227,7 +229,7 @@ void DataLoader::start_epoch(int64_t epoch) {
     st.epoch = epoch;
     st.shape = epoch_image_shape(epoch);
     st.num_batches = batches_per_epoch();
-    st.next_claim = st.next_deliver = 0;
+    st.next_claim = st.next_deliver = first_batch;
     st.failed = false;
     st.error = nullptr;
     st.epoch_bad = 0;

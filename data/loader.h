@@ -129,8 +129,10 @@ class DataLoader {
   // This rank's dataset indices for `epoch`, in the order batches deliver them (padding included).
   std::vector<int64_t> epoch_indices(int64_t epoch) const;
 
-  // Begins `epoch`: abandons what is left of the current one, then the workers start on it.
-  void start_epoch(int64_t epoch);
+  // Begins `epoch` at its batch `first_batch` (0: the start; a resumed run's position inside the
+  // epoch, at most batches_per_epoch()): abandons what is left of the current one, then the workers
+  // start on it. Batch b is the same whatever batch the epoch started at (see Determinism).
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The epoch's next batch, in order; false after the last. Its tensors stay valid while held.
   // Rethrows an error raised while loading this batch (and again on later calls until the next
   // start_epoch).

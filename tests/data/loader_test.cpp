@@ -113,6 +113,32 @@ TEST(DataLoader, SameBatchesForAnyWorkerCount) {
   EXPECT_TRUE(std::equal(e0.begin(), e0.end(), runs[0].begin()));
 }
 
+// A resumed run starts its epoch at the batch it was interrupted at: batches k.. are those of the
+// whole epoch (same samples, same augmentation), for any worker count; past the end is refused.
+TEST(DataLoader, StartingMidEpochDeliversTheRestOfTheSameEpoch) {
+  auto ds = synthetic(103);
+  DataLoader whole(ds, augmenting(), opts(8, 2));
+  const std::vector<Copied> all = run_epoch(whole, 4);
+  for (int64_t workers : {0, 3}) {
+    DataLoader l(ds, augmenting(), opts(8, workers));
+    for (int64_t k : {int64_t{5}, int64_t{12}, int64_t{13}}) {
+      l.start_epoch(4, k);
+      Batch b;
+      int64_t n = 0;
+      while (l.next(b)) {
+        EXPECT_EQ(b.index, k + n);
+        ASSERT_LT(static_cast<size_t>(k + n), all.size());
+        EXPECT_TRUE((Copied{b.images.to_float_vector(), b.labels.to_int_vector(), b.indices, b.padding}) ==
+                    all[static_cast<size_t>(k + n)]);
+        ++n;
+      }
+      EXPECT_EQ(n, 13 - k) << "workers " << workers << ", start " << k;
+    }
+    EXPECT_THROW(l.start_epoch(4, 14), Error);
+    EXPECT_THROW(l.start_epoch(4, -1), Error);
+  }
+}
+
 TEST(DataLoader, BatchValuesArePipelineOfDatasetSamples) {
   auto ds = synthetic(20);
   Pipeline p = augmenting();
