@@ -20,8 +20,7 @@
 #include "core/autograd.h"
 #include "models/registry.h"
 #include "tools/deploy/checkpoint.h"
-
-extern char** environ;
+#include "../kiln_process.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -63,51 +62,20 @@ int leftovers(const std::string& run) {
   return n;
 }
 
-std::string tail_of(const std::string& file) {
-  std::ifstream in(file);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s.size() > 3000 ? s.substr(s.size() - 3000) : s;
-}
+std::string tail_of(const std::string& file) { return kiln::testing::file_tail(file); }
 
-// `kiln` with `args`, stdout and stderr appended to `log`, one OpenMP thread (a 2-core machine).
 pid_t spawn_kiln(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> env = {"OMP_NUM_THREADS=1", "OMP_WAIT_POLICY=passive"};
-  for (char** e = environ; *e; ++e)
-    if (std::string(*e).rfind("OMP_", 0) != 0) env.emplace_back(*e);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
+  return kiln::testing::spawn_logged(args, log);
 }
 
 // Waits until `last` in `run` names another folder than `before`; false (with the reason) when the
 // child exits first or `timeout_s` passes.
 bool wait_for_save(pid_t pid, const std::string& run, const std::string& before, double timeout_s, std::string* why) {
-  auto t0 = Clock::now();
-  while (link_of(run + "/last") == before) {
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      *why = "kiln exited (status " + std::to_string(status) + ") before saving";
-      return false;
-    }
-    if (std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      *why = "no save within " + std::to_string(timeout_s) + " s";
-      return false;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
+  int status = 0;
+  if (kiln::testing::wait_until(pid, [&] { return link_of(run + "/last") != before; }, timeout_s, &status)) return true;
+  *why = "kiln exited (status " + std::to_string(status) + ") before saving, or did not save within " +
+         std::to_string(timeout_s) + " s";
+  return false;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "tools/cli/commands.h"
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
+#include "tools/engine/interrupt.h"
 #include "tools/engine/metrics.h"
 #include "tools/deploy/model_io.h"
 #include "tools/engine/mpi_comm.h"
@@ -76,7 +77,9 @@ int cmd_train(const Args& args) {
     if (!resume_given) with_resume.push_back("train.resume=" + with_resume[0]);  // the trainer says "resumed ..."
   }
   json config = config_from_args("train", with_resume, kUsage, nullptr);
+  SignalWatch signals;  // SIGINT/SIGTERM: save and stop; SIGUSR1: save (tools/engine/interrupt.h)
   TrainResult r = train(config);
+  if (r.interrupted) return 128 + r.interrupted;  // as the shell reports a death by that signal
   if (!r.run_dir.empty()) {
     std::printf("final: val top1 %.2f%%  top5 %.2f%%  loss %.4f  (%.0f img/s)\n", 100 * r.val_top1, 100 * r.val_top5,
                 r.val_loss, r.images_per_s);

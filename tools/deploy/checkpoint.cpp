@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "data/config.h"
 #include "layers/interop.h"
 #include "optim/loss_scaler.h"
+#include "core/version.h"
 #include "tools/deploy/checkpoint_legacy.h"
 
 namespace fs = std::filesystem;
@@ -65,18 +67,31 @@ std::string link_target(const fs::path& link) {
   return fs::read_symlink(link, ec).string();
 }
 
+// The step of a pair folder name `<name>-<step>[.<k>]` (-1 when it does not parse).
+int64_t pair_folder_step(const std::string& fn, const std::string& name) {
+  try {
+    return std::stoll(fn.substr(name.size() + 1));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
 // Removes what killed saves of checkpoint `name` left in `dir` (temporary folders and links) and
-// its pair folders other than the one `dir/name` names.
-void remove_stale(const fs::path& dir, const std::string& name) {
+// its pair folders other than the one `dir/name` names and the keep - 1 newest others (by step).
+void remove_stale(const fs::path& dir, const std::string& name, int64_t keep = 1) {
   const std::string current = link_target(dir / name);
   std::error_code ec;
   std::vector<fs::path> stale;  // collected first: no removal while the folder is being read
+  std::vector<std::pair<int64_t, fs::path>> older;  // other pair folders, by step
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string fn = e.path().filename().string();
-    if (starts_with(fn, kTmpFolder) || starts_with(fn, name + ".tmp-") ||
-        (is_pair_folder_name(fn, name) && fn != current && e.is_directory(ec) && !e.is_symlink(ec)))
-      stale.push_back(e.path());
+    if (starts_with(fn, kTmpFolder) || starts_with(fn, name + ".tmp-")) stale.push_back(e.path());
+    else if (is_pair_folder_name(fn, name) && fn != current && e.is_directory(ec) && !e.is_symlink(ec))
+      older.emplace_back(pair_folder_step(fn, name), e.path());
   }
+  std::sort(older.begin(), older.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t i = 0; i < older.size(); ++i)
+    if (static_cast<int64_t>(i) + 1 >= keep) stale.push_back(older[i].second);
   for (const fs::path& p : stale) fs::remove_all(p, ec);
 }
 
@@ -167,6 +182,9 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
     KILN_CHECK(v && v->is_object(), "kiln_training_state.config must be an object (the config as run), got ",
                v ? v->dump() : "nothing");
     s.config = *v;
+    r.read("epoch_step", s.epoch_step);  // absent in checkpoints before mid-epoch saves: an epoch's end
+    if ((v = r.find("progress"))) s.progress = read_number_map(*v, r.path_of("progress"));
+    r.read("kiln_version", s.kiln_version);
     v = r.find("flatten_order");
     KILN_CHECK(!v || *v == kFlattenOrderChw, "kiln_training_state.flatten_order = ", v ? v->dump() : "",
                " is not accepted; accepted: \"", kFlattenOrderChw, "\" (or none: a state of an earlier kiln)");
@@ -178,6 +196,10 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
   KILN_CHECK(s.epoch >= 0 && s.step >= 0 && s.epoch <= s.step, "checkpoint '", file,
              "': training state field epoch = ", s.epoch, " or step = ", s.step,
              " is out of range; accepted: 0 <= epoch <= step (every epoch takes at least one step)");
+  KILN_CHECK(s.epoch_step >= 0 && s.epoch_step <= s.step - s.epoch, "checkpoint '", file,
+             "': training state field epoch_step = ", s.epoch_step, " is out of range; accepted: 0 .. step - epoch (",
+             s.step - s.epoch, ")");
+  check_finite_map(s.progress, file, "progress");
   KILN_CHECK(std::isfinite(s.best_top1) && (s.best_top1 == -1 || (s.best_top1 >= 0 && s.best_top1 <= 1)),
              "checkpoint '", file, "': training state field best_top1 = ", s.best_top1,
              " is out of range; accepted: -1 (none yet) or an accuracy in [0, 1]");
@@ -213,7 +235,7 @@ int64_t metadata_step(const SafetensorsContents& c, const std::string& file) {
 
 }  // namespace
 
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& s, Module* ema) {
+void save_checkpoint(const std::string& base, Module& model, const TrainingState& s, Module* ema, int64_t keep) {
   const fs::path b(base);
   const fs::path dir = b.parent_path().empty() ? fs::path(".") : b.parent_path();
   const std::string name = b.filename().string();
@@ -221,8 +243,10 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   json meta = {{"epoch", s.epoch},       {"step", s.step},           {"rng_seed", s.rng.seed},
                {"rng_offset", s.rng.offset}, {"best_top1", s.best_top1}, {"scaler", s.scaler},
                {"optimizer_type", s.optimizer.type}, {"optimizer_scalars", s.optimizer.scalars},
-               {"config", s.config}, {"flatten_order", kFlattenOrderChw}};
-  remove_stale(dir, name);
+               {"config", s.config}, {"flatten_order", kFlattenOrderChw}, {"epoch_step", s.epoch_step},
+               {"progress", s.progress}, {"kiln_version", kiln_version()}};
+  KILN_CHECK(keep >= 1, "checkpoint: keep = ", keep, " is not accepted; accepted: 1 or more pair folders");
+  remove_stale(dir, name, keep);
 
   // 1. Both files into a fresh folder (save_safetensors fsyncs each file and the folder).
   std::string tmp = (dir / (kTmpFolder + "XXXXXX")).string();
@@ -263,7 +287,7 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   if (ema) switch_link(dir / (name + kEmaExt), name + "/" + name + kEmaExt, suffix);
   else if (!link_target(dir / (name + kEmaExt)).empty()) ::unlink((dir / (name + kEmaExt)).c_str());
   fsync_dir(dir);
-  remove_stale(dir, name);
+  remove_stale(dir, name, keep);
 }
 
 CheckpointFiles checkpoint_files(const std::string& base) {

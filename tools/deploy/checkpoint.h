@@ -39,6 +39,15 @@ namespace kiln {
 struct TrainingState {
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;   // optimizer steps completed
+  // Batches of epoch `epoch` already trained: 0 at an epoch's end; a mid-epoch save's position
+  // (train.save_every_*, SIGUSR1, an interrupt), where the resumed run starts that epoch's loader.
+  // It may equal the epoch's steps: the epoch trained, its evaluation not done (an interrupt then).
+  int64_t epoch_step = 0;
+  // With epoch_step > 0: the epoch's figures so far (its loss sum, correct count, samples, training
+  // seconds, data-wait seconds), so the resumed epoch's metrics row covers the whole epoch; and the
+  // run's seconds so far ("run_seconds", train.time_budget_minutes' clock). Names -> numbers.
+  std::map<std::string, double> progress;
+  std::string kiln_version;  // of the kiln that wrote it (load: "" when the checkpoint predates it)
   RngState rng;       // the default generator after `step`
   double best_top1 = -1;
   std::map<std::string, double> scaler;  // LossScaler::state_dict() (empty without fp16)
@@ -49,7 +58,10 @@ struct TrainingState {
 
 // Saves the pair as checkpoint `base` (`<run>/last`: the folder layout above).
 // With `ema`, its weights are saved in the same folder as `<name>.ema.safetensors` (same step).
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& state, Module* ema = nullptr);
+// `keep`: how many pair folders of `base` stay, the newest by step (train.keep_last; `base` names the
+// new one); older ones are removed after the switch.
+void save_checkpoint(const std::string& base, Module& model, const TrainingState& state, Module* ema = nullptr,
+                     int64_t keep = 1);
 // Loads the weights into `model` and returns the training state. `base` is what
 // resolve_checkpoint() returns: a checkpoint folder (or the symlink naming one), or a flat base.
 // With `ema`: the checkpoint's EMA weights go into it when it has them (state.ema_loaded), checked

@@ -3,7 +3,9 @@
 // and train.time_budget_minutes' decision taken inside the first epoch.
 // Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
 #include <algorithm>
+#include <csignal>
 #include <cmath>
+#include <map>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -15,6 +17,7 @@
 #include "core/step_stats.h"
 #include "core/rng.h"
 #include "data/mix.h"
+#include "tools/engine/interrupt.h"
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
 
@@ -52,7 +55,7 @@ void decide_budget(ReplicaRun& r, const Batch& batch) {
   synchronize(r.device);
   BudgetInput in;
   in.budget_s = b.minutes * 60;
-  in.elapsed_s = seconds_since(r.start);
+  in.elapsed_s = run_seconds(r);
   in.steps_done = r.state.step;
   in.steps_per_epoch = r.steps_per_epoch;
   in.max_epochs = r.opt.epochs;
@@ -88,7 +91,7 @@ void recheck_budget_after(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
   if (!(b.epoch >= 0 && epoch > b.epoch && epoch + 1 < r.opt.epochs)) return;
   BudgetInput in = b.in;
   const double slow = budget_test_slowdown();
-  in.elapsed_s = seconds_since(r.start) + slow * static_cast<double>(r.state.step - b.step);
+  in.elapsed_s = run_seconds(r) + slow * static_cast<double>(r.state.step - b.step);
   in.steps_done = r.state.step;
   in.epochs_done = epoch + 1;
   in.max_epochs = r.opt.epochs;
@@ -115,6 +118,7 @@ void recheck_budget_after(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
 // where reading is free) they are read every step.
 struct EpochStats {
   double loss_sum = 0, correct = 0, seen = 0;
+  double wait_before = 0, seconds_before = 0;  // a resumed epoch's data wait and training seconds so far
   int64_t read_every = 1;
   Tensor acc;  // (5) f64 on the device: loss sum, correct, non-finite flag, its step, its loss
 
@@ -137,6 +141,60 @@ struct EpochStats {
   }
 };
 
+// The epoch's figures so far, summed over the ranks (every rank calls it at the same step): what a
+// save keeps (TrainingState::progress) so the resumed epoch's row covers it all.
+std::map<std::string, double> epoch_totals(ReplicaRun& r, const EpochStats& st, double seconds) {
+  std::vector<double> v{st.loss_sum, st.correct, st.seen, st.wait_before + r.train_loader->stats().wait_seconds};
+  r.comm.all_reduce_doubles(v);
+  return {{"loss_sum", v[0]}, {"correct", v[1]}, {"seen", v[2]}, {"wait_seconds", v[3]},
+          {"train_seconds", st.seconds_before + seconds}};
+}
+
+// A resumed epoch's figures before this invocation: rank 0 carries the sums (the epoch's end sums
+// them over the ranks again), every rank the seconds.
+void restore_epoch_stats(const ReplicaRun& r, EpochStats& st) {
+  auto get = [&](const char* k) {
+    auto it = r.resumed_progress.find(k);
+    return it == r.resumed_progress.end() ? 0.0 : it->second;
+  };
+  st.seconds_before = get("train_seconds");
+  if (!r.lead) return;
+  st.loss_sum = get("loss_sum");
+  st.correct = get("correct");
+  st.seen = get("seen");
+  st.wait_before = get("wait_seconds");
+}
+
+// What the ranks agreed to do after a step: stop (the signal), save.
+struct PollResult {
+  int stop = 0;
+  bool save = false;
+};
+
+// After each step: SIGINT/SIGTERM, SIGUSR1 (tools/engine/interrupt.h) and train.save_every_*.
+// Alone, every step; over several ranks every r.poll_every steps, at the same global steps on every
+// rank, with one small all-reduce: a signal that reached any rank (mpirun forwards them to all,
+// maybe between two steps) acts on every rank at the same step; the minutes are rank 0's clock.
+PollResult poll_interrupts(ReplicaRun& r) {
+  const TrainOptions& opt = r.opt;
+  PollResult p;
+  const bool steps_due = opt.save_every_steps > 0 && r.state.step % opt.save_every_steps == 0;
+  auto minutes_due = [&] { return opt.save_every_minutes > 0 && seconds_since(r.last_save) >= 60 * opt.save_every_minutes; };
+  if (r.world == 1) {
+    p.stop = stop_signal();
+    p.save = take_save_request() || steps_due || minutes_due();
+    return p;
+  }
+  if (r.state.step % r.poll_every != 0) return PollResult{0, steps_due};
+  const int sig = stop_signal();
+  std::vector<double> v{sig != 0 ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0, take_save_request() ? 1.0 : 0.0,
+                        r.lead && minutes_due() ? 1.0 : 0.0};
+  r.comm.all_reduce_doubles(v);
+  p.stop = v[0] > 0 ? (v[1] > 0 ? SIGTERM : SIGINT) : 0;
+  p.save = steps_due || v[2] > 0 || v[3] > 0;
+  return p;
+}
+
 // The progress line's fields after `st.seen` images in `seconds`.
 std::string progress_fields(const ReplicaRun& r, const EpochStats& st, double seconds, double lr) {
   std::string f = "loss " + fmt("%.4f", st.loss_sum / st.seen) + "  acc " + fmt("%.1f%%", 100 * st.correct / st.seen) +
@@ -147,10 +205,10 @@ std::string progress_fields(const ReplicaRun& r, const EpochStats& st, double se
   return f;
 }
 
-// The epoch's loader position, and data.progressive_resize's size when it changes.
-void start_epoch(ReplicaRun& r, int64_t epoch) {
+// The epoch's loader position (a resumed epoch's batch), and data.progressive_resize's size when it changes.
+void start_epoch(ReplicaRun& r, int64_t epoch, int64_t first_batch) {
   r.model->train();
-  r.train_loader->start_epoch(epoch);
+  r.train_loader->start_epoch(epoch, std::min(first_batch, r.train_loader->batches_per_epoch()));
   r.train_loader->reset_stats();
   if (r.show && r.dcfg.progressive_resize.enabled() &&
       (epoch == r.first_epoch || r.train_loader->epoch_image_shape(epoch) != r.train_loader->epoch_image_shape(epoch - 1))) {
@@ -159,39 +217,61 @@ void start_epoch(ReplicaRun& r, int64_t epoch) {
   }
 }
 
-// The epoch's figures summed over ranks into the result.
-void epoch_result(ReplicaRun& r, const EpochStats& st, double train_time) {
-  std::vector<double> tr{st.loss_sum, st.correct, st.seen, r.train_loader->stats().wait_seconds};
-  r.comm.all_reduce_doubles(tr);
-  r.result.train_loss = tr[0] / tr[2];
-  r.result.train_acc = tr[1] / tr[2];
-  r.result.images_per_s = tr[2] / train_time;
-  r.result.data_wait_share = tr[3] / r.world / train_time;
+// The epoch's figures summed over ranks into the result; returns them (epoch_totals).
+std::map<std::string, double> epoch_result(ReplicaRun& r, const EpochStats& st, double seconds) {
+  std::map<std::string, double> t = epoch_totals(r, st, seconds);
+  const double train_time = t["train_seconds"], seen = std::max(t["seen"], 1.0);
+  r.result.train_loss = t["loss_sum"] / seen;
+  r.result.train_acc = t["correct"] / seen;
+  r.result.images_per_s = t["seen"] / train_time;
+  r.result.data_wait_share = t["wait_seconds"] / r.world / train_time;
   r.result.steps = r.state.step;
   r.result.peak_bytes = static_cast<double>(allocator_for(r.device).stats().peak - r.weights_bytes);
   if (r.step.scaler) {
     r.result.skipped_steps = r.step.scaler->skipped_steps();
     r.result.loss_scale = r.step.scaler->scale();
   }
+  return t;
 }
 
 }  // namespace
 
+double run_seconds(const ReplicaRun& r) { return r.seconds_before + seconds_since(r.start); }
+
+void save_mid_epoch(ReplicaRun& r, int64_t epoch, int64_t done, const std::map<std::string, double>& totals) {
+  r.state.epoch = epoch;
+  r.state.epoch_step = done;
+  r.state.progress = totals;
+  r.state.progress["run_seconds"] = run_seconds(r);
+  r.state.progress["steps_per_epoch"] = static_cast<double>(r.steps_per_epoch);
+  r.state.rng = default_generator().state();
+  if (r.step.scaler) r.state.scaler = r.step.scaler->state_dict();
+  r.last_save = Clock::now();
+  if (!r.lead) return;
+  r.state.optimizer = r.optimizer->state_dict();
+  save_checkpoint(r.run_dir + "/last", *r.model, r.state, r.ema ? r.ema->model.get() : nullptr, r.opt.keep_last);
+  if (r.show && !r.interrupted)
+    std::cout << (r.tty ? "\n" : "") << "saved " << r.run_dir << "/last at step " << r.state.step << " (epoch "
+              << epoch + 1 << ", batch " << done << " of " << r.steps_per_epoch << ")\n";
+}
+
 EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
   const TrainOptions& opt = r.opt;
-  start_epoch(r, epoch);
+  const int64_t first = epoch == r.first_epoch ? std::min(r.first_batch, r.steps_per_epoch) : 0;
+  start_epoch(r, epoch, first);
   Progress bar("train", static_cast<int>(epoch + 1), static_cast<int>(opt.epochs), r.steps_per_epoch, r.tty,
                opt.log_every);
   EpochStats st(r);
+  if (first > 0) restore_epoch_stats(r, st);
   const auto accumulate_step_stats = accumulate_step_stats_kernel.get(r.device, "accumulate_step_stats");
   st.acc = Tensor::zeros({5}, DType::f64, r.device);
   // MixUp/CutMix batches are staged in pinned memory where the device copies from it asynchronously.
   PinnedStaging* const mix_staging = has_pinned_host_memory(r.device) ? &r.mix_staging : nullptr;
   auto t0 = Clock::now();
   Batch b;
-  int64_t i = 0;
+  int64_t i = first;
   std::string fields;
-  for (; i < r.steps_per_epoch && ((i > 0 && opt.reuse_first_batch) || r.train_loader->next(b)); ++i) {
+  for (; i < r.steps_per_epoch && ((i > first && opt.reuse_first_batch) || r.train_loader->next(b)); ++i) {
     double lr = r.schedule->lr_at(r.state.step);
     r.optimizer->set_lr(lr);
     // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
@@ -213,23 +293,38 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     after_step_budget(r, b);
     st.seen += b.size();
     // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
-    if ((i + 1) % st.read_every != 0) continue;  // nothing new to show
-    st.read(r, epoch);
-    if (r.show) {
+    const bool read_now = (i + 1) % st.read_every == 0;  // else nothing new to show
+    if (read_now) st.read(r, epoch);
+    if (read_now && r.show) {
       fields = progress_fields(r, st, seconds_since(t0), lr);
       bar.update(i + 1, fields);
     }
+    // Signals and periodic saves: a stop saves and ends the epoch here; a save at the epoch's last
+    // step is the epoch end's (after its evaluation).
+    const PollResult p = poll_interrupts(r);
+    if (!p.stop && !(p.save && i + 1 < r.steps_per_epoch)) continue;
+    if (!read_now) st.read(r, epoch);
+    r.interrupted = p.stop;
+    save_mid_epoch(r, epoch, i + 1, epoch_totals(r, st, seconds_since(t0)));
+    if (r.interrupted) {
+      ++i;
+      break;
+    }
+  }
+  if (r.interrupted) {  // the line that ends the run says where it stopped
+    if (r.show && r.tty) std::cout << "\n";
+    return EpochOutcome{seconds_since(t0), i, {}};
   }
   if (i % st.read_every != 0) {  // the steps since the last read
     st.read(r, epoch);
     if (r.show && st.seen > 0) fields = progress_fields(r, st, seconds_since(t0), r.optimizer->lr());
   }
-  const double train_time = seconds_since(t0);
-  epoch_result(r, st, train_time);
+  std::map<std::string, double> totals = epoch_result(r, st, seconds_since(t0));
   if (r.show) bar.finish(fields);
   if (r.show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
   // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
-  return EpochOutcome{train_time, i};
+  const double train_time = totals["train_seconds"];
+  return EpochOutcome{train_time, i, std::move(totals)};
 }
 
 // --- end of an epoch ----------------------------------------------------------------------------------
@@ -254,20 +349,43 @@ namespace {
 
 // The epoch's evaluation (train.eval_every, and the last epoch's), of the live weights and the EMA's;
 // the last of this invocation also counts the confusion matrix, for the report.
-void evaluate_epoch(ReplicaRun& r, int64_t epoch) {
+// Whether the ranks agree to stop before evaluation batch k (a SIGINT/SIGTERM; r.interrupted is set):
+// alone at every batch; over several ranks every r.poll_every batches, at the same batches on every
+// rank (their loaders have the same number of batches).
+bool eval_should_stop(ReplicaRun& r, int64_t k) {
+  if (r.world == 1) {
+    r.interrupted = stop_signal();
+    return r.interrupted != 0;
+  }
+  if (k % r.poll_every != 0) return false;
+  std::vector<double> v{stop_signal() != 0 ? 1.0 : 0.0, stop_signal() == SIGTERM ? 1.0 : 0.0};
+  r.comm.all_reduce_doubles(v);
+  if (v[0] > 0) r.interrupted = v[1] > 0 ? SIGTERM : SIGINT;
+  return v[0] > 0;
+}
+
+// The epoch's evaluation (train.eval_every, and the last epoch's), of the live weights and the EMA's;
+// the last of this invocation also counts the confusion matrix, for the report. A stop request
+// abandons it (r.interrupted; false).
+bool evaluate_epoch(ReplicaRun& r, int64_t epoch) {
   const auto eval_start = Clock::now();
   const std::string what = std::to_string(epoch + 1) + "/" + std::to_string(r.opt.epochs);
   const bool final_eval = epoch + 1 == r.last_epoch;
+  const auto stop = [&r](int64_t k) { return eval_should_stop(r, k); };
   if (final_eval) r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
   EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, epoch, r.num_classes,
-                           final_eval ? &r.final_confusion : nullptr, "none");
+                           final_eval ? &r.final_confusion : nullptr, "none", stop);
+  if (ec.abandoned) return false;
   if (final_eval) all_reduce_confusion(r.comm, r.final_confusion);
   publish_eval(r, ec, what);
   if (r.ema) {  // the EMA weights on the same images (tools/engine/train_ema.h)
-    EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none");
+    EvalCounts ee =
+        run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none", stop);
+    if (ee.abandoned) return false;
     publish(r, ee, "ema", what, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
   }
   r.budget.last_eval_s = seconds_since(eval_start);
+  return true;
 }
 
 // Rank 0: the epoch's metrics row (NaN where it did not evaluate).
@@ -301,7 +419,7 @@ void save_checkpoints(ReplicaRun& r, bool evaluated) {
   bool best = evaluated && top1 > r.state.best_top1;
   if (best) r.state.best_top1 = top1;
   Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
-  save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model);
+  save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model, r.opt.keep_last);
   if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
 }
 
@@ -317,9 +435,16 @@ void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
     if (r.ema) broadcast_buffers(r.comm, *r.ema->model);
   }
   const bool evaluated = (epoch + 1) % r.opt.eval_every == 0 || epoch + 1 == r.opt.epochs;
-  if (evaluated) evaluate_epoch(r, epoch);
+  if (evaluated && !evaluate_epoch(r, epoch)) {  // interrupted: saved as trained, not evaluated
+    if (r.show) std::cout << "val   abandoned (" << signal_name(r.interrupted) << "); the resumed run evaluates\n";
+    save_mid_epoch(r, epoch, e.steps, e.totals);
+    return;
+  }
   recheck_budget_after(r, epoch, e);
   r.state.epoch = epoch + 1;
+  r.state.epoch_step = 0;
+  r.state.progress = {{"run_seconds", run_seconds(r)}};
+  r.last_save = Clock::now();
   r.state.rng = default_generator().state();
   if (r.step.scaler) r.state.scaler = r.step.scaler->state_dict();
   if (!r.lead) return;

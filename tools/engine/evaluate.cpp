@@ -29,13 +29,20 @@ double top_k_correct(const Tensor& logits, const Tensor& labels, int64_t k, int6
 }  // namespace
 
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
-                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta) {
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta,
+                    const std::function<bool(int64_t batch)>& stop) {
   NoGradGuard ng;
   model.eval();
   loader.start_epoch(epoch);
   EvalCounts c;
   Batch b;
-  while (loader.next(b)) {
+  for (int64_t k = 0;; ++k) {
+    if (stop && stop(k)) {
+      c.abandoned = true;
+      loader.stop();
+      break;
+    }
+    if (!loader.next(b)) break;
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
     Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();

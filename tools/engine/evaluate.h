@@ -2,6 +2,7 @@
 // mode, counting the loss, top-1 and top-5 hits and optionally the confusion matrix; padded samples
 // (a sharded loader's last batch) count once. Counts are this rank's; the callers sum them over ranks.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,12 +14,15 @@ namespace kiln {
 
 struct EvalCounts {
   double loss_sum = 0, top1 = 0, top5 = 0, samples = 0;
+  bool abandoned = false;  // `stop` said so before the last batch: the counts are partial
 };
 
 // `tta`: "none", or "flip" (tools/deploy/tta.h). `confusion`, when given, is K x K and gains [label][prediction].
-// Leaves the model in training mode.
+// `stop`, when given, is asked before each batch (its index); true abandons the pass (a training run's
+// interrupt: tools/engine/interrupt.h). Leaves the model in training mode.
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
-                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta);
+                    int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta,
+                    const std::function<bool(int64_t batch)>& stop = {});
 
 // The confusion matrix summed over ranks (every rank evaluates its shard).
 void all_reduce_confusion(Communicator& comm, std::vector<std::vector<int64_t>>& confusion);

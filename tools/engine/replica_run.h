@@ -13,6 +13,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -119,13 +120,24 @@ struct ReplicaRun {
   int64_t first_epoch = 0, last_epoch = 0;  // this invocation's (train.stop_after)
   std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
   BudgetState budget;
+  // Interrupt and resume mid-epoch (tools/engine/interrupt.h, epoch.cpp): where the resumed epoch
+  // starts (the checkpoint's epoch_step) and its figures so far (TrainingState::progress, rank 0's);
+  // the run's seconds before this invocation; the stop signal once the ranks agreed on it; the last
+  // save's time (train.save_every_minutes); every how many steps the ranks agree on signals.
+  int64_t first_batch = 0;
+  std::map<std::string, double> resumed_progress;
+  double seconds_before = 0;
+  int interrupted = 0;
+  Clock::time_point last_save;
+  int64_t poll_every = 1;
   PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
 };
 
 // What run_epoch hands to end_epoch.
 struct EpochOutcome {
   double train_seconds = 0;
-  int64_t steps = 0;  // steps taken in this epoch
+  int64_t steps = 0;  // the epoch's steps done (a resumed epoch's before this invocation included)
+  std::map<std::string, double> totals;  // the epoch's figures summed over ranks (TrainingState::progress)
 };
 
 void prepare_run(ReplicaRun& r, const json& config);
@@ -134,11 +146,19 @@ void open_run(ReplicaRun& r);
 EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch);
 void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e);
 TrainResult finish_run(ReplicaRun& r);
+// After a stop request (r.interrupted; the checkpoint is saved): the plots so far, the line that
+// says how to resume; the result, marked interrupted.
+TrainResult interrupt_run(ReplicaRun& r);
 
 // Shared by the phases:
 // The run's epochs become n (the time budget's decision): the schedule, the config as run, this
 // invocation's last epoch and the run folder's config.json follow.
 void adopt_epochs(ReplicaRun& r, int64_t n);
+// The run's seconds: this invocation's and those before it (a resumed run's).
+double run_seconds(const ReplicaRun& r);
+// Saves the `last` checkpoint inside epoch `epoch` after its batch `done` (rank 0 writes; every rank
+// calls it at the same step): the state with the loader's position and the epoch's figures `totals`.
+void save_mid_epoch(ReplicaRun& r, int64_t epoch, int64_t done, const std::map<std::string, double>& totals);
 // An evaluation's counts summed over ranks into (loss, top1, top5), and its line
 // ("<label>   <what>  loss ..."): label "val" for the live weights, "ema" for train.ema's.
 void publish(ReplicaRun& r, const EvalCounts& ec, const char* label, const std::string& what, double& loss,

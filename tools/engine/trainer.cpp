@@ -16,6 +16,7 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/rng.h"
+#include "core/version.h"
 #include "data/config.h"
 #include "models/registry.h"
 #include "optim/grad_sync.h"
@@ -29,6 +30,7 @@
 #include "tools/engine/class_weights.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/finetune.h"
+#include "tools/engine/interrupt.h"
 #include "tools/engine/metrics.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/progress.h"
@@ -63,6 +65,7 @@ Sections read_sections(const json& config) {
   s.optim = r.has("optim") ? r.raw("optim") : json{{"name", "sgd"}, {"lr", 0.1}};
   s.schedule = r.has("schedule") ? r.raw("schedule") : json{{"name", "constant"}};
   s.train = TrainOptions::from_json(r.raw("train"), "train");
+  r.allow("kiln_version");  // a run folder's config.json records the kiln that ran it (informational)
   r.finish();
   if (!s.train.checkpoint.empty()) s.model["checkpoint"] = s.train.checkpoint;
   return s;
@@ -340,7 +343,24 @@ void record_as_run(ReplicaRun& r) {
   r.as_run["model"] = r.model->to_json();
   r.as_run["optim"] = r.optimizer->to_json();
   r.as_run["schedule"] = r.schedule->to_json();
+  r.as_run["kiln_version"] = kiln_version();
   r.state.config = r.as_run;
+}
+
+// A mid-epoch checkpoint (TrainingState::epoch_step > 0): where its epoch resumes, checked against
+// this run's epoch (the same steps per epoch: the same batch and data); the run's seconds so far.
+void resume_position(ReplicaRun& r, const std::string& base) {
+  const std::map<std::string, double>& p = r.state.progress;
+  r.seconds_before = p.count("run_seconds") ? std::max(0.0, p.at("run_seconds")) : 0.0;
+  r.first_batch = r.state.epoch_step;
+  r.resumed_progress = p;
+  if (r.first_batch == 0) return;
+  const double saved = p.count("steps_per_epoch") ? p.at("steps_per_epoch") : -1;
+  KILN_CHECK(saved == static_cast<double>(r.steps_per_epoch), "resume: ", base, " was saved at batch ", r.first_batch,
+             " of an epoch of ", saved, " steps, but this run's epochs have ", r.steps_per_epoch, " steps (data.batch_size ",
+             r.breq.global, ", train.max_steps_per_epoch ", r.opt.max_steps_per_epoch,
+             "); resume with the run's own data.batch_size and data (kiln train ", r.run_dir,
+             "), or from a checkpoint saved at an epoch's end");
 }
 
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
@@ -356,7 +376,12 @@ void resume(ReplicaRun& r) {
   r.optimizer->load_state_dict(r.state.optimizer);
   default_generator().set_state(r.state.rng);
   r.run_dir = fs::path(base).parent_path().string();
-  const bool budget_decided_on_resume = opt.time_budget_minutes > 0;
+  resume_position(r, base);
+  // A budget not decided yet when the checkpoint was saved (mid-way through the first epoch, whose
+  // config as run still has it) is decided in this invocation (start_budget).
+  const json saved_train = r.state.config.value("train", json::object());
+  const bool budget_undecided = saved_train.is_object() && saved_train.value("time_budget_minutes", 0.0) > 0;
+  const bool budget_decided_on_resume = opt.time_budget_minutes > 0 && !budget_undecided;
   if (budget_decided_on_resume) {
     // The budget was decided in the run's first epoch; a resumed run keeps the epochs its
     // checkpoint was trained for (its schedule), whatever time is left.
@@ -369,7 +394,12 @@ void resume(ReplicaRun& r) {
       std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
   }
   r.state.config = r.as_run;
-  if (r.show) std::cout << "resumed " << base << " at epoch " << r.state.epoch << ", step " << r.state.step << "\n";
+  if (r.show)
+    std::cout << "resumed " << base << " at epoch " << r.state.epoch
+              << (r.first_batch > 0 ? " + " + std::to_string(r.first_batch) + " of " + std::to_string(r.steps_per_epoch) +
+                                          " batches"
+                                    : std::string())
+              << ", step " << r.state.step << "\n";
   KILN_CHECK(r.state.epoch < opt.epochs, "resume: the checkpoint has finished ", r.state.epoch,
              " epochs and train.epochs is ", opt.epochs,
              budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
@@ -412,12 +442,15 @@ void make_run_step(ReplicaRun& r) {
 }
 
 // train.time_budget_minutes: when this invocation decides the epochs (a resumed run has decided).
+// A run resumed before the decision (a mid-epoch checkpoint of its first epoch) decides it here,
+// counting from the resumed step, with the seconds before it in the elapsed time.
 void start_budget(ReplicaRun& r) {
   BudgetState& b = r.budget;
   b.minutes = r.opt.time_budget_minutes;
-  b.pending = b.minutes > 0 && r.state.step == 0;
-  b.decide_at = b.pending ? budget_decision_step(r.steps_per_epoch) : 0;
-  b.mark_at = std::min(kUntimedSteps, std::max<int64_t>(0, b.decide_at - 1));
+  b.pending = b.minutes > 0;  // resume() zeroed a budget decided before
+  const int64_t decide = b.pending ? budget_decision_step(r.steps_per_epoch) : 0;
+  b.decide_at = b.pending ? r.state.step + decide : 0;
+  b.mark_at = b.pending ? r.state.step + std::min(kUntimedSteps, std::max<int64_t>(0, decide - 1)) : 0;
   b.mark_time = Clock::now();
 }
 
@@ -441,6 +474,10 @@ void open_run(ReplicaRun& r) {
   r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
   start_budget(r);
   r.first_epoch = r.state.epoch;
+  r.last_save = Clock::now();
+  // Over several ranks, signals are agreed on every 8 steps (one small all-reduce that waits for the
+  // device); alone, every step at no cost (tools/engine/interrupt.h).
+  r.poll_every = r.world > 1 ? 8 : 1;
 }
 
 void adopt_epochs(ReplicaRun& r, int64_t n) {
@@ -451,6 +488,20 @@ void adopt_epochs(ReplicaRun& r, int64_t n) {
 }
 
 // --- finish -----------------------------------------------------------------------------------------
+
+TrainResult interrupt_run(ReplicaRun& r) {
+  if (r.lead && r.opt.plots && r.log) r.log->save_plots(r.run_dir);
+  if (r.show)
+    std::cout << "kiln: " << signal_name(r.interrupted) << ": stopped at step " << r.state.step << " (epoch "
+              << r.state.epoch + 1 << " of " << r.opt.epochs << ", batch " << r.state.epoch_step << " of "
+              << r.steps_per_epoch << "); saved " << r.run_dir << "/last\n"
+              << "resume with: kiln train " << r.run_dir << "\n";
+  r.result.interrupted = r.interrupted;
+  r.result.epochs = r.opt.epochs;
+  r.result.steps = r.state.step;
+  r.comm.barrier();
+  return r.result;
+}
 
 TrainResult finish_run(ReplicaRun& r) {
   const TrainOptions& opt = r.opt;
@@ -494,11 +545,11 @@ TrainResult train_replica(const json& config, bool quiet, Communicator& comm, De
   prepare_run(r, config);
   plan_batch(r);
   open_run(r);
-  for (int64_t epoch = r.state.epoch; epoch < r.last_epoch; ++epoch) {
+  for (int64_t epoch = r.state.epoch; epoch < r.last_epoch && !r.interrupted; ++epoch) {
     const EpochOutcome e = run_epoch(r, epoch);
-    end_epoch(r, epoch, e);
+    if (!r.interrupted) end_epoch(r, epoch, e);
   }
-  return finish_run(r);
+  return r.interrupted ? interrupt_run(r) : finish_run(r);
 }
 
 EvalResult evaluate(const json& config_in, const std::string& weights) {

@@ -38,9 +38,15 @@ struct TrainResult {
                           // (activations, gradients, optimizer state, workspaces; this rank's)
   double autobatch_target_bytes = 0;  // with AutoBatch: the memory it aimed at (0 otherwise)
   std::string run_dir;
+  // SIGINT/SIGTERM (tools/engine/interrupt.h): the signal that stopped the run after saving its `last`
+  // checkpoint (0: the run ran to its end); the figures above are then those of the last epoch ended.
+  int interrupted = 0;
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
+// A stop request (tools/engine/interrupt.h: SIGINT/SIGTERM under a SignalWatch, or request_signal)
+// ends it after the step in flight with a saved checkpoint (TrainResult::interrupted); a save
+// request (SIGUSR1) saves one and goes on.
 // After the last epoch's evaluation rank 0 writes the classification report (tools/engine/report.h:
 // report.csv, report.json, confusion.csv, confusion.png, confused_pairs.csv) into the run folder.
 //   - one device: this process trains alone;

@@ -1,0 +1,95 @@
+// The signal flags of tools/engine/interrupt.h. The handler touches only lock-free atomics and
+// write(2)/_exit(2), which are async-signal-safe.
+#include "tools/engine/interrupt.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace kiln {
+
+namespace {
+
+std::atomic<int> g_stop{0};
+std::atomic<bool> g_save{false};
+std::atomic<bool> g_installed{false};
+struct sigaction g_old_int, g_old_term, g_old_usr1;
+
+void say(const char* s) {
+  const ssize_t n = ::write(STDERR_FILENO, s, std::strlen(s));
+  (void)n;
+}
+
+void on_signal(int sig) {
+  if (sig == SIGUSR1) {
+    g_save.store(true);
+    return;
+  }
+  int none = 0;
+  if (!g_stop.compare_exchange_strong(none, sig)) {
+    say(sig == SIGINT ? "\nkiln: second SIGINT: exiting now without saving\n"
+                      : "\nkiln: second SIGTERM: exiting now without saving\n");
+    ::_exit(128 + sig);
+  }
+  say(sig == SIGINT ? "\nkiln: SIGINT: finishing the step in flight, then saving (a second one exits at once)\n"
+                    : "\nkiln: SIGTERM: finishing the step in flight, then saving (a second one exits at once)\n");
+}
+
+}  // namespace
+
+SignalWatch::SignalWatch() {
+  KILN_CHECK(!g_installed.exchange(true), "SignalWatch: the signal handlers are already installed");
+  g_stop.store(0);
+  g_save.store(false);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // reads and waits in other threads go on
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+  sigaction(SIGUSR1, &sa, &g_old_usr1);
+}
+
+SignalWatch::~SignalWatch() {
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  g_installed.store(false);
+}
+
+int stop_signal() { return g_stop.load(); }
+
+bool take_save_request() { return g_save.exchange(false); }
+
+void request_signal(int sig) {
+  if (sig == 0) {
+    g_stop.store(0);
+    g_save.store(false);
+  } else if (sig == SIGUSR1) {
+    g_save.store(true);
+  } else {
+    int none = 0;
+    g_stop.compare_exchange_strong(none, sig);
+  }
+}
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    default: {
+      static thread_local char buf[32];
+      std::snprintf(buf, sizeof buf, "signal %d", sig);
+      return buf;
+    }
+  }
+}
+
+}  // namespace kiln
