@@ -3,6 +3,7 @@
 // and train.time_budget_minutes' decision taken inside the first epoch.
 // Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -137,14 +138,32 @@ struct EpochStats {
   }
 };
 
-// The progress line's fields after `st.seen` images in `seconds`.
-std::string progress_fields(const ReplicaRun& r, const EpochStats& st, double seconds, double lr) {
+// The progress line's fields after `done` steps of the epoch (`st.seen` images) in `seconds`, with
+// the epoch's and the run's elapsed time and ETA (tools/engine/progress.h).
+std::string progress_fields(ReplicaRun& r, const EpochStats& st, double seconds, double lr, int64_t done) {
   std::string f = "loss " + fmt("%.4f", st.loss_sum / st.seen) + "  acc " + fmt("%.1f%%", 100 * st.correct / st.seen) +
                   "  lr " + fmt("%.4g", lr) + "  " + fmt("%.0f", st.seen * r.world / seconds) + " img/s  data " +
                   fmt("%.0f%%", 100 * r.train_loader->stats().wait_seconds / std::max(seconds, 1e-9));
   if (r.step.scaler)
     f += "  scale " + fmt("%g", r.step.scaler->scale()) + "  skipped " + std::to_string(r.step.scaler->skipped_steps());
-  return f;
+  RunClock& c = r.run_clock;
+  if (!c.started) {  // this invocation's first line: its clock starts where this epoch did
+    c = RunClock{true, Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)),
+                 r.state.step - done};
+  }
+  return f + "  " + time_fields(seconds, done, r.steps_per_epoch, seconds_since(c.start), r.state.step - c.start_step,
+                                r.last_epoch * r.steps_per_epoch - c.start_step);
+}
+
+// Rank 0's step row (tools/engine/metrics.h) after `done` steps of the epoch, every train.log_every
+// steps (ten an epoch by default) and at the epoch's end: the epoch's sums so far, which the log
+// turns into the interval's.
+void write_step_row(ReplicaRun& r, const EpochStats& st, int64_t epoch, double seconds, double lr, int64_t done) {
+  const int64_t every = r.opt.log_every > 0 ? r.opt.log_every : std::max<int64_t>(1, r.steps_per_epoch / 10);
+  if (!r.log || st.seen <= 0 || (done % every != 0 && done < r.steps_per_epoch)) return;
+  r.log->write_step(StepSample{r.state.step, epoch, st.loss_sum, st.correct, st.seen, seconds,
+                               r.train_loader->stats().wait_seconds, lr, r.step.scaler ? r.step.scaler->scale() : 0.0,
+                               r.world});
 }
 
 // The epoch's loader position, and data.progressive_resize's size when it changes.
@@ -216,13 +235,15 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     if ((i + 1) % st.read_every != 0) continue;  // nothing new to show
     st.read(r, epoch);
     if (r.show) {
-      fields = progress_fields(r, st, seconds_since(t0), lr);
+      fields = progress_fields(r, st, seconds_since(t0), lr, i + 1);
       bar.update(i + 1, fields);
     }
+    write_step_row(r, st, epoch, seconds_since(t0), lr, i + 1);
   }
   if (i % st.read_every != 0) {  // the steps since the last read
     st.read(r, epoch);
-    if (r.show && st.seen > 0) fields = progress_fields(r, st, seconds_since(t0), r.optimizer->lr());
+    if (r.show && st.seen > 0) fields = progress_fields(r, st, seconds_since(t0), r.optimizer->lr(), i);
+    write_step_row(r, st, epoch, seconds_since(t0), r.optimizer->lr(), r.steps_per_epoch);
   }
   const double train_time = seconds_since(t0);
   epoch_result(r, st, train_time);
@@ -259,12 +280,14 @@ void evaluate_epoch(ReplicaRun& r, int64_t epoch) {
   const std::string what = std::to_string(epoch + 1) + "/" + std::to_string(r.opt.epochs);
   const bool final_eval = epoch + 1 == r.last_epoch;
   if (final_eval) r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
+  const EvalProgress val_line{"val", epoch + 1, r.opt.epochs, r.tty}, ema_line{"ema", epoch + 1, r.opt.epochs, r.tty};
   EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, epoch, r.num_classes,
-                           final_eval ? &r.final_confusion : nullptr, "none");
+                           final_eval ? &r.final_confusion : nullptr, "none", r.show ? &val_line : nullptr);
   if (final_eval) all_reduce_confusion(r.comm, r.final_confusion);
   publish_eval(r, ec, what);
   if (r.ema) {  // the EMA weights on the same images (tools/engine/train_ema.h)
-    EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none");
+    EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none",
+                             r.show ? &ema_line : nullptr);
     publish(r, ee, "ema", what, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
   }
   r.budget.last_eval_s = seconds_since(eval_start);
@@ -325,6 +348,7 @@ void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
   if (!r.lead) return;
   write_metrics_row(r, epoch, evaluated, e.train_seconds);
   save_checkpoints(r, evaluated);
+  if (r.opt.plots) r.log->save_plots(r.run_dir);  // rewritten every epoch: a long run can be looked at
 }
 
 }  // namespace kiln::trainer

@@ -31,6 +31,7 @@
 #include "tools/deploy/train_options.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/metrics.h"
+#include "tools/engine/progress.h"
 #include "tools/engine/time_budget.h"
 #include "tools/engine/train_ema.h"
 #include "tools/engine/train_step.h"
@@ -120,6 +121,7 @@ struct ReplicaRun {
   std::vector<std::vector<int64_t>> final_confusion;  // from the last evaluation (empty without one)
   BudgetState budget;
   PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
+  RunClock run_clock;         // the progress line's run ETA: where this invocation's training started
 };
 
 // What run_epoch hands to end_epoch.
