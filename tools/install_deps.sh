@@ -8,6 +8,7 @@ pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-
       ocl-icd-opencl-dev  # libdnnl-dev only recommends it, but its CMake config requires OpenCL
       libonnx-dev         # kiln export format=onnx (tools/onnx/onnx_export.h)
       libprotobuf-dev     # libonnx-dev's onnx_proto target links protobuf (not a dependency of the package)
+      protobuf-compiler   # protoc: the TensorBoard event messages (tools/engine/tensorboard_event.proto)
       xz-utils            # tools/gpu_kit.sh packs the GPU kit as .tar.xz
       clang libclang-rt-14-dev libomp-dev)  # tools/sanitize_check.sh: ASan+UBSan and libFuzzer builds
 missing=()

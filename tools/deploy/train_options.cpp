@@ -90,6 +90,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.save_every_minutes = r.get("save_every_minutes", o.save_every_minutes, 0.0, 1e7);
   o.keep_last = r.get("keep_last", o.keep_last, int64_t{1}, int64_t{1000});
   o.plots = r.get("plots", o.plots);
+  o.tensorboard = r.get("tensorboard", o.tensorboard);
   o.reuse_first_batch = r.get("reuse_first_batch", o.reuse_first_batch);
   o.comm_timeout_s = r.get("comm_timeout_s", o.comm_timeout_s, 0.1, 1e6);
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
@@ -128,6 +129,7 @@ json TrainOptions::to_json() const {
               {"save_every_minutes", save_every_minutes},
               {"keep_last", keep_last},
               {"plots", plots},
+              {"tensorboard", tensorboard},
               {"reuse_first_batch", reuse_first_batch},
               {"comm_timeout_s", comm_timeout_s},
               {"autobatch_fraction", autobatch_fraction},

@@ -89,8 +89,12 @@ struct TrainOptions {
   /// how many `last` checkpoints (last-<step> folders) the run folder keeps, the newest; older ones
   /// are removed by each save (default 1)
   int64_t keep_last = 1;
-  /// write PNG plots of loss, accuracy and lr at the end (default true)
+  /// write PNG plots of loss, accuracy and lr (loss.png, accuracy.png, lr.png), rewritten after every
+  /// epoch (default true)
   bool plots = true;
+  /// write TensorBoard event files (events.out.tfevents.*) in the run folder: the step rows' and
+  /// epoch rows' scalars (default true; docs/training.md, "Watching a run")
+  bool tensorboard = true;
   /// seconds a collective may wait for the other ranks before the job is aborted (default 600)
   double comm_timeout_s = 600;
   /// AutoBatch's share of free memory when data.batch_size is -1 (default 0.6)

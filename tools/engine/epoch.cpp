@@ -3,6 +3,7 @@
 // and train.time_budget_minutes' decision taken inside the first epoch.
 // Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cmath>
 #include <map>
@@ -195,14 +196,33 @@ PollResult poll_interrupts(ReplicaRun& r) {
   return p;
 }
 
-// The progress line's fields after `st.seen` images in `seconds`.
-std::string progress_fields(const ReplicaRun& r, const EpochStats& st, double seconds, double lr) {
+// The progress line's fields after `done` steps of the epoch (`st.seen` images) in `seconds`, with
+// the epoch's and the run's elapsed time and ETA (tools/engine/progress.h).
+std::string progress_fields(ReplicaRun& r, const EpochStats& st, double seconds, double lr, int64_t done) {
   std::string f = "loss " + fmt("%.4f", st.loss_sum / st.seen) + "  acc " + fmt("%.1f%%", 100 * st.correct / st.seen) +
                   "  lr " + fmt("%.4g", lr) + "  " + fmt("%.0f", st.seen * r.world / seconds) + " img/s  data " +
-                  fmt("%.0f%%", 100 * r.train_loader->stats().wait_seconds / std::max(seconds, 1e-9));
+                  fmt("%.0f%%", 100 * (st.wait_before + r.train_loader->stats().wait_seconds) / std::max(seconds, 1e-9));
   if (r.step.scaler)
     f += "  scale " + fmt("%g", r.step.scaler->scale()) + "  skipped " + std::to_string(r.step.scaler->skipped_steps());
-  return f;
+  RunClock& c = r.run_clock;
+  if (!c.started) {  // this invocation's first line: its clock starts where this epoch did
+    c = RunClock{true, Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)),
+                 r.state.step - done};
+  }
+  return f + "  " + time_fields(seconds, done, r.steps_per_epoch, seconds_since(c.start), r.state.step - c.start_step,
+                                r.last_epoch * r.steps_per_epoch - c.start_step);
+}
+
+// Rank 0's step row (tools/engine/metrics.h) after `done` steps of the epoch, every train.log_every
+// steps (ten an epoch by default) and at the epoch's end: the epoch's sums so far, which the log
+// turns into the interval's.
+void write_step_row(ReplicaRun& r, const EpochStats& st, int64_t epoch, double seconds, double lr, int64_t done) {
+  const int64_t every = r.opt.log_every > 0 ? r.opt.log_every : std::max<int64_t>(1, r.steps_per_epoch / 10);
+  if (!r.log || st.seen <= 0 || (done % every != 0 && done < r.steps_per_epoch)) return;
+  r.log->write_step(StepSample{r.state.step, epoch, st.loss_sum, st.correct, st.seen, seconds,
+                               st.wait_before + r.train_loader->stats().wait_seconds, lr,
+                               r.step.scaler ? r.step.scaler->scale() : 0.0,
+                               r.world});
 }
 
 // The epoch's loader position (a resumed epoch's batch), and data.progressive_resize's size when it changes.
@@ -294,10 +314,14 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     st.seen += b.size();
     // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
     const bool read_now = (i + 1) % st.read_every == 0;  // else nothing new to show
-    if (read_now) st.read(r, epoch);
-    if (read_now && r.show) {
-      fields = progress_fields(r, st, seconds_since(t0), lr);
-      bar.update(i + 1, fields);
+    if (read_now) {
+      st.read(r, epoch);
+      const double secs = st.seconds_before + seconds_since(t0);  // the epoch's, a resumed one's before included
+      if (r.show) {
+        fields = progress_fields(r, st, secs, lr, i + 1);
+        bar.update(i + 1, fields);
+      }
+      write_step_row(r, st, epoch, secs, lr, i + 1);
     }
     // Signals and periodic saves: a stop saves and ends the epoch here; a save at the epoch's last
     // step is the epoch end's (after its evaluation).
@@ -317,7 +341,9 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
   }
   if (i % st.read_every != 0) {  // the steps since the last read
     st.read(r, epoch);
-    if (r.show && st.seen > 0) fields = progress_fields(r, st, seconds_since(t0), r.optimizer->lr());
+    const double secs = st.seconds_before + seconds_since(t0);
+    if (r.show && st.seen > 0) fields = progress_fields(r, st, secs, r.optimizer->lr(), i);
+    write_step_row(r, st, epoch, secs, r.optimizer->lr(), r.steps_per_epoch);
   }
   std::map<std::string, double> totals = epoch_result(r, st, seconds_since(t0));
   if (r.show) bar.finish(fields);
@@ -347,8 +373,6 @@ void publish_eval(ReplicaRun& r, const EvalCounts& ec, const std::string& what) 
 
 namespace {
 
-// The epoch's evaluation (train.eval_every, and the last epoch's), of the live weights and the EMA's;
-// the last of this invocation also counts the confusion matrix, for the report.
 // Whether the ranks agree to stop before evaluation batch k (a SIGINT/SIGTERM; r.interrupted is set):
 // alone at every batch; over several ranks every r.poll_every batches, at the same batches on every
 // rank (their loaders have the same number of batches).
@@ -373,14 +397,15 @@ bool evaluate_epoch(ReplicaRun& r, int64_t epoch) {
   const bool final_eval = epoch + 1 == r.last_epoch;
   const auto stop = [&r](int64_t k) { return eval_should_stop(r, k); };
   if (final_eval) r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
+  const EvalProgress val_line{"val", epoch + 1, r.opt.epochs, r.tty}, ema_line{"ema", epoch + 1, r.opt.epochs, r.tty};
   EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, epoch, r.num_classes,
-                           final_eval ? &r.final_confusion : nullptr, "none", stop);
+                           final_eval ? &r.final_confusion : nullptr, "none", r.show ? &val_line : nullptr, stop);
   if (ec.abandoned) return false;
   if (final_eval) all_reduce_confusion(r.comm, r.final_confusion);
   publish_eval(r, ec, what);
   if (r.ema) {  // the EMA weights on the same images (tools/engine/train_ema.h)
-    EvalCounts ee =
-        run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none", stop);
+    EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, epoch, r.num_classes, nullptr, "none",
+                             r.show ? &ema_line : nullptr, stop);
     if (ee.abandoned) return false;
     publish(r, ee, "ema", what, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
   }
@@ -450,6 +475,7 @@ void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
   if (!r.lead) return;
   write_metrics_row(r, epoch, evaluated, e.train_seconds);
   save_checkpoints(r, evaluated);
+  if (r.opt.plots) r.log->save_plots(r.run_dir);  // rewritten every epoch: a long run can be looked at
 }
 
 }  // namespace kiln::trainer

@@ -2,12 +2,16 @@
 #include "tools/engine/evaluate.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <memory>
 
 #include "core/autograd.h"
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
 #include "tools/deploy/tta.h"
+#include "tools/engine/progress.h"
 
 namespace kiln {
 
@@ -30,14 +34,20 @@ double top_k_correct(const Tensor& logits, const Tensor& labels, int64_t k, int6
 
 EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType compute, int64_t epoch,
                     int64_t num_classes, std::vector<std::vector<int64_t>>* confusion, const std::string& tta,
-                    const std::function<bool(int64_t batch)>& stop) {
+                    const EvalProgress* progress, const std::function<bool(int64_t batch)>& stop) {
   NoGradGuard ng;
   model.eval();
   loader.start_epoch(epoch);
   EvalCounts c;
   Batch b;
-  for (int64_t k = 0;; ++k) {
-    if (stop && stop(k)) {
+  std::unique_ptr<Progress> bar;
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t batches = loader.batches_per_epoch();
+  if (progress)
+    bar = std::make_unique<Progress>(progress->phase, static_cast<int>(progress->epoch),
+                                     static_cast<int>(progress->epochs), batches, progress->tty, 0, 30.0);
+  for (int64_t i = 1;; ++i) {
+    if (stop && stop(i - 1)) {
       c.abandoned = true;
       loader.stop();
       break;
@@ -53,9 +63,17 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
     c.samples += n;
     if (confusion) {
       std::vector<int64_t> pred = ops::argmax(logits, 1).to_int_vector(), y = labels.to_int_vector();
-      for (int64_t i = 0; i < n; ++i) (*confusion)[y[i]][pred[i]] += 1;
+      for (int64_t k = 0; k < n; ++k) (*confusion)[y[k]][pred[k]] += 1;
+    }
+    if (bar) {  // this rank's figures so far (rank 0 shows its shard's)
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "top1 %.1f%%  %.0f img/s  ", 100 * c.top1 / c.samples, c.samples / secs);
+      bar->update(i, buf + format_duration(secs) + " eta " +
+                         format_duration(eta_seconds(secs, static_cast<double>(i), static_cast<double>(batches))));
     }
   }
+  if (bar) bar->clear();
   model.train();
   return c;
 }

@@ -32,6 +32,7 @@
 #include "tools/deploy/train_options.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/metrics.h"
+#include "tools/engine/progress.h"
 #include "tools/engine/time_budget.h"
 #include "tools/engine/train_ema.h"
 #include "tools/engine/train_step.h"
@@ -131,6 +132,7 @@ struct ReplicaRun {
   Clock::time_point last_save;
   int64_t poll_every = 1;
   PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
+  RunClock run_clock;         // the progress line's run ETA: where this invocation's training started
 };
 
 // What run_epoch hands to end_epoch.

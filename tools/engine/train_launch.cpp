@@ -1,17 +1,20 @@
 // How a run is started: one process alone, one replica per GPU of this process (each on its own
 // thread, NCCL between them), or one rank of an mpirun job. Each replica runs train_replica()
-// (tools/engine/trainer.cpp), the training loop itself.
+// (tools/engine/trainer.cpp), the training loop itself. train() captures the console for the run
+// folder's train.log (tools/engine/console_log.h).
 #include <algorithm>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/comm.h"
 #include "core/device.h"
+#include "tools/engine/console_log.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/trainer.h"
 
@@ -71,11 +74,12 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
   return results[0];
 }
 
-TrainResult train(const json& config, bool quiet) {
+namespace {
+
+TrainResult train_launched(const json& config, bool quiet, std::unique_ptr<Communicator> mpi) {
   const TrainOptions topt = TrainOptions::from_json(config.value("train", json::object()), "train");
   const std::string& device_option = topt.device;
-  if (launched_by_mpirun()) {  // one replica per process
-    std::unique_ptr<Communicator> mpi = make_mpi_communicator();
+  if (mpi) {  // one replica per process
     Device device = device_for_mpi_rank(device_option, mpi->rank());
     if (!has_device_communicators(device)) return train_replica(config, quiet, *mpi, device);  // MPI between ranks
     // The gradients go over the devices' communicator (NCCL between GPUs); MPI hands every rank
@@ -99,6 +103,21 @@ TrainResult train(const json& config, bool quiet) {
   }
   // One process driving several GPUs: a replica per GPU, each on its own thread, NCCL between them.
   return train_replicas(config, devices, make_local_communicators(devices), quiet);
+}
+
+}  // namespace
+
+TrainResult train(const json& config, bool quiet) {
+  std::unique_ptr<Communicator> mpi = launched_by_mpirun() ? make_mpi_communicator() : nullptr;
+  // The console from here on goes to the run folder's train.log too (rank 0's: the one that prints).
+  std::optional<ConsoleCapture> console;
+  if (!mpi || mpi->rank() == 0) console.emplace();
+  try {
+    return train_launched(config, quiet, std::move(mpi));
+  } catch (const std::exception& e) {
+    if (console) console->note(std::string("kiln: error: ") + e.what());  // the line the CLI prints
+    throw;
+  }
 }
 
 }  // namespace kiln

@@ -28,6 +28,7 @@
 #include "tools/engine/accumulate.h"
 #include "tools/engine/autobatch.h"
 #include "tools/engine/class_weights.h"
+#include "tools/engine/console_log.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/interrupt.h"
@@ -411,7 +412,9 @@ void resume(ReplicaRun& r) {
 void open_run_folder(ReplicaRun& r) {
   std::ofstream(r.run_dir + "/config.json") << r.as_run.dump(2) << "\n";
   save_class_names(r.run_dir + "/classes.json", r.train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
-  r.log = std::make_unique<MetricsLog>(r.run_dir);
+  attach_console_log(r.run_dir + "/train.log");  // tools/engine/console_log.h: also what was printed before
+  // A resumed run's logs lose the rows past its checkpoint's step; TensorBoard is told likewise.
+  r.log = std::make_unique<MetricsLog>(r.run_dir, r.opt.resume.empty() ? -1 : r.state.step, r.opt.tensorboard);
   if (!r.show) return;
   std::cout << "kiln: " << r.s.name << " on " << r.device.str()
             << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
@@ -520,7 +523,7 @@ TrainResult finish_run(ReplicaRun& r) {
     }
   }
   if (r.lead && opt.plots && r.log) {
-    r.log->save_plots(r.run_dir);
+    r.log->save_plots(r.run_dir);  // also after every epoch (end_epoch); here the run's last word
     if (r.show) std::cout << "results in " << r.run_dir << "\n";
   }
   if (r.lead && !r.final_confusion.empty())
