@@ -66,7 +66,8 @@ void reset();
 // load_cache() reads it; measuring a shape writes it).
 std::string cache_path();
 void set_cache_path(const std::string& path);
-// The machine a cache file belongs to: CPU model and ISA flags, OpenMP threads, oneDNN version.
+// The machine and thread count a measurement belongs to: CPU model and ISA flags, OpenMP threads, oneDNN
+// version (the cache file's "machine" is this without the threads; each entry has its own count).
 std::string machine_id();
 
 }  // namespace kiln::ops::conv_algo

@@ -1,9 +1,11 @@
 // The convolution algorithm chooser and its caches (process and disk). See conv_algo.h.
 //
-// Disk format (docs/conv_algorithms.md):
-//   {"kiln_conv_algo": 1, "machine": machine_id(),
-//    "entries": [{"key": ConvKey::str(), "pass": "forward", "algo": "winograd",
+// Disk format 2 (docs/conv_algorithms.md): the machine without the thread count, each entry with its own,
+//   {"kiln_conv_algo": 2, "machine": file_machine(),
+//    "entries": [{"key": ConvKey::str(), "pass": "forward", "threads": 2, "algo": "winograd",
 //                 "ms": {"direct": 1.9, "winograd": 1.2}}, ...]}
+// so that processes of different thread counts share one file. Format 1 (the thread count in
+// "machine": "CPU; 2 threads; oneDNN ..."; entries without "threads") is still read.
 #include "core/cpu/conv_algo.h"
 
 #include <omp.h>
@@ -34,7 +36,7 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 constexpr int kWarmup = 1, kReps = 3;
-constexpr int kFormat = 1;
+constexpr int kFormat = 2;
 // The revision of the candidates' kernels, part of machine_id(): a cache measured against other
 // kernels (or another candidate set) is measured again. 2: the AVX2 Winograd transforms. 3: im2col
 // for forward and backward-data.
@@ -86,6 +88,14 @@ std::string default_cache_path() {
   return "";
 }
 
+// An entry of the file: a choice and the OpenMP thread count it was measured with.
+struct DiskEntry {
+  Entry entry;
+  int threads = 0;
+};
+
+int current_threads() { return omp_get_max_threads(); }
+
 struct State {
   std::mutex mu;
   std::map<std::string, size_t> index;  // key + "|" + pass -> position in `list`
@@ -97,6 +107,7 @@ struct State {
   std::string path;
   std::function<void(const std::string&)> warn;
   std::set<std::string> disk_used;  // disk entries answered in this process (counted once)
+  std::map<std::string, int> threads_of;  // slot -> the thread count its entry was measured with
 
   std::string cache_path_locked() {
     if (!path_set) {
@@ -131,8 +142,24 @@ bool pass_from(const std::string& s, Pass* p) {
   return false;
 }
 
-// The entries of a cache file, or an empty optional-like flag with the reason.
-bool read_file(const std::string& path, std::vector<Entry>* out, std::string* why) {
+// The CPU, oneDNN and kernels part of machine_id(), without the thread count: format 2's "machine".
+std::string file_machine();
+
+// Format 1's "machine", "CPU; N threads; REST": N, and whether "CPU; REST" is this file_machine().
+bool format1_machine(const std::string& m, int* threads) {
+  const std::string tag = " threads; ";
+  const size_t t = m.find(tag);
+  if (t == std::string::npos) return false;
+  const size_t start = m.rfind("; ", t);
+  if (start == std::string::npos) return false;
+  const std::string n = m.substr(start + 2, t - start - 2);
+  if (n.empty() || n.size() > 6 || n.find_first_not_of("0123456789") != std::string::npos) return false;
+  *threads = std::stoi(n);
+  return *threads >= 1 && m.substr(0, start) + "; " + m.substr(t + tag.size()) == file_machine();
+}
+
+// The entries of a cache file (every thread count's), or false with the reason ("" when there is no file).
+bool read_file(const std::string& path, std::vector<DiskEntry>* out, std::string* why) {
   std::ifstream f(path);
   if (!f) return *why = "", false;  // no file yet: nothing to say
   nlohmann::json j;
@@ -142,24 +169,34 @@ bool read_file(const std::string& path, std::vector<Entry>* out, std::string* wh
     *why = std::string("it is not valid JSON (") + e.what() + ")";
     return false;
   }
-  if (!j.is_object() || !j.contains("kiln_conv_algo") || j["kiln_conv_algo"] != kFormat || !j.contains("machine") ||
-      !j["machine"].is_string() || !j.contains("entries") || !j["entries"].is_array()) {
-    *why = "it is not a kiln conv_algo cache of format 1 (keys kiln_conv_algo, machine, entries)";
+  if (!j.is_object() || !j.contains("kiln_conv_algo") || !(j["kiln_conv_algo"] == 1 || j["kiln_conv_algo"] == kFormat) ||
+      !j.contains("machine") || !j["machine"].is_string() || !j.contains("entries") || !j["entries"].is_array()) {
+    *why = "it is not a kiln conv_algo cache of format 1 or 2 (keys kiln_conv_algo, machine, entries)";
     return false;
   }
-  const std::string mine = machine_id();
-  if (j["machine"].get<std::string>() != mine) {
-    *why = "it was written for another machine or kiln version (\"" + j["machine"].get<std::string>() +
-           "\", this one is \"" + mine + "\")";
+  const bool old = j["kiln_conv_algo"] == 1;
+  const std::string machine = j["machine"].get<std::string>();
+  int old_threads = 0;  // format 1: every entry's, from "machine"
+  if (old ? !format1_machine(machine, &old_threads) : machine != file_machine()) {
+    *why = "it was written for another machine or kiln version (\"" + machine + "\", this one is \"" +
+           (old ? machine_id() : file_machine()) + "\")";
     return false;
   }
-  std::vector<Entry> es;
+  std::vector<DiskEntry> es;
   for (size_t i = 0; i < j["entries"].size(); ++i) {
     const auto& e = j["entries"][i];
-    Entry en;
+    DiskEntry d;
+    Entry& en = d.entry;
     bool ok = e.is_object() && e.contains("key") && e["key"].is_string() && e.contains("pass") &&
               e["pass"].is_string() && e.contains("algo") && e["algo"].is_string() &&
               pass_from(e["pass"].get<std::string>(), &en.pass) && algo_from(e["algo"].get<std::string>(), &en.choice.algo);
+    if (ok && old) {
+      d.threads = old_threads;
+    } else if (ok) {
+      ok = e.contains("threads") && e["threads"].is_number_integer() && e["threads"].get<int64_t>() >= 1 &&
+           e["threads"].get<int64_t>() <= 1 << 20;
+      if (ok) d.threads = static_cast<int>(e["threads"].get<int64_t>());
+    }
     if (ok && e.contains("ms")) {
       ok = e["ms"].is_object();
       for (auto it = e["ms"].begin(); ok && it != e["ms"].end(); ++it) {
@@ -169,12 +206,13 @@ bool read_file(const std::string& path, std::vector<Entry>* out, std::string* wh
       }
     }
     if (!ok) {
-      *why = "entries[" + std::to_string(i) + "] is not {key, pass, algo, ms} with known pass and algorithm names";
+      *why = "entries[" + std::to_string(i) + "] is not {key, pass, " + (old ? "" : "threads, ") +
+             "algo, ms} with known pass and algorithm names" + (old ? "" : " and a thread count >= 1");
       return false;
     }
     en.key = e["key"].get<std::string>();
     en.choice.from_disk = true;
-    es.push_back(std::move(en));
+    es.push_back(std::move(d));
   }
   *out = std::move(es);
   return true;
@@ -195,40 +233,53 @@ bool load_locked(State& s) {
   s.loaded = true;
   const std::string path = s.cache_path_locked();
   if (path.empty()) return false;
-  std::vector<Entry> es;
+  std::vector<DiskEntry> es;
   std::string why;
   if (!read_file(path, &es, &why)) {
     if (!why.empty()) s.warning("ignoring the convolution algorithm cache " + path + ": " + why);
     return false;
   }
-  for (Entry& e : es)
-    if (!s.index.count(slot(e.key, e.pass))) insert_locked(s, std::move(e));
+  const int threads = current_threads();  // other thread counts' entries stay in the file for their processes
+  for (DiskEntry& d : es) {
+    const std::string sl = slot(d.entry.key, d.entry.pass);
+    if (d.threads != threads || s.index.count(sl)) continue;
+    s.threads_of[sl] = threads;
+    insert_locked(s, std::move(d.entry));
+  }
   return true;
 }
 
 void save_locked(State& s) {
   const std::string path = s.cache_path_locked();
   if (path.empty()) return;
-  std::vector<Entry> merged;
+  std::vector<DiskEntry> merged;
   std::string why;
-  read_file(path, &merged, &why);  // others' measurements are kept; an untrusted file is replaced
+  read_file(path, &merged, &why);  // others' measurements (any thread count) are kept; an untrusted file is replaced
+  auto disk_slot = [](const std::string& key, Pass p, int threads) { return slot(key, p) + "|" + std::to_string(threads); };
   std::map<std::string, size_t> at;
-  for (size_t i = 0; i < merged.size(); ++i) at[slot(merged[i].key, merged[i].pass)] = i;
+  for (size_t i = 0; i < merged.size(); ++i) at[disk_slot(merged[i].entry.key, merged[i].entry.pass, merged[i].threads)] = i;
   for (const Entry& e : s.list) {
-    if (e.choice.times.empty()) continue;  // only measured answers go to disk
-    auto it = at.find(slot(e.key, e.pass));
+    // Measured answers go to disk with the thread count they were measured with; this process's own
+    // replace the file's, those it read from the file are written back only if the file lost them.
+    if (e.choice.times.empty()) continue;
+    auto mt = s.threads_of.find(slot(e.key, e.pass));
+    const int threads = mt != s.threads_of.end() ? mt->second : current_threads();
+    const std::string k = disk_slot(e.key, e.pass, threads);
+    auto it = at.find(k);
     if (it == at.end()) {
-      at[slot(e.key, e.pass)] = merged.size();
-      merged.push_back(e);
+      at[k] = merged.size();
+      merged.push_back({e, threads});
     } else if (!e.choice.from_disk) {
-      merged[it->second] = e;
+      merged[it->second] = {e, threads};
     }
   }
-  nlohmann::json j = {{"kiln_conv_algo", kFormat}, {"machine", machine_id()}, {"entries", nlohmann::json::array()}};
-  for (const Entry& e : merged) {
+  nlohmann::json j = {{"kiln_conv_algo", kFormat}, {"machine", file_machine()}, {"entries", nlohmann::json::array()}};
+  for (const DiskEntry& d : merged) {
+    const Entry& e = d.entry;
     nlohmann::json ms = nlohmann::json::object();
     for (const Timing& t : e.choice.times) ms[algo_name(t.algo)] = t.ms;
-    j["entries"].push_back({{"key", e.key}, {"pass", pass_name(e.pass)}, {"algo", algo_name(e.choice.algo)}, {"ms", ms}});
+    j["entries"].push_back({{"key", e.key}, {"pass", pass_name(e.pass)}, {"threads", d.threads},
+                            {"algo", algo_name(e.choice.algo)}, {"ms", ms}});
   }
   std::error_code ec;
   fs::path p(path);
@@ -386,6 +437,7 @@ Algo choose(const ConvKey& key, Pass pass, const std::vector<Candidate>& candida
     return s.list[it->second].choice.algo;  // another thread measured it meanwhile: one answer per process
   ++s.stats.measured;
   const Algo a = e.choice.algo;
+  s.threads_of[sl] = current_threads();
   insert_locked(s, std::move(e));
   save_locked(s);
   return a;
@@ -424,6 +476,7 @@ void reset() {
   s.list.clear();
   s.stats = Stats{};
   s.disk_used.clear();
+  s.threads_of.clear();
   s.loaded = false;
 }
 
@@ -447,7 +500,10 @@ bool load_cache() {
   return load_locked(s);
 }
 
-std::string machine_id() {
+namespace {
+
+// The CPU model and its relevant ISA flags, "AMD EPYC 7B13 [avx2]".
+const std::string& cpu_id() {
   static const std::string cpu = [] {
     std::string model = "unknown cpu";
     std::ifstream f("/proc/cpuinfo");
@@ -466,12 +522,22 @@ std::string machine_id() {
       if (flags.find(std::string(" ") + fl + " ") != std::string::npos) isa += std::string(isa.empty() ? "" : ",") + fl;
     return model + " [" + isa + "]";
   }();
+  return cpu;
+}
+
+// "oneDNN 2.6.3; kiln kernels 3": what else a measurement depends on.
+std::string versions() {
   const dnnl_version_t* v = dnnl_version();
   std::ostringstream o;
-  o << cpu << "; " << omp_get_max_threads() << " threads; oneDNN " << v->major << "." << v->minor << "." << v->patch
-    << "; kiln kernels " << kKernelsRevision;
+  o << "oneDNN " << v->major << "." << v->minor << "." << v->patch << "; kiln kernels " << kKernelsRevision;
   return o.str();
 }
+
+std::string file_machine() { return cpu_id() + "; " + versions(); }
+
+}  // namespace
+
+std::string machine_id() { return cpu_id() + "; " + std::to_string(current_threads()) + " threads; " + versions(); }
 
 void set_warning_sink(std::function<void(const std::string&)> sink) {
   State& s = state();

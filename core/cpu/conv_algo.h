@@ -2,7 +2,8 @@
 // mode): the first time conv2d's CPU kernel (core/cpu/conv2d.cpp) meets a shape, each applicable candidate
 // of each pass (forward, backward-data, backward-weights) runs once untimed and a few times timed on
 // the actual operands, and the fastest is kept for the process and, by default, in a JSON file on
-// disk keyed by the machine (CPU model and flags, thread count, oneDNN version).
+// disk keyed by the machine (CPU model and flags, oneDNN version), each entry by its thread count:
+// processes of different thread counts share the file, each using its own entries.
 //
 // Candidates: oneDNN's direct kernels (always), Winograd F(2x2,3x3) (3x3 / stride 1 / pad 1, all
 // three passes) and the im2col GEMM (3x3 weight gradient without bias), core/cpu/winograd.h.
@@ -12,9 +13,9 @@
 //     im2col_chosen(), tuned to one CPU) | direct | winograd (forced where applicable).
 //   KILN_CONV_CACHE=PATH (the disk cache; default $XDG_CACHE_HOME/kiln/conv_algo.json, else
 //     $HOME/.cache/kiln/conv_algo.json) | off (no disk cache: every process measures again).
-// A cache file that does not parse, or was written on another machine / thread count / oneDNN, is
-// ignored with one warning; an entry naming an algorithm that does not apply to its shape is
-// measured again. See docs/conv_algorithms.md. Tests: tests/core/conv_algo_test.cpp.
+// A cache file that does not parse, or was written on another machine / oneDNN, is ignored with one
+// warning (a format-1 file, the thread count in its machine, is still read); an entry naming an
+// algorithm that does not apply to its shape is measured again. See docs/conv_algorithms.md. Tests: tests/core/conv_algo_test.cpp.
 // The policy that tools and tests set and read (mode, candidates left out, what was measured, the
 // disk cache) is declared in core/conv_policy.h, which this header includes; here, what conv2d's
 // CPU kernel uses to choose.
@@ -71,8 +72,9 @@ void set_timer(Timer t);
 
 // The disk cache (core/conv_policy.h's cache_path()): load_cache() reads it into the process cache
 // (done on first use of the automatic mode); a file that cannot be trusted is ignored with a
-// warning and false. Measuring a shape merges this process's measurements into the file (written to
-// a temporary, then renamed).
+// warning and false; only the entries of this process's OpenMP thread count are taken. Measuring a
+// shape merges this process's measurements into the file, beside every thread count's (written to a
+// temporary, then renamed).
 bool load_cache();
 // Where warnings go (default: one line on stderr); for tests.
 void set_warning_sink(std::function<void(const std::string&)> sink);

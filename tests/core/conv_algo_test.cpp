@@ -1,16 +1,19 @@
 // The convolution algorithm chooser (core/cpu/conv_algo.cpp): the fastest of injected timings is
 // kept (no timed tests), choices are cached per process and on disk and round-trip, damaged or
-// foreign cache files are ignored with a warning, forced and heuristic modes are honoured, and
+// foreign cache files are ignored with a warning, processes of two thread counts share one file (and
+// a format-1 file still reads), forced and heuristic modes are honoured, and
 // conv2d's results under each choice are within that algorithm's tolerance of the direct ones.
 #include "core/cpu/conv_algo.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -27,6 +30,13 @@ namespace ca = kiln::ops::conv_algo;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The file's "machine" (format 2): machine_id() without its thread count.
+std::string file_machine() {
+  std::string m = ca::machine_id();
+  const size_t t = m.find(" threads; "), start = m.rfind("; ", t);
+  return m.substr(0, start) + "; " + m.substr(t + 10);
+}
 
 // Isolates each test: its own cache file, the automatic mode, no fake timer, warnings collected.
 class ConvAlgo : public ::testing::Test {
@@ -264,7 +274,9 @@ TEST_F(ConvAlgo, DamagedOrForeignCacheFilesAreIgnoredWithAWarning) {
       {"unknown algorithm", entry("fft")},
       {"wrong types", R"({"kiln_conv_algo": 1, "machine": )" + nlohmann::json(machine).dump() +
                           R"(, "entries": [{"key": 7, "pass": "forward", "algo": "direct"}]})"},
-      {"future format", R"({"kiln_conv_algo": 2, "machine": "x", "entries": []})"},
+      {"future format", R"({"kiln_conv_algo": 3, "machine": "x", "entries": []})"},
+      {"format 2 entry without threads", R"({"kiln_conv_algo": 2, "machine": )" + nlohmann::json(file_machine()).dump() +
+                                             R"(, "entries": [{"key": "k", "pass": "forward", "algo": "direct"}]})"},
   };
   for (const auto& [what, text] : cases) {
     SCOPED_TRACE(what);
@@ -288,6 +300,84 @@ TEST_F(ConvAlgo, DamagedOrForeignCacheFilesAreIgnoredWithAWarning) {
   write(entry("im2col"));
   EXPECT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);
   EXPECT_EQ(timed_, 2);
+}
+
+// Processes of different thread counts share the file: each reads its own entries, measures only what
+// it lacks, without a warning, and every writer keeps the others' entries.
+TEST_F(ConvAlgo, ThreadCountsShareOneFile) {
+  const int prev = omp_get_max_threads();
+  omp_set_num_threads(1);
+  fake({{ca::Algo::direct, 2.0}, {ca::Algo::winograd, 1.0}});
+  ASSERT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::winograd);
+  // A "process" of 2 threads: measures for itself.
+  ca::reset();
+  omp_set_num_threads(2);
+  timed_ = 0;
+  fake({{ca::Algo::direct, 1.0}, {ca::Algo::winograd, 2.0}});
+  EXPECT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);
+  EXPECT_EQ(timed_, 2);
+  EXPECT_EQ(ca::stats().from_disk, 0);
+  // Meanwhile a third writer (1 thread) adds a shape: the 2-thread process's next save keeps it.
+  {
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(path_));
+    j["entries"].push_back({{"key", key(32).str()}, {"pass", "forward"}, {"threads", 1}, {"algo", "winograd"},
+                            {"ms", {{"direct", 3.0}, {"winograd", 1.0}}}});
+    std::ofstream(path_) << j.dump();
+  }
+  ASSERT_EQ(ca::choose(key(128), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);
+  // Back to 1 thread, then to 2: every answer from the file, nothing timed.
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    ca::reset();
+    omp_set_num_threads(threads);
+    timed_ = 0;
+    fake({{ca::Algo::direct, 5.0}, {ca::Algo::winograd, 5.0}});
+    EXPECT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct),
+              threads == 1 ? ca::Algo::winograd : ca::Algo::direct);
+    if (threads == 1) EXPECT_EQ(ca::choose(key(32), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::winograd);
+    if (threads == 2) EXPECT_EQ(ca::choose(key(128), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);
+    EXPECT_EQ(timed_, 0);
+  }
+  omp_set_num_threads(prev);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(path_));
+  EXPECT_EQ(j["kiln_conv_algo"], 2);
+  EXPECT_EQ(j["machine"], file_machine());
+  std::multiset<std::pair<std::string, int>> got;
+  for (const auto& e : j["entries"]) got.insert({e["key"].get<std::string>(), e["threads"].get<int>()});
+  EXPECT_EQ(got, (std::multiset<std::pair<std::string, int>>{{key().str(), 1}, {key().str(), 2}, {key(32).str(), 1},
+                                                             {key(128).str(), 2}}));
+  EXPECT_TRUE(warnings_.empty()) << warnings_[0];
+}
+
+// A file of format 1 (the thread count in "machine") is read for that thread count and rewritten as
+// format 2 with its entries; another thread count's format-1 file is kept too, without a warning.
+TEST_F(ConvAlgo, AFormat1FileStillReads) {
+  const int prev = omp_get_max_threads();
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    omp_set_num_threads(1);
+    const std::string old_machine = ca::machine_id();  // "CPU; 1 threads; oneDNN ..."
+    ASSERT_NE(old_machine.find("; 1 threads; "), std::string::npos) << old_machine;
+    write(R"({"kiln_conv_algo": 1, "machine": )" + nlohmann::json(old_machine).dump() + R"(, "entries": [{"key": ")" +
+          key().str() + R"(", "pass": "forward", "algo": "winograd", "ms": {"direct": 2, "winograd": 1}}]})");
+    omp_set_num_threads(threads);
+    ca::reset();
+    timed_ = 0;
+    fake({{ca::Algo::direct, 1.0}, {ca::Algo::winograd, 9.0}});
+    EXPECT_EQ(ca::choose(key(), ca::Pass::forward, both(), ca::Algo::direct),
+              threads == 1 ? ca::Algo::winograd : ca::Algo::direct);
+    EXPECT_EQ(timed_, threads == 1 ? 0 : 2);
+    ASSERT_EQ(ca::choose(key(128), ca::Pass::forward, both(), ca::Algo::direct), ca::Algo::direct);
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(path_));
+    EXPECT_EQ(j["kiln_conv_algo"], 2);
+    std::multiset<std::pair<std::string, int>> got;
+    for (const auto& e : j["entries"]) got.insert({e["key"].get<std::string>(), e["threads"].get<int>()});
+    std::multiset<std::pair<std::string, int>> want{{key().str(), 1}, {key(128).str(), threads}};
+    if (threads == 2) want.insert({key().str(), 2});
+    EXPECT_EQ(got, want);
+    EXPECT_TRUE(warnings_.empty()) << warnings_[0];
+  }
+  omp_set_num_threads(prev);
 }
 
 TEST_F(ConvAlgo, ThreadsAgreeOnOneAnswer) {

@@ -330,7 +330,7 @@ TEST(Freeze, RefusesEntriesThatMatchNothingAndFreezingEverything) {
   c["train"]["freeze"] = json::array({"conv1", "bn1", "layer1", "layer2", "layer3", "fc"});
   expect_error([&] { train(c, true); }, {"freezes every parameter"});
   c["train"]["freeze"] = "conv1";
-  expect_error([&] { train(c, true); }, {"train.freeze", "a list of parameter-name prefixes"});
+  expect_error([&] { train(c, true); }, {"train.freeze", "a list of parameter-name prefixes", "[\"backbone\"]"});
 }
 
 TEST(Freeze, TheLineCountsParametersNotTensors) {
@@ -353,6 +353,70 @@ TEST(Freeze, TheLineCountsParametersNotTensors) {
                            std::to_string(model->num_parameters() - frozen) + " trained (" +
                            std::to_string(trained.size()) + " tensors)\n";
   EXPECT_EQ(out, want);
+}
+
+// "backbone": everything but the head (the last Linear), whatever the model calls it; the run's
+// first line then counts the trainable parameters too.
+TEST(Freeze, BackboneIsEverythingButTheHead) {
+  for (const char* name : {"lenet", "resnet20", "alexnet"}) {
+    SCOPED_TRACE(name);
+    auto model = models::build_model(json{{"name", name}});
+    const std::vector<std::string> head = head_parameter_names(*model);
+    int64_t head_size = 0;
+    for (auto& [n, p] : model->named_parameters())
+      if (under_any(n, head)) head_size += p.numel();
+    std::vector<ParamRef> trained = trainable_params(*model, {"backbone"}, false);
+    std::vector<std::string> names;
+    for (const ParamRef& p : trained) names.push_back(p.name);
+    EXPECT_EQ(names, head);
+    for (auto& [n, p] : model->named_parameters()) EXPECT_EQ(p.requires_grad(), under_any(n, head)) << n;
+    EXPECT_LT(head_size, model->num_parameters());
+  }
+  // Another entry keeps its index in the errors; a model without a Linear has no head to leave out.
+  auto lenet = models::build_model(json{{"name", "lenet"}});
+  expect_error([&] { trainable_params(*lenet, {"backbone", "nothing"}, false); },
+               {"train.freeze[1] = \"nothing\" matches no parameter"});
+  expect_error([&] { trainable_params(*lenet, {"backbone", "classifier.3"}, false); }, {"freezes every parameter"});
+  auto conv_only = models::build_model(json::parse(R"({"layers": [
+      {"type": "conv2d", "in_channels": 1, "out_channels": 4, "kernel_size": 3}, {"type": "global_avg_pool"}]})"));
+  expect_error([&] { trainable_params(*conv_only, {"backbone"}, false); },
+               {"train.freeze[0] = \"backbone\"", "last Linear module", "has none"});
+}
+
+TEST(Freeze, BackboneRunTrainsTheHeadAloneAndSaysSo) {
+  std::string runs = fresh_dir("freeze_backbone");
+  TrainResult pre = train(small_config(runs, "pretrain"), true);
+  json c = small_config(runs, "tune");
+  c["train"]["init"] = pre.run_dir;
+  c["train"]["freeze"] = json::array({"backbone"});
+  ::testing::internal::CaptureStdout();
+  TrainResult r;
+  std::string error;
+  try {
+    r = train(c, false);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  ASSERT_EQ(error, "");
+  auto model = models::build_model(c["model"]);
+  const int64_t total = model->num_parameters();
+  int64_t fc = 0;  // the head's scalars
+  for (auto& [name, p] : model->named_parameters())
+    if (name_under(name, "fc")) fc += p.numel();
+  EXPECT_NE(out.find(", " + std::to_string(total) + " parameters (" + std::to_string(fc) + " trainable), batch"),
+            std::string::npos) << out;
+  EXPECT_NE(out.find("freeze: " + std::to_string(total - fc) + " parameters frozen ("), std::string::npos) << out;
+  StateDict before = weights_of(pre.run_dir), after = weights_of(r.run_dir);
+  for (auto& [name, t] : before) {
+    const bool equal = t.to_double_vector() == after.at(name).to_double_vector();
+    if (name_under(name, "fc")) EXPECT_FALSE(equal) << name;
+    else EXPECT_TRUE(equal) << name << " is frozen but changed";  // batch-norm statistics too
+  }
+  // Without a frozen part the line counts no trainable parameters apart.
+  ::testing::internal::CaptureStdout();
+  train(small_config(runs, "plain"), false);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout().find(" trainable)"), std::string::npos);
 }
 
 TEST(Freeze, NameUnderIsByWholeParts) {

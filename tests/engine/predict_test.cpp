@@ -140,7 +140,7 @@ TEST_F(Predict, SameTop1AsEvaluation) {
   EXPECT_NE(r.err.find("kiln: predicted 16 image(s)"), std::string::npos) << r.err;
   std::vector<std::string> rows = lines_of(read_text(dir_ + "/val.csv"));
   ASSERT_EQ(rows.size(), 17u);
-  EXPECT_EQ(rows[0], "path,rank1_class,rank1_prob,rank2_class,rank2_prob");
+  EXPECT_EQ(rows[0], "path,rank1_class,rank1_prob,rank2_class,rank2_prob,error");
   std::vector<std::vector<int64_t>> confusion(4, std::vector<int64_t>(4, 0));
   std::map<std::string, int64_t> index;
   for (size_t i = 0; i < kClasses.size(); ++i) index[kClasses[i]] = static_cast<int64_t>(i);
@@ -170,7 +170,8 @@ TEST_F(Predict, CsvAndJsonl) {
   ASSERT_EQ(out.size(), 2u);
   ASSERT_EQ(csv.size(), 3u);
   ASSERT_EQ(jsonl.size(), 2u);
-  EXPECT_EQ(csv[0], "path,rank1_class,rank1_prob,rank2_class,rank2_prob,rank3_class,rank3_prob");
+  EXPECT_EQ(csv[0], "path,rank1_class,rank1_prob,rank2_class,rank2_prob,rank3_class,rank3_prob,error");
+  EXPECT_EQ(csv[1].back(), ',');  // no error
   for (size_t i = 0; i < 2; ++i) {
     json o = json::parse(jsonl[i]);
     std::vector<std::string> f = split_csv(csv[i + 1]);
@@ -211,17 +212,61 @@ TEST_F(Predict, BrokenInputsAreReportedAndTheOthersPredicted) {
   write_png(d + "/c.png", 2, 12, 10);  // resized and cropped by the validation transforms
   std::ofstream(d + "/b.png") << "not an image";
   std::ofstream(d + "/empty.jpg");
-  KilnRun r = kiln("predict " + run_ + " " + d + " " + d + "/missing.png out=" + dir_ + "/mixed.csv");
+  std::ofstream(d + "/notes.TXT") << "skipped for its extension";
+  std::ofstream(d + "/Makefile") << "skipped too";
+  fs::create_directories(dir_ + "/no_images");
+  std::ofstream(dir_ + "/no_images/x.json") << "{}";
+  KilnRun r = kiln("predict " + run_ + " " + d + " " + d + "/missing.png " + dir_ + "/no_images out=" + dir_ +
+                   "/mixed.csv");
   EXPECT_EQ(r.code, 1) << r.err;
   std::vector<std::string> out = lines_of(r.out);
   ASSERT_EQ(out.size(), 2u) << r.out;
   EXPECT_EQ(out[0].rfind(d + "/a.png: ", 0), 0u) << out[0];
   EXPECT_EQ(out[1].rfind(d + "/c.png: ", 0), 0u) << out[1];
-  EXPECT_EQ(lines_of(read_text(dir_ + "/mixed.csv")).size(), 3u);
-  for (const std::string& bad : {d + "/b.png", d + "/empty.jpg", d + "/missing.png"})
+  for (const std::string& bad : {d + "/b.png", d + "/empty.jpg", d + "/missing.png", dir_ + "/no_images"})
     EXPECT_NE(r.err.find("kiln: predict: " + bad), std::string::npos) << bad << "\n" << r.err;
   EXPECT_NE(r.err.find("kiln: predicted 2 image(s)"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("3 input(s) could not be predicted"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("4 input(s) could not be predicted"), std::string::npos) << r.err;
+  // The folder scans say what they skipped for its extension.
+  EXPECT_NE(r.err.find("kiln: predict: " + d + ": skipped 2 file(s) whose extension is not an image's ((none) 1, .txt 1;"),
+            std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("kiln: predict: " + dir_ + "/no_images: skipped 1 file(s) whose extension is not an image's (.json 1;"),
+            std::string::npos) << r.err;
+  // The CSV: a row per input, a failed one with its error and empty class columns; 4 classes, so
+  // the default topk=5 gives 4 ranks.
+  std::vector<std::string> rows = lines_of(read_text(dir_ + "/mixed.csv"));
+  ASSERT_EQ(rows.size(), 7u) << read_text(dir_ + "/mixed.csv");
+  EXPECT_EQ(rows[0], "path,rank1_class,rank1_prob,rank2_class,rank2_prob,rank3_class,rank3_prob,rank4_class,rank4_prob,"
+                     "error");
+  std::map<std::string, std::string> row_of;  // path -> the rest of its row
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const size_t comma = rows[i].find(',');
+    ASSERT_NE(comma, std::string::npos) << rows[i];
+    row_of[rows[i].substr(0, comma)] = rows[i].substr(comma);
+  }
+  ASSERT_EQ(row_of.size(), 6u);
+  for (const std::string& good : {d + "/a.png", d + "/c.png"}) {
+    ASSERT_TRUE(row_of.count(good)) << good;
+    EXPECT_EQ(split_csv(good + row_of[good]).size(), 9u) << row_of[good];
+    EXPECT_EQ(row_of[good].back(), ',');
+  }
+  for (const std::string& bad : {d + "/b.png", d + "/empty.jpg", d + "/missing.png", dir_ + "/no_images"}) {
+    ASSERT_TRUE(row_of.count(bad)) << bad;
+    const std::string& rest = row_of[bad];
+    EXPECT_EQ(rest.rfind(",,,,,,,,,", 0), 0u) << rest;  // eight empty class columns, then the error
+    EXPECT_NE(rest.find(bad, 9), std::string::npos) << rest;
+    EXPECT_NE(rest[9], ',') << rest;
+  }
+  // The same in JSONL: the failed inputs with their error.
+  r = kiln("predict " + run_ + " " + d + "/a.png " + d + "/b.png out=" + dir_ + "/mixed.jsonl");
+  EXPECT_EQ(r.code, 1) << r.err;
+  std::vector<std::string> objs = lines_of(read_text(dir_ + "/mixed.jsonl"));
+  ASSERT_EQ(objs.size(), 2u);
+  EXPECT_EQ(json::parse(objs[0])["topk"].size(), 4u);
+  json b = json::parse(objs[1]);
+  EXPECT_EQ(b["path"], d + "/b.png");
+  EXPECT_NE(b["error"].get<std::string>().find(d + "/b.png"), std::string::npos) << objs[1];
+  EXPECT_FALSE(b.contains("topk"));
 }
 
 TEST_F(Predict, FoldersAreSearchedRecursivelyAndListsRead) {

@@ -7,8 +7,9 @@
 #      example's compile commands and the installed package must not name the source or build tree;
 #   3. the installed `kiln` trains a tiny linear classifier on 16 synthetic 8x8 images until it fits
 #      them, and `kiln data export` writes those images as PNG files;
-#   4. the example classifies every exported image: five "class probability" lines, most probable
-#      first, and the top class is the image's class folder (the model fits its training set).
+#   4. the example (kiln::Predictor) classifies every exported image: five "NAME PROBABILITY" lines, most
+#      probable first, the names those of the run's classes.json, and the top class is the image's
+#      class folder (the model fits its training set); with a config and weights file, the source's names.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR CXX_COMPILER [COMPILER_LAUNCHER]   (tests/CMakeLists.txt)
 set -euo pipefail
 build=$(cd "$1" && pwd) src=$(cd "$2" && pwd) cxx=$3 launcher=${4:-}
@@ -88,25 +89,35 @@ JSON
 grep -q "^train 60/60 .* acc 100.0%" train.log || { cat train.log; fail "the tiny model did not fit its training images"; }
 "$prefix/bin/kiln" data export tiny.json out=images split=train >/dev/null
 
-# 4. classify every image with the example: the run's config and its weights file
+# 4. classify every image with the example: the run folder, whose classes.json names the classes (renamed
+#    here, so that the names can only come from it; a name with a space, as Fashion-MNIST's "Ankle boot")
+names=(zero one two three four "five and a half")
+printf '["zero", "one", "two", "three", "four", "five and a half"]\n' >runs/tiny/classes.json
+rm -rf runs/tiny/best runs/tiny/best.*  # the run then stands for its last weights, those that fit the training images
 n=0
 for img in images/train/*/*.png; do
   class=$(basename "$(dirname "$img")")
-  "$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors "$img" >out.txt 2>err.txt ||
-    { cat err.txt; fail "classify $img"; }
+  "$tmp/ex/classify" runs/tiny "$img" >out.txt 2>err.txt || { cat err.txt; fail "classify $img"; }
   [ -s err.txt ] && { cat err.txt; fail "classify $img wrote to stderr"; }
   [ "$(wc -l <out.txt)" -eq 5 ] || { cat out.txt; fail "classify $img: expected 5 lines"; }
-  awk -v want="$((10#$class))" '
-    NF != 2 || $1 !~ /^[0-9]+$/ || $1 >= 6 || $2 < 0 || $2 > 1 { print "bad line: " $0; bad = 1 }
-    NR == 1 && $1 != want { print "top class " $1 ", image class " want; bad = 1 }
-    NR > 1 && $2 > prev { print "not sorted: " $0; bad = 1 }
-    seen[$1]++ { print "class twice: " $0; bad = 1 }
-    { prev = $2; sum += $2 }
+  awk -v want="${names[$((10#$class))]}" '
+    BEGIN { n = split("zero one two three four", w, " "); for (i = 1; i <= n; ++i) ok[w[i]] = 1; ok["five and a half"] = 1 }
+    { p = $NF; name = $0; sub(/ [^ ]+$/, "", name) }
+    NF < 2 || !(name in ok) || p < 0 || p > 1 { print "bad line: " $0; bad = 1 }
+    NR == 1 && name != want { print "top class " name ", image class " want; bad = 1 }
+    NR > 1 && p > prev { print "not sorted: " $0; bad = 1 }
+    seen[name]++ { print "class twice: " $0; bad = 1 }
+    { prev = p; sum += p }
     END { if (sum > 1.0001) { print "probabilities sum to " sum; bad = 1 } exit bad }' out.txt ||
     { cat out.txt; fail "classify $img"; }
   n=$((n + 1))
 done
 [ "$n" -eq 16 ] || fail "expected 16 exported images, classified $n"
-"$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors missing.png 2>err.txt && fail "a missing image passed"
+# A config and a weights file: the names of the config's data source (synthetic: the numbers).
+img=$(ls images/train/*/*.png | tail -1)
+class=$((10#$(basename "$(dirname "$img")")))
+"$tmp/ex/classify" runs/tiny/config.json runs/tiny/last.safetensors "$img" >out.txt 2>err.txt || { cat err.txt; fail "classify CONFIG WEIGHTS"; }
+[ "$(head -1 out.txt | cut -d' ' -f1)" = "$class" ] || { cat out.txt; fail "classify CONFIG WEIGHTS $img: expected class $class first"; }
+"$tmp/ex/classify" runs/tiny missing.png 2>err.txt && fail "a missing image passed"
 grep -q "missing.png" err.txt || { cat err.txt; fail "the error does not name the missing image"; }
 echo "install_test: installed into a temporary prefix, built examples/classify against kiln::deploy alone (ONNX, protobuf, MPI hidden), loaded every component, classified $n images correctly"

@@ -1,4 +1,4 @@
-#!/work/venv/bin/python
+#!/usr/bin/env python3
 """kiln's ONNX export against onnxruntime, for every registry model.
 
 For each model (and a custom "layers" model that uses the layers no registry model does), writes a
@@ -26,8 +26,8 @@ center_crop(224) and ImageNet's mean/std and compares on the skimage photos (ima
 --run RUN also exports a trained run folder (its best checkpoint, else its last) and compares on --run-images
 (e.g. a `kiln data export` of its validation split) or the seeded random batch.
 
-Usage: /work/venv/bin/python tools/bench/onnx_compare.py [--kiln build/tools/kiln] [--models a,b]
-       [--photos DIR] [--keep DIR] [--run RUN [--run-images DIR]]   (onnxruntime is the PyPI package in /work/venv)
+Usage: build-venv/bin/python tools/bench/onnx_compare.py [--kiln build/tools/kiln] [--models a,b]
+       [--photos DIR] [--keep DIR] [--run RUN [--run-images DIR]]   (tools/make_venv.sh makes build-venv/ with onnxruntime)
 """
 import argparse
 import json

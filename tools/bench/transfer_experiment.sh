@@ -10,11 +10,14 @@ work=${2:-/tmp/kiln_transfer}
 mkdir -p "$work" && cd "$work"
 [[ -d fm/train ]] || "$kiln" data export "$root/configs/fashion_mnist_resnet20.json" out=fm format=png >/dev/null
 rm -rf A B runs && mkdir -p A/train A/val B/train B/val
-for c in 0 1 2 3 4; do ln -s "$work/fm/train/$c" A/train/$c; ln -s "$work/fm/val/$c" A/val/$c; done
+# The export's folder of label $1: "3_Dress" (an export from before the class names: "3").
+folder() { for d in fm/train/"$1"_* fm/train/"$1"; do [[ -d $d ]] && { basename "$d"; return; }; done; exit 1; }
+for c in 0 1 2 3 4; do f=$(folder $c); ln -s "$work/fm/train/$f" A/train/$c; ln -s "$work/fm/val/$f" A/val/$c; done
 for c in 5 6 7 8 9; do
+  d=$(folder $c)
   mkdir B/train/$c
-  ls "fm/train/$c" | sort | head -100 | while read -r f; do ln -s "$work/fm/train/$c/$f" "B/train/$c/$f"; done
-  ln -s "$work/fm/val/$c" B/val/$c
+  ls "fm/train/$d" | sort | head -100 | while read -r f; do ln -s "$work/fm/train/$d/$f" "B/train/$c/$f"; done
+  ln -s "$work/fm/val/$d" B/val/$c
 done
 cat >base.json <<JSON
 {

@@ -4,9 +4,10 @@
 //   kiln data export CONFIG|FOLDER out=DIR [format=png|jpeg] [quality=95] [split=train|val|both]
 //                    [limit=N] [key=value ...]
 // writes DIR/<split>/<class>/<index>.<ext> for the raw images of the source (no transforms). Class
-// folders are the labels zero-padded to one width ("0".."9", "000".."999"), so that ImageFolder's
-// sorted class order gives back the same labels; <index> is the dataset index. limit=N takes N
-// samples evenly spaced over the split. A FOLDER argument is read as an image_folder root.
+// folders are named after the source's classes (Dataset::class_names(), class_folder_names() below),
+// so that ImageFolder's sorted class order gives back the same names and labels; <index> is the
+// dataset index. limit=N takes N samples evenly spaced over the split. A FOLDER argument is read as
+// an image_folder root.
 //
 //   kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]
 // prints the loader's images/s for the split's transforms (no model), and images/s per thread.
@@ -16,6 +17,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <string_view>
 
 #include "core/check.h"
 #include "data/bench.h"
@@ -64,6 +66,36 @@ CmdArgs split_args(const Args& args, size_t from, const std::vector<std::string>
   return a;
 }
 
+// A class name as a folder name: '/', '\\' and the characters Windows refuses (: * ? " < > |) and
+// control characters become '_'; an empty name, "." and ".." become "_".
+std::string safe_folder_name(const std::string& name) {
+  std::string s = name;
+  for (char& ch : s)
+    if (static_cast<unsigned char>(ch) < 0x20 || std::string_view("/\\:*?\"<>|").find(ch) != std::string_view::npos)
+      ch = '_';
+  if (s.empty() || s == "." || s == "..") s = "_";
+  return s;
+}
+
+// The class folders for `names` (by label): the safe names when their byte-wise order is the labels'
+// (ImageFolder sorts the folders), else each prefixed with its label zero-padded to one width,
+// "0_T-shirt_top" .. "9_Ankle boot" (a name that is its own label, "0".."11", is the padded label alone).
+std::vector<std::string> class_folder_names(const std::vector<std::string>& names) {
+  std::vector<std::string> safe;
+  for (const std::string& n : names) safe.push_back(safe_folder_name(n));
+  // ImageFolder numbers the folders in byte-wise sorted order: the names alone keep the labels when
+  // they are already in that order and distinct (CIFAR-10's, "0".."9").
+  if (std::adjacent_find(safe.begin(), safe.end(), std::greater_equal<std::string>()) == safe.end()) return safe;
+  const int width = static_cast<int>(std::to_string(std::max<size_t>(names.size(), 1) - 1).size());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < safe.size(); ++i) {
+    std::string label = std::to_string(i);
+    label = std::string(static_cast<size_t>(width) - label.size(), '0') + label;
+    out.push_back(safe[i] == std::to_string(i) ? label : label + "_" + safe[i]);
+  }
+  return out;
+}
+
 std::vector<Split> parse_splits(const std::string& s, bool both_ok) {
   if (s == "train") return {Split::train};
   if (s == "val") return {Split::val};
@@ -102,7 +134,9 @@ int data_export(const Args& args) {
     auto ds = make_dataset(dc, split);
     const int64_t n = ds->size(), k = ds->num_classes();
     const int64_t count = limit > 0 ? std::min(limit, n) : n;
-    const int width = static_cast<int>(std::to_string(std::max<int64_t>(k - 1, 0)).size());
+    std::vector<std::string> folders = class_folder_names(ds->class_names());
+    KILN_CHECK(static_cast<int64_t>(folders.size()) == k, ds->name(), ": ", folders.size(), " class names for ", k,
+               " classes");
     const int iwidth = static_cast<int>(std::to_string(std::max<int64_t>(n - 1, 0)).size());
     auto padded = [](int64_t v, int w) {
       std::string s = std::to_string(v);
@@ -115,7 +149,7 @@ int data_export(const Args& args) {
       ds->get_into(idx, s);
       KILN_CHECK(s.image.c == 1 || s.image.c == 3, ds->name(), ": sample ", idx, " has ", s.image.c,
                  " channels; export writes 1 or 3");
-      const fs::path dir = fs::path(out) / split_name(split) / padded(s.label, width);
+      const fs::path dir = fs::path(out) / split_name(split) / folders[static_cast<size_t>(s.label)];
       if (per_class[static_cast<size_t>(s.label)]++ == 0) fs::create_directories(dir);
       const std::string what = ds->name() + ": sample " + std::to_string(idx);
       const std::string file = (dir / (padded(idx, iwidth) + ext)).string();

@@ -1,7 +1,8 @@
 // `kiln predict RUN|CONFIG [weights=FILE] INPUT... [topk=5] [out=FILE.csv|FILE.jsonl] [batch=N]
 //  [key=value ...]`: the top-k classes of image files (tools/deploy/predict.h, docs/predict.md).
 // stdout: one line per image, "PATH: NAME (0.9123), NAME (0.0510), ..."; stderr: each input that
-// could not be predicted, by name, and a summary with images/s. Exit 0 when every image was
+// could not be predicted, by name, the files a folder scan skipped, and a summary with images/s.
+// out=: one row per input, a failed one with its error and no classes. Exit 0 when every image was
 // predicted, 1 when some were not (the others are still predicted and written).
 // An argument that names an existing file or folder is an INPUT even when it holds '='; other
 // key=value arguments are the command's keys or config overrides (device=cpu, workers=4, ...).
@@ -29,10 +30,12 @@ const char* kUsage =
     "  RUN     a run folder (runs/<name>): its config.json, classes.json and best checkpoint (else its last)\n"
     "  CONFIG  a config file; then weights=FILE is required\n"
     "  INPUT   image files (.jpg .jpeg .png .bmp .webp), folders (searched recursively) or .txt image lists\n"
-    "  topk    classes per image (default 5)    out  also write a .csv or .jsonl file\n"
+    "  topk    classes per image (default 5; at most the model's classes)\n"
+    "  out     also write a .csv or .jsonl file: one row per input, a failed one with its error\n"
     "  batch   images per forward pass (default: the config's validation batch, at most 256)\n"
     "Images go through the config's validation transforms. Inputs that cannot be read are reported on\n"
-    "stderr and the others still predicted; the exit code is then 1.\n";
+    "stderr (and in out=) and the others still predicted; the exit code is then 1. A folder's files that\n"
+    "are not images by their extension are skipped, counted on stderr.\n";
 
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\r\n") == std::string::npos && (s.empty() || (s.front() != ' ' && s.back() != ' '))) return s;
@@ -100,13 +103,20 @@ int cmd_predict(const Args& args) {
   if (out.is_open() && csv) {
     out << "path";
     for (int64_t r = 1; r <= k; ++r) out << ",rank" << r << "_class,rank" << r << "_prob";
-    out << "\n";
+    out << ",error\n";
   }
+  // A failed input: reported on stderr, and a row of its own in the file (its error, no classes).
+  auto failed_row = [&](const std::string& path, const std::string& error) {
+    std::cerr << "kiln: predict: " << error << "\n";
+    if (csv) out << csv_field(path) << std::string(static_cast<size_t>(2 * k), ',') << "," << csv_field(error) << "\n";
+    else if (out.is_open()) out << json{{"path", path}, {"error", error}}.dump() << "\n";
+  };
 
-  std::vector<std::string> errors;
-  const std::vector<std::string> paths = collect_inputs(inputs, errors);
-  for (const std::string& e : errors) std::cerr << "kiln: predict: " << e << "\n";
-  int64_t predicted = 0, failed = static_cast<int64_t>(errors.size());
+  const CollectedInputs in = collect_inputs(inputs);
+  for (const std::string& s : in.skipped) std::cerr << "kiln: predict: " << s << "\n";
+  for (const CollectedInputs::Failed& f : in.failed) failed_row(f.input, f.error);
+  const std::vector<std::string>& paths = in.paths;
+  int64_t predicted = 0, failed = static_cast<int64_t>(in.failed.size());
   const auto t0 = std::chrono::steady_clock::now();
   // A batch at a time, so that lines appear as the images are predicted.
   const size_t step = static_cast<size_t>(predictor.batch_size());
@@ -115,7 +125,7 @@ int cmd_predict(const Args& args) {
                                    paths.begin() + static_cast<std::ptrdiff_t>(std::min(paths.size(), b0 + step)));
     for (const Prediction& p : predictor.predict(chunk, topk)) {
       if (!p.ok()) {
-        std::cerr << "kiln: predict: " << p.error << "\n";
+        failed_row(p.path, p.error);
         ++failed;
         continue;
       }
@@ -130,7 +140,7 @@ int cmd_predict(const Args& args) {
         top.push_back({{"class", name}, {"index", p.index[r]}, {"prob", p.prob[r]}});
       }
       std::cout << line << "\n";
-      if (csv) out << "\n";
+      if (csv) out << ",\n";
       else if (out.is_open()) out << json{{"path", p.path}, {"topk", top}}.dump() << "\n";
     }
     std::cout.flush();

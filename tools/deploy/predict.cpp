@@ -2,8 +2,10 @@
 #include "tools/deploy/predict.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "core/autograd.h"
@@ -181,35 +183,62 @@ std::vector<Prediction> Predictor::predict(const std::vector<std::string>& paths
   return out;
 }
 
-std::vector<std::string> collect_inputs(const std::vector<std::string>& inputs, std::vector<std::string>& errors) {
+namespace {
+
+// "N file(s) whose extension is not an image's (.txt 2, .json 1)": the skipped extensions by count.
+std::string skipped_text(const std::map<std::string, int64_t>& by_ext) {
+  std::vector<std::pair<int64_t, std::string>> v;
+  int64_t n = 0;
+  for (const auto& [ext, count] : by_ext) v.push_back({-count, ext}), n += count;
+  std::sort(v.begin(), v.end());
+  std::string s = "skipped " + std::to_string(n) + " file(s) whose extension is not an image's (";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i].second + " " + std::to_string(-v[i].first);
+  return s + "; accepted: .jpg .jpeg .png .bmp .webp, any case)";
+}
+
+}  // namespace
+
+CollectedInputs collect_inputs(const std::vector<std::string>& inputs) {
   static const char* kAccepted = "an image file (.jpg .jpeg .png .bmp .webp), a folder of them or a .txt image list";
-  std::vector<std::string> paths;
+  CollectedInputs r;
+  auto fail = [&](const std::string& in, const std::string& error) { r.failed.push_back({in, error}); };
   for (const std::string& in : inputs) {
     std::error_code ec;
     if (fs::is_directory(in, ec)) {
       std::vector<std::string> found;
+      std::map<std::string, int64_t> skipped;  // extension (lower case, "(none)") -> files
       for (auto it = fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink, ec);
-           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
-        if (!it->is_directory() && is_image_file_name(it->path().filename().string())) found.push_back(it->path().string());
-      if (ec) errors.push_back(in + ": cannot list the folder: " + ec.message());
-      else if (found.empty()) errors.push_back(in + ": the folder holds no image files (.jpg .jpeg .png .bmp .webp, any case)");
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+        if (it->is_directory()) continue;
+        const fs::path& f = it->path();
+        if (is_image_file_name(f.filename().string())) {
+          found.push_back(f.string());
+          continue;
+        }
+        std::string ext = f.extension().string();
+        for (char& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        ++skipped[ext.empty() ? "(none)" : ext];
+      }
+      if (ec) fail(in, in + ": cannot list the folder: " + ec.message());
+      else if (found.empty()) fail(in, in + ": the folder holds no image files (.jpg .jpeg .png .bmp .webp, any case)");
+      if (!skipped.empty()) r.skipped.push_back(in + ": " + skipped_text(skipped));
       std::sort(found.begin(), found.end());
-      paths.insert(paths.end(), found.begin(), found.end());
+      r.paths.insert(r.paths.end(), found.begin(), found.end());
     } else if (in.size() > 4 && in.compare(in.size() - 4, 4, ".txt") == 0) {
       try {
         ImageList list = read_image_list(in, /*labels=*/false);
-        if (list.entries.empty()) errors.push_back(in + ": the list file names no images");
-        for (const ImageFileEntry& e : list.entries) paths.push_back(e.path);
+        if (list.entries.empty()) fail(in, in + ": the list file names no images");
+        for (const ImageFileEntry& e : list.entries) r.paths.push_back(e.path);
       } catch (const Error& e) {
-        errors.push_back(e.what());
+        fail(in, e.what());
       }
     } else if (is_image_file_name(in)) {
-      paths.push_back(in);  // a missing file is reported when it is loaded
+      r.paths.push_back(in);  // a missing file is reported when it is loaded
     } else {
-      errors.push_back(in + ": not " + kAccepted);
+      fail(in, in + ": not " + kAccepted);
     }
   }
-  return paths;
+  return r;
 }
 
 }  // namespace kiln

@@ -82,9 +82,22 @@ class Predictor {
   int64_t num_outputs_ = 0;  // the model's scores per image
 };
 
+// What collect_inputs() found.
+struct CollectedInputs {
+  struct Failed {
+    std::string input;  // the argument
+    std::string error;  // what was wrong, naming the input
+  };
+  std::vector<std::string> paths;  // the image files, in the order of the inputs
+  std::vector<Failed> failed;      // inputs that name nothing usable
+  // Per folder whose scan skipped files for their extension: "FOLDER: skipped N file(s) whose
+  // extension is not an image's (.txt 2, (none) 1)" (extensions lower-cased, most frequent first).
+  std::vector<std::string> skipped;
+};
+
 // The image files named by `inputs`: a file as it is, a folder's image files (recursively, by
 // extension, sorted), a .txt list file's paths (data/image_folder.h, labels optional). An input
-// that names nothing usable gives an entry in `errors` (naming it) instead.
-std::vector<std::string> collect_inputs(const std::vector<std::string>& inputs, std::vector<std::string>& errors);
+// that names nothing usable is in `failed` instead.
+CollectedInputs collect_inputs(const std::vector<std::string>& inputs);
 
 }  // namespace kiln

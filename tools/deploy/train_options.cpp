@@ -49,7 +49,10 @@ void check_class_weights_option(const json& option, const std::string& path) {
 }
 
 std::vector<std::string> freeze_list_from_json(const json& j, const std::string& path) {
-  const char* accepted = "; accepted: a list of parameter-name prefixes, e.g. [\"conv1\", \"bn1\", \"layer1\"]";
+  // train.freeze also takes "backbone" (tools/engine/finetune.h: everything but the classifier head).
+  const bool freeze = path.size() >= 6 && path.compare(path.size() - 6, 6, "freeze") == 0;
+  const std::string accepted = std::string("; accepted: a list of parameter-name prefixes, e.g. [\"conv1\", \"bn1\", "
+                                           "\"layer1\"]") + (freeze ? ", or [\"backbone\"]: all but the classifier head" : "");
   KILN_CHECK(j.is_array(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
   std::vector<std::string> out;
   for (size_t i = 0; i < j.size(); ++i) {

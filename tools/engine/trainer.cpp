@@ -416,9 +416,12 @@ void open_run_folder(ReplicaRun& r) {
   // A resumed run's logs lose the rows past its checkpoint's step; TensorBoard is told likewise.
   r.log = std::make_unique<MetricsLog>(r.run_dir, r.opt.resume.empty() ? -1 : r.state.step, r.opt.tensorboard);
   if (!r.show) return;
+  int64_t trainable = 0;  // scalars; fewer than the model's when train.freeze holds some
+  for (const ParamRef& p : r.params) trainable += p.param.numel();
   std::cout << "kiln: " << r.s.name << " on " << r.device.str()
             << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
-            << " parameters, batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
+            << " parameters" << (trainable < r.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
+            << ", batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
             << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string())
             << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
             << "\n";
