@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "core/version.h"
 #include "tools/cli/commands.h"
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
@@ -77,6 +78,18 @@ int cmd_train(const Args& args) {
     if (!resume_given) with_resume.push_back("train.resume=" + with_resume[0]);  // the trainer says "resumed ..."
   }
   json config = config_from_args("train", with_resume, kUsage, nullptr);
+  if (is_run_folder(with_resume[0])) {
+    // A run folder of another kiln (a key this one does not know, one it lacks): say so before anything.
+    try {
+      check_config(config);
+    } catch (const Error& e) {
+      const json v = config.value("kiln_version", json());
+      KILN_FAIL("kiln train ", with_resume[0], ": its config.json (written by ",
+                v.is_string() ? "kiln " + v.get<std::string>() : std::string("a kiln that did not record its version"),
+                "; this is kiln ", kiln_version(), ") is not accepted: ", e.what(),
+                "; resume it with the kiln that wrote it, or start a new run from a config (kiln train CONFIG)");
+    }
+  }
   SignalWatch signals;  // SIGINT/SIGTERM: save and stop; SIGUSR1: save (tools/engine/interrupt.h)
   TrainResult r = train(config);
   if (r.interrupted) return 128 + r.interrupted;  // as the shell reports a death by that signal

@@ -170,6 +170,7 @@ void restore_epoch_stats(const ReplicaRun& r, EpochStats& st) {
 struct PollResult {
   int stop = 0;
   bool save = false;
+  bool asked = false;  // the save was asked for (SIGUSR1)
 };
 
 // After each step: SIGINT/SIGTERM, SIGUSR1 (tools/engine/interrupt.h) and train.save_every_*.
@@ -183,7 +184,8 @@ PollResult poll_interrupts(ReplicaRun& r) {
   auto minutes_due = [&] { return opt.save_every_minutes > 0 && seconds_since(r.last_save) >= 60 * opt.save_every_minutes; };
   if (r.world == 1) {
     p.stop = stop_signal();
-    p.save = take_save_request() || steps_due || minutes_due();
+    p.asked = take_save_request();
+    p.save = p.asked || steps_due || minutes_due();
     return p;
   }
   if (r.state.step % r.poll_every != 0) return PollResult{0, steps_due};
@@ -192,7 +194,8 @@ PollResult poll_interrupts(ReplicaRun& r) {
                         r.lead && minutes_due() ? 1.0 : 0.0};
   r.comm.all_reduce_doubles(v);
   p.stop = v[0] > 0 ? (v[1] > 0 ? SIGTERM : SIGINT) : 0;
-  p.save = steps_due || v[2] > 0 || v[3] > 0;
+  p.asked = v[2] > 0;
+  p.save = steps_due || p.asked || v[3] > 0;
   return p;
 }
 
@@ -326,6 +329,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     // Signals and periodic saves: a stop saves and ends the epoch here; a save at the epoch's last
     // step is the epoch end's (after its evaluation).
     const PollResult p = poll_interrupts(r);
+    if (p.asked && i + 1 == r.steps_per_epoch) r.save_asked = true;  // the epoch end's save serves it
     if (!p.stop && !(p.save && i + 1 < r.steps_per_epoch)) continue;
     if (!read_now) st.read(r, epoch);
     r.interrupted = p.stop;
@@ -446,6 +450,8 @@ void save_checkpoints(ReplicaRun& r, bool evaluated) {
   Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
   save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model, r.opt.keep_last);
   if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
+  if (r.show && r.save_asked) std::cout << "saved " << r.run_dir << "/last at step " << r.state.step << " (epoch end)\n";
+  r.save_asked = false;
 }
 
 }  // namespace

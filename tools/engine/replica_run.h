@@ -129,6 +129,7 @@ struct ReplicaRun {
   std::map<std::string, double> resumed_progress;
   double seconds_before = 0;
   int interrupted = 0;
+  bool save_asked = false;  // a SIGUSR1 at an epoch's last step: its end's save says it is the one
   Clock::time_point last_save;
   int64_t poll_every = 1;
   PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait

@@ -558,6 +558,16 @@ TrainResult train_replica(const json& config, bool quiet, Communicator& comm, De
   return r.interrupted ? interrupt_run(r) : finish_run(r);
 }
 
+void check_config(const json& config_in) {
+  using namespace trainer;
+  json config = config_in;
+  KILN_CHECK(config.is_object(), "config: expected an object, got ", config.dump());
+  BatchRequest breq = read_batch(config["data"], 0.6);
+  config["data"]["batch_size"] = breq.auto_fraction > 0 ? 1 : breq.global;
+  read_sections(config);
+  DataConfig::from_json(config["data"], "data");
+}
+
 EvalResult evaluate(const json& config_in, const std::string& weights) {
   using namespace trainer;
   json config = config_in;

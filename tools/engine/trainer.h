@@ -69,6 +69,11 @@ TrainResult train_replicas(const json& config, const std::vector<Device>& device
 // per GPU; tools/engine/trainer.cpp holds it, as the phases of tools/engine/replica_run.h.
 TrainResult train_replica(const json& config, bool quiet, Communicator& comm, Device device);
 
+// Checks the config's sections as the trainer reads them (the top level, train, data), without
+// building anything or reading data files; throws the reader's error (naming the key and what is
+// accepted). `kiln train RUN` checks the run's config.json with it before resuming.
+void check_config(const json& config);
+
 struct EvalResult {
   double top1 = 0, top5 = 0, loss = 0;
   int64_t samples = 0;
