@@ -133,7 +133,7 @@ TEST(ConfigSchema, ListedKeysAreAcceptedAtTheirDefaults) {
 TEST(ConfigSchema, HelpTextAndMarkdownCarryEveryKey) {
   const std::string text = schema_text(), md = schema_markdown();
   EXPECT_NE(text.find("  train.max_steps_per_epoch  integer, default 0; accepted: >= 0\n"), std::string::npos);
-  EXPECT_NE(md.find("| `train.max_steps_per_epoch` | integer | `0` | >= 0 | stop each epoch"), std::string::npos);
+  EXPECT_NE(md.find("| `train.max_steps_per_epoch` | integer | `0` | &gt;= 0 | stop each epoch"), std::string::npos);
   for (const SchemaGroup& g : config_schema())
     for (const SchemaKey& k : g.keys) {
       EXPECT_NE(text.find("  " + k.path + "  "), std::string::npos) << k.path;

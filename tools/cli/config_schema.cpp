@@ -471,9 +471,22 @@ std::string wrap(const std::string& text, size_t width, const std::string& inden
   return out;
 }
 
-std::string md_cell(std::string s) {
+// Inside a code span only | needs escaping (entities and backslashes show as typed there).
+std::string code_cell(const std::string& s) {
   std::string out;
   for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
+  return out;
+}
+
+std::string md_cell(std::string s) {
+  std::string out;
+  for (char c : s) {  // Markdown: | ends a cell, <x> reads as a tag, * as emphasis
+    if (c == '|') out += "\\|";
+    else if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '*') out += "\\*";
+    else out += c;
+  }
   return out;
 }
 
@@ -503,7 +516,7 @@ std::string schema_markdown() {
     if (g.keys.empty()) continue;
     os << "\n**" << md_cell(g.title) << "**\n\n| key | type | default | accepted | meaning |\n| --- | --- | --- | --- | --- |\n";
     for (const SchemaKey& k : g.keys)
-      os << "| `" << k.path << "` | " << k.type << " | " << (k.def.empty() ? "" : md_cell(k.def == "required" ? "required" : "`" + k.def + "`"))
+      os << "| `" << k.path << "` | " << k.type << " | " << (k.def.empty() ? "" : k.def == "required" ? "required" : "`" + code_cell(k.def) + "`")
          << " | " << md_cell(k.accepted) << " | " << md_cell(k.meaning) << " |\n";
   }
   return os.str();
