@@ -8,6 +8,45 @@
 
 namespace kiln {
 
+namespace {
+thread_local KeyRecorder* g_recorder = nullptr;
+
+std::string number_str(double x) {
+  std::ostringstream s;
+  s << x;
+  return s.str();
+}
+
+// "0..64", ">= 0" (no upper bound worth printing)
+std::string int_range(int64_t lo, int64_t hi) {
+  if (hi == std::numeric_limits<int64_t>::max()) return ">= " + std::to_string(lo);
+  return std::to_string(lo) + ".." + std::to_string(hi);
+}
+}  // namespace
+
+KeyRecorder::KeyRecorder() : previous_(g_recorder) { g_recorder = this; }
+KeyRecorder::~KeyRecorder() { g_recorder = previous_; }
+KeyRecorder* KeyRecorder::current() { return g_recorder; }
+
+void KeyRecorder::note(KeyRecord rec) {
+  for (KeyRecord& k : keys_) {
+    if (k.path != rec.path) continue;
+    if (!rec.type.empty() && (k.type.empty() || k.type == "JSON")) {
+      k.type = rec.type;
+      if (!k.has_default && rec.has_default) k.def = rec.def, k.has_default = true;
+    }
+    if (k.accepted.empty()) k.accepted = rec.accepted;
+    k.required = k.required || rec.required;
+    return;
+  }
+  keys_.push_back(std::move(rec));
+}
+
+void JsonReader::note(const std::string& key, const char* type, json def, bool has_default, std::string accepted,
+                      bool required) const {
+  if (g_recorder) g_recorder->note({path_of(key), type, std::move(def), has_default, required, std::move(accepted)});
+}
+
 JsonReader::JsonReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
   if (!j_.is_object() && !j_.is_null()) fail_json_type(j_, path_.empty() ? "config" : path_, "an object");
 }
@@ -19,22 +58,31 @@ bool JsonReader::has(const std::string& key) const {
 }
 
 void JsonReader::allow(const std::string& key) {
+  note(key, "", json(), false);
   if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
 }
 
-const json* JsonReader::find(const std::string& key) {
-  allow(key);
+const json* JsonReader::lookup(const std::string& key) {
+  if (std::find(known_.begin(), known_.end(), key) == known_.end()) known_.push_back(key);
   return has(key) ? &j_.at(key) : nullptr;
+}
+
+const json* JsonReader::find(const std::string& key) {
+  const json* v = lookup(key);
+  if (v) note(key, "JSON", json(), false);  // an absent key is only probed for
+  return v;
 }
 
 const json& JsonReader::raw(const std::string& key) {
   static const json null_json;
-  const json* v = find(key);
+  note(key, "JSON", json(), false);
+  const json* v = lookup(key);
   return v ? *v : null_json;
 }
 
 const json& JsonReader::require(const std::string& key) {
-  const json* v = find(key);
+  note(key, "JSON", json(), false, "", true);
+  const json* v = lookup(key);
   if (!v) fail_missing(key);
   return *v;
 }
@@ -45,7 +93,8 @@ bool JsonReader::get(const std::string& key, bool def) {
 }
 
 int64_t JsonReader::get(const std::string& key, int64_t def, int64_t lo, int64_t hi) {
-  const json* v = find(key);
+  note(key, "integer", def, true, int_range(lo, hi));
+  const json* v = lookup(key);
   if (!v) return def;
   int64_t x = 0;
   switch (json_integer(*v, lo, hi, x)) {  // range-checked before any conversion (core/json_util.h)
@@ -57,14 +106,9 @@ int64_t JsonReader::get(const std::string& key, int64_t def, int64_t lo, int64_t
   return def;
 }
 
-static std::string number_str(double x) {
-  std::ostringstream s;
-  s << x;
-  return s.str();
-}
-
 double JsonReader::get(const std::string& key, double def, double lo, double hi) {
-  const json* v = find(key);
+  note(key, "number", def, true, number_str(lo) + ".." + number_str(hi));
+  const json* v = lookup(key);
   if (!v) return def;
   double x = def;
   json_read(*v, path_of(key), x);  // a number, finite
@@ -79,6 +123,7 @@ std::string JsonReader::get(const std::string& key, const std::string& def) {
 }
 
 std::string JsonReader::get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& choices) {
+  note(key, "string", def, true, join(choices));
   std::string s = get(key, def);
   if (std::find(choices.begin(), choices.end(), s) != choices.end()) return s;
   const std::string near = closest_match(s, choices);
@@ -87,7 +132,8 @@ std::string JsonReader::get_choice(const std::string& key, const std::string& de
 }
 
 std::vector<double> JsonReader::get_numbers(const std::string& key, const std::vector<double>& def) {
-  const json* v = find(key);
+  note(key, "list of numbers", def, true);
+  const json* v = lookup(key);
   if (!v) return def;
   if (!v->is_array()) fail_json_type(*v, path_of(key), "a list of numbers");
   std::vector<double> out;

@@ -14,6 +14,13 @@
 //   o.stride = r.get("stride", o.stride, 1, 64);    // a value, range-checked
 //   o.mode = r.get_choice("mode", "fan_in", {"fan_in", "fan_out"});
 //   r.finish();                                     // any key not asked for above is an error
+//
+// Recording (for `kiln train --help`, `kiln config keys` and the docs' key table, tools/cli/config_schema.h):
+// while a KeyRecorder lives on a thread, every JsonReader on that thread also notes each key it is asked
+// for: its JSON path, type, default and accepted range or choices, taken from the very get()/read()/
+// get_choice() call that validates it, so the listing cannot drift from what is accepted. Reading is
+// unchanged (the same values, the same errors). What is noted: get*/read/require/raw/allow, and find() of
+// a key that is present (find() of an absent key only probes, e.g. for another variant's keys).
 // Tests: tests/core/json_reader_test.cpp, tests/core/json_util_test.cpp.
 #pragma once
 #include <string>
@@ -25,6 +32,48 @@
 namespace kiln {
 
 using json = nlohmann::json;
+
+// One key a reader asked for, as a KeyRecorder noted it.
+struct KeyRecord {
+  std::string path;      // JSON path, "train.epochs", "data.train_transforms[0].size"
+  std::string type;      // "integer", "number", "boolean", "string", "list of numbers", "list of integers",
+                         // "JSON" (read raw: the owner checks it), "" (allowed without being read)
+  json def;              // the default (null where the reader gives none, e.g. raw reads)
+  bool has_default = false;
+  bool required = false;
+  std::string accepted;  // "1..100000", ">= 0", "fp32, bf16" ("" where any value of the type is)
+};
+
+// While alive, collects the keys every JsonReader on this thread asks for (nested recorders: the
+// innermost collects). Not copyable.
+class KeyRecorder {
+ public:
+  KeyRecorder();
+  ~KeyRecorder();
+  KeyRecorder(const KeyRecorder&) = delete;
+  KeyRecorder& operator=(const KeyRecorder&) = delete;
+  const std::vector<KeyRecord>& keys() const { return keys_; }
+  // The recorder collecting on this thread, or nullptr.
+  static KeyRecorder* current();
+  // Notes a key; a key noted again keeps its first record unless the new one says more (a type
+  // where there was none or "JSON", accepted values where there were none).
+  void note(KeyRecord rec);
+
+ private:
+  KeyRecorder* previous_;
+  std::vector<KeyRecord> keys_;
+};
+
+namespace detail {
+inline const char* json_kind(const bool&) { return "boolean"; }
+inline const char* json_kind(const int&) { return "integer"; }
+inline const char* json_kind(const int64_t&) { return "integer"; }
+inline const char* json_kind(const uint64_t&) { return "integer"; }
+inline const char* json_kind(const double&) { return "number"; }
+inline const char* json_kind(const std::string&) { return "string"; }
+inline const char* json_kind(const std::vector<double>&) { return "list of numbers"; }
+inline const char* json_kind(const std::vector<int64_t>&) { return "list of integers"; }
+}  // namespace detail
 
 class JsonReader {
  public:
@@ -43,7 +92,8 @@ class JsonReader {
   // --- into a field: absent (or null) -> false and `out` unchanged; else json_read's typed conversion.
   template <typename T>
   bool read(const std::string& key, T& out) {
-    const json* v = find(key);
+    if (KeyRecorder* rec = KeyRecorder::current()) rec->note({path_of(key), detail::json_kind(out), json(out), true, false, ""});
+    const json* v = lookup(key);
     if (!v) return false;
     json_read(*v, path_of(key), out);
     return true;
@@ -51,6 +101,7 @@ class JsonReader {
   // Like read(), but a missing key is an error naming its path (and a near-miss key that is present).
   template <typename T>
   void require(const std::string& key, T& out) {
+    if (KeyRecorder* rec = KeyRecorder::current()) rec->note({path_of(key), detail::json_kind(out), json(), false, true, ""});
     if (!read(key, out)) fail_missing(key);
   }
 
@@ -80,6 +131,10 @@ class JsonReader {
   void finish() const;
 
  private:
+  // Marks `key` accepted; its value, or nullptr when absent or null. Notes nothing.
+  const json* lookup(const std::string& key);
+  void note(const std::string& key, const char* type, json def, bool has_default, std::string accepted = "",
+            bool required = false) const;
   [[noreturn]] void fail_missing(const std::string& key) const;
   const json& j_;
   std::string path_;

@@ -221,6 +221,8 @@ SourceOptions read_source_options(JsonReader& r, const std::string& source) {
 }
 }  // namespace
 
+std::vector<std::string> data_source_names() { return sources().names(); }
+
 DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool batches) {
   DataConfig c;
   JsonReader r(j, path);

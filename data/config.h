@@ -109,14 +109,14 @@ struct DataConfig {
   /// dataset: "mnist", "fashion_mnist", "cifar10", "cifar100", "synthetic", "image_folder" or
   /// "image_list" (required)
   std::string source;
-  /// the options of the source: IdxOptions for "mnist" and "fashion_mnist", CifarOptions for
-  /// "cifar10" and "cifar100", SyntheticOptions, ImageFolderOptions or ImageListOptions
+  // the options of the source: IdxOptions for "mnist" and "fashion_mnist", CifarOptions for
+  // "cifar10" and "cifar100", SyntheticOptions, ImageFolderOptions or ImageListOptions
   SourceOptions options;
   /// transforms of training images, in order (default none: pixels / 255)
   Pipeline train_transforms;
   /// transforms of validation images, in order (default none: pixels / 255)
   Pipeline val_transforms;
-  /// the training loader's options (defaults of LoaderOptions)
+  // the training loader's options (defaults of LoaderOptions; its keys are flat keys of "data")
   LoaderOptions loader;
   /// samples per validation batch; 0 = loader.batch_size (default 0)
   int64_t val_batch_size = 0;
@@ -143,6 +143,9 @@ struct DataConfig {
   ImageSourceOptions image_options() const;
 };
 KILN_JSON_CONVERSIONS(DataConfig)
+
+// The data.source names, in registry order, e.g. for the config schema.
+std::vector<std::string> data_source_names();
 
 // Opens the split's dataset (reads the files). Errors name the file.
 std::shared_ptr<const Dataset> make_dataset(const DataConfig& config, Split split);

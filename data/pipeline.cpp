@@ -53,6 +53,8 @@ std::string read_type(const Json& j, const std::string& path) {
 }
 }  // namespace
 
+std::vector<std::string> transform_types() { return registry().names(); }
+
 std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path) {
   const std::string type = read_type(j, path);
   return registry().at(type, json_path(path, "type"))(j, path);

@@ -26,6 +26,8 @@
 
 namespace kiln {
 
+// The transform type names, in registry order ("normalize" included), e.g. for the config schema.
+std::vector<std::string> transform_types();
 // One transform from its JSON object ({"type": ..., options}); `path` names it in errors.
 // "normalize" is not a Transform (it ends the pipeline) and is rejected here.
 std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path);

@@ -14,7 +14,7 @@
 namespace kiln::models {
 
 struct AlexNetOptions {
-  CommonOptions common{3, 1000, "none"};  /// in_channels (default 3), num_classes (default 1000), checkpoint
+  CommonOptions common{3, 1000, "none"};  // keys in_channels (default 3), num_classes (default 1000), checkpoint
   double dropout = 0.5;                   /// dropout in the classifier (default 0.5)
   bool lrn = false;                       /// the original LRN variant (default false: torchvision's)
 

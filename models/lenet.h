@@ -17,7 +17,7 @@
 namespace kiln::models {
 
 struct LeNetOptions {
-  CommonOptions common{1, 10, "none"};  /// in_channels (default 1), num_classes (default 10), checkpoint
+  CommonOptions common{1, 10, "none"};  // keys in_channels (default 1), num_classes (default 10), checkpoint
   int64_t input_size = 28;              /// side of the square input images (default 28)
   double dropout = 0.25;                /// dropout before the last linear layer (default 0.25)
 

@@ -22,13 +22,13 @@ namespace kiln::models {
 struct ResNetOptions {
   std::string name = "resnet50";    /// model name; sets depth and the ImageNet/CIFAR layout
   int64_t depth = 50;               /// ImageNet 18/34/50/101/152; CIFAR 6n+2 ("resnet_cifar" only, default 20)
-  bool cifar = false;               /// the CIFAR layout (set by the name)
+  bool cifar = false;               // the CIFAR layout (set by the name)
   std::string stem = "imagenet";    /// ImageNet depths only: "imagenet" (7x7/2 conv + maxpool, default) or
                                     /// "cifar" (3x3/1 conv, no maxpool: the usual CIFAR ResNet-18 for 32x32 input)
   int64_t width = 64;               /// CIFAR only: channels of the first stage (default 16)
   std::string shortcut = "B";       /// CIFAR only: "A" (default) or "B"; ImageNet always "B"
   bool zero_init_residual = false;  /// start each block's last BN weight at 0 (default false)
-  CommonOptions common{3, 1000, "none"};  /// in_channels (default 3), num_classes (1000 ImageNet, 10 CIFAR), checkpoint
+  CommonOptions common{3, 1000, "none"};  // keys in_channels (default 3), num_classes (1000 ImageNet, 10 CIFAR), checkpoint
 
   static ResNetOptions from_json(const json& j, const std::string& path, const std::string& name);
   json to_json() const;

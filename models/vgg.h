@@ -11,9 +11,9 @@
 namespace kiln::models {
 
 struct VGGOptions {
-  int64_t depth = 16;        /// 11, 13, 16 or 19 (set by the model name)
-  bool batch_norm = false;   /// BN after each conv (set by the model name: "_bn")
-  CommonOptions common{3, 1000, "none"};  /// in_channels (default 3), num_classes (default 1000), checkpoint
+  int64_t depth = 16;        // 11, 13, 16 or 19 (set by the model name)
+  bool batch_norm = false;   // BN after each conv (set by the model name: "_bn")
+  CommonOptions common{3, 1000, "none"};  // keys in_channels (default 3), num_classes (default 1000), checkpoint
   double dropout = 0.5;      /// dropout in the classifier (default 0.5)
 
   // The depth and batch_norm come from `name` ("vgg11", "vgg16_bn", ...).

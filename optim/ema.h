@@ -25,7 +25,7 @@
 namespace kiln {
 
 struct EmaOptions {
-  /// false: no EMA (the default: `train.ema` absent, null or false)
+  // false: no EMA (the default: `train.ema` absent, null or false)
   bool enabled = false;
   /// the decay per optimizer step, in (0, 1) (default 0.9998)
   double decay = 0.9998;

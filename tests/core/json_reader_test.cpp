@@ -85,3 +85,68 @@ TEST(ErrorLocation, OnlyInDebugBuildsOrWithKilnDebug) {
   EXPECT_EQ(m.rfind("plain message (", 0), 0u) << m;
   EXPECT_NE(m.find("json_reader_test.cpp:"), std::string::npos) << m;
 }
+
+// Recording mode: each key a reader asks for, with its type, default and accepted values, from the very
+// calls that validate it; reading and its errors are unchanged; find() of an absent key only probes.
+TEST(JsonReader, KeyRecorderNotesWhatTheReaderAsks) {
+  json j = json::parse(R"({"epochs": 3, "sub": {"x": 1}})");
+  KeyRecorder rec;
+  JsonReader r(j, "train");
+  EXPECT_EQ(r.get("epochs", int64_t{1}, int64_t{1}, int64_t{100}), 3);
+  EXPECT_EQ(r.get("seed", int64_t{0}, int64_t{0}, INT64_MAX), 0);
+  EXPECT_EQ(r.get_choice("precision", "fp32", {"fp32", "bf16"}), "fp32");
+  EXPECT_DOUBLE_EQ(r.get("lr", 0.1, 0.0, 10.0), 0.1);
+  std::string device = "cpu";
+  r.read("device", device);
+  r.allow("type");
+  EXPECT_EQ(r.find("absent"), nullptr);
+  EXPECT_NE(r.find("sub"), nullptr);
+  r.raw("class_weights");
+  r.finish();
+  auto at = [&](const std::string& path) -> const KeyRecord* {
+    for (const KeyRecord& k : rec.keys())
+      if (k.path == path) return &k;
+    return nullptr;
+  };
+  ASSERT_NE(at("train.epochs"), nullptr);
+  EXPECT_EQ(at("train.epochs")->type, "integer");
+  EXPECT_EQ(at("train.epochs")->def, json(1));
+  EXPECT_EQ(at("train.epochs")->accepted, "1..100");
+  EXPECT_EQ(at("train.seed")->accepted, ">= 0");
+  EXPECT_EQ(at("train.precision")->type, "string");
+  EXPECT_EQ(at("train.precision")->accepted, "fp32, bf16");
+  EXPECT_EQ(at("train.precision")->def, json("fp32"));
+  EXPECT_EQ(at("train.lr")->type, "number");
+  EXPECT_EQ(at("train.device")->type, "string");
+  EXPECT_EQ(at("train.device")->def, json("cpu"));
+  EXPECT_EQ(at("train.type")->type, "");
+  EXPECT_EQ(at("train.absent"), nullptr);
+  EXPECT_EQ(at("train.sub")->type, "JSON");
+  EXPECT_FALSE(at("train.class_weights")->has_default);
+
+  // Errors are the same while recording; the key is noted before the value is checked.
+  json bad = json::parse(R"({"epochs": 0})");
+  JsonReader b(bad, "train");
+  const std::string m = error_of([&] { b.get("epochs", int64_t{1}, int64_t{1}, int64_t{100}); });
+  EXPECT_NE(m.find("train.epochs = 0 is out of range; accepted: 1..100"), std::string::npos) << m;
+  int required = 0;
+  EXPECT_FALSE(error_of([&] { b.require("size", required); }).empty());
+  EXPECT_TRUE(at("train.size") && at("train.size")->required);
+}
+
+TEST(JsonReader, NothingIsRecordedWithoutARecorder) {
+  EXPECT_EQ(KeyRecorder::current(), nullptr);
+  {
+    KeyRecorder outer;
+    {
+      KeyRecorder inner;
+      EXPECT_EQ(KeyRecorder::current(), &inner);
+      json j = json::object();
+      JsonReader(j, "a").get("k", true);
+      EXPECT_EQ(inner.keys().size(), 1u);
+    }
+    EXPECT_EQ(KeyRecorder::current(), &outer);
+    EXPECT_TRUE(outer.keys().empty());
+  }
+  EXPECT_EQ(KeyRecorder::current(), nullptr);
+}

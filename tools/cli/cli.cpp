@@ -25,6 +25,7 @@ const std::vector<Command>& top_commands() {
       {"info", "", "devices and library versions", cmd_info},
       {"bench", "", "", cmd_bench, &bench_commands()},
       {"data", "", "", cmd_data, &data_commands()},
+      {"config", "", "", cmd_config, &config_commands()},
   };
   return kCommands;
 }

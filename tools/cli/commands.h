@@ -26,6 +26,7 @@ struct Command {
 };
 const std::vector<Command>& bench_commands();  // tools/cli/bench.cpp
 const std::vector<Command>& data_commands();   // tools/cli/data_cmd.cpp
+const std::vector<Command>& config_commands();  // tools/cli/config_cmd.cpp
 // Runs the command of `table` named by args[0] with the rest; no arguments or -h/--help/help print the
 // group's listing (exit code 1 and 0). An unknown name lists the accepted ones. `group`: "" for the top
 // level, else the group's name ("bench"). tools/cli/cli.cpp
@@ -45,6 +46,7 @@ std::vector<std::string> split_commas(const std::string& s);
 int cmd_train(const Args& args);  // tools/cli/train_cmd.cpp
 int cmd_eval(const Args& args);   // tools/cli/train_cmd.cpp
 int cmd_data(const Args& args);   // tools/cli/data_cmd.cpp
+int cmd_config(const Args& args);  // tools/cli/config_cmd.cpp: `kiln config show|keys`
 int cmd_predict(const Args& args);  // tools/cli/predict_cmd.cpp
 int bench_data_cmd(const Args& args);  // tools/cli/data_cmd.cpp: `kiln bench data`
 int cmd_export(const Args& args);  // tools/cli/export_cmd.cpp: `kiln export ... format=onnx`

@@ -8,6 +8,7 @@
 
 #include "core/version.h"
 #include "tools/cli/commands.h"
+#include "tools/cli/config_schema.h"
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/interrupt.h"
@@ -56,8 +57,22 @@ int cmd_train(const Args& args) {
       "  CONFIG starts a new run (e.g. kiln train configs/fashion_mnist_cnn.json epochs=3 device=cpu);\n"
       "  RUN, a run folder such as runs/<name>, resumes that run from its last checkpoint, in place\n"
       "  (epochs=N raises the target of a finished run); so does resume=RUN|CHECKPOINT without a config.\n"
-      "  Keys: docs/training.md.";
-  if (wants_help(args, kUsage)) return 0;
+      "\n"
+      "command line (after CONFIG|RUN):\n"
+      "  key=value          sets any key below by its dotted path: optim.lr=0.05, train.max_steps_per_epoch=10,\n"
+      "                     data.train_transforms.0.p=0.3 (a number indexes a list); the value is JSON when it\n"
+      "                     parses as JSON (3, true, [0.9, 0.99]), else text (device=0,1)\n"
+      "  short forms        epochs=N (train.epochs), batch=N (data.batch_size; -1: AutoBatch), device=cpu|0|0,1\n"
+      "                     (train.device), lr=X (optim.lr), precision=fp32|bf16|fp16|auto, workers=N\n"
+      "                     (data.workers), seed=N (train.seed), resume=RUN|CHECKPOINT (train.resume),\n"
+      "                     name=NAME, checkpoint=none|blocks|every:K (train.checkpoint), model=NAME (model.name)\n"
+      "  kiln config show CONFIG [key=value ...] prints the config resolved, every default filled in.\n"
+      "\n"
+      "Config keys (docs/config.md; also kiln config keys):";
+  if (!args.empty() && (args[0] == "-h" || args[0] == "--help" || args[0] == "help")) {
+    std::cout << kUsage << "\n" << schema_text();
+    return 0;
+  }
   Args with_resume = args;
   // `kiln train resume=RUN|CHECKPOINT [key=value ...]`: no config given, the run's own (as `kiln train RUN`).
   const std::optional<KeyValue> first = args.empty() ? std::nullopt : split_key_value(args[0]);
