@@ -47,6 +47,9 @@ struct TopKeys {
   json schedule;
   /// how the run trains: epochs, device, precision, checkpoints, fine-tuning (tools/deploy/train_options.h)
   json train;
+  /// the kiln that ran it, as a run folder's config.json records it (informational; `kiln train RUN` names
+  /// it when this kiln does not accept the file) (default: none)
+  json kiln_version;
 };
 struct ModelKeys {
   /// a registered model: lenet, alexnet, vgg11..vgg19(_bn), resnet18..152, resnet20..110, resnet_cifar

@@ -61,7 +61,8 @@ struct TrainOptions {
   /// model's initial values, e.g. a new classifier head for other classes of the same number
   /// (default []: everything that fits is loaded)
   std::vector<std::string> init_fresh;
-  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]):
+  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]), or
+  /// "backbone" for everything but the classifier head (the model's last Linear; docs/finetune.md):
   /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
   /// statistics (default []: nothing frozen)
   std::vector<std::string> freeze;

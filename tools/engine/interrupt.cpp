@@ -18,10 +18,11 @@ namespace {
 std::atomic<int> g_stop{0};
 std::atomic<bool> g_save{false};
 std::atomic<bool> g_installed{false};
+std::atomic<int> g_say_fd{STDERR_FILENO};  // stderr as it was at install: `kiln train` pipes it into train.log
 struct sigaction g_old_int, g_old_term, g_old_usr1;
 
-void say(const char* s) {
-  const ssize_t n = ::write(STDERR_FILENO, s, std::strlen(s));
+void say(const char* s, int fd = STDERR_FILENO) {
+  const ssize_t n = ::write(fd, s, std::strlen(s));
   (void)n;
 }
 
@@ -32,8 +33,10 @@ void on_signal(int sig) {
   }
   int none = 0;
   if (!g_stop.compare_exchange_strong(none, sig)) {
+    // Straight to the terminal: what goes through train.log's pipe would die with the process.
     say(sig == SIGINT ? "\nkiln: second SIGINT: exiting now without saving\n"
-                      : "\nkiln: second SIGTERM: exiting now without saving\n");
+                      : "\nkiln: second SIGTERM: exiting now without saving\n",
+        g_say_fd.load());
     ::_exit(128 + sig);
   }
   say(sig == SIGINT ? "\nkiln: SIGINT: finishing the step in flight, then saving (a second one exits at once)\n"
@@ -46,6 +49,7 @@ SignalWatch::SignalWatch() {
   KILN_CHECK(!g_installed.exchange(true), "SignalWatch: the signal handlers are already installed");
   g_stop.store(0);
   g_save.store(false);
+  g_say_fd.store(::dup(STDERR_FILENO));
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -60,6 +64,8 @@ SignalWatch::~SignalWatch() {
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
   sigaction(SIGUSR1, &g_old_usr1, nullptr);
+  const int fd = g_say_fd.exchange(STDERR_FILENO);
+  if (fd != STDERR_FILENO && fd >= 0) ::close(fd);
   g_installed.store(false);
 }
 

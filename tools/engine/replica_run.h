@@ -93,7 +93,8 @@ struct ReplicaRun {
   bool lead = true, show = true;  // rank 0; rank 0 and not quiet
   DType compute = DType::f32;
   std::shared_ptr<Module> model;
-  DataConfig dcfg;
+  DataConfig dcfg;             // the loaders' seed is data.seed ^ train.seed
+  uint64_t data_seed_given = 0;  // data.seed as the config gives it (the config as run records it)
   std::shared_ptr<const Dataset> train_set, val_set;
   Tensor class_weights;  // the loss's, or undefined
   std::vector<ParamRef> params;

@@ -153,6 +153,7 @@ void build_model_and_data(ReplicaRun& r) {
   if (r.breq.auto_fraction > 0) r.config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
   else r.config["data"]["batch_size"] = r.breq.global;
   r.dcfg = DataConfig::from_json(r.config["data"], "data");
+  r.data_seed_given = r.dcfg.loader.seed;
   r.dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ r.dcfg.loader.seed;
   if (opt.time_budget_minutes > 0) {  // tools/engine/time_budget.h: what a budget can shorten
     const json sname = r.s.schedule.is_object() ? r.s.schedule.value("name", json("constant")) : json();
@@ -339,6 +340,9 @@ void record_as_run(ReplicaRun& r) {
   r.as_run = r.config;
   r.as_run["train"] = r.opt.to_json();
   r.as_run["data"] = r.dcfg.to_json();
+  // data.seed as given: the loaders mix train.seed into it (build_model_and_data), and a run resumed
+  // from its config.json (kiln train RUN) mixes it again from what is recorded here.
+  r.as_run["data"]["seed"] = r.data_seed_given;
   r.as_run["data"]["batch_size"] = r.breq.global;
   r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
   r.as_run["model"] = r.model->to_json();
