@@ -12,6 +12,7 @@
 
 #include "../expect_error.h"
 #include "../resume_util.h"
+#include "core/comm.h"
 #include "models/registry.h"
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
@@ -168,4 +169,34 @@ TEST(ResumeMidEpoch, ResumeWithAnotherEpochLengthIsRefused) {
   const std::string e = kiln::testing::error_of([&] { train(other, true); });
   EXPECT_NE(e.find("saved at batch 4 of an epoch of 6 steps"), std::string::npos) << e;
   EXPECT_NE(e.find("12 steps"), std::string::npos) << e;
+}
+
+// Two replicas (threads, as device=0,1): a stop request (made before any step) acts on both at the
+// same step, the first where they agree (every 8 steps; tests/mpi has it reach one rank only); the
+// saved run, resumed with two replicas, ends as the straight two-replica run.
+TEST(ResumeMidEpoch, ReplicasAgreeOnTheStepTheyStopAt) {
+  const std::string runs = fresh_dir("replicas");
+  const std::vector<Device> cpus(2, Device::cpu());
+  json c = config(runs, "stop");
+  apply_overrides(c, {"train.save_every_steps=0", "train.eval_every=100"});  // no evaluation at step 6
+  request_signal(SIGTERM);
+  const TrainResult stopped = train_replicas(c, cpus, make_thread_communicators(2), true);
+  request_signal(0);
+  EXPECT_EQ(stopped.interrupted, SIGTERM);
+  EXPECT_EQ(stopped.steps, 8);
+  auto model = models::build_model(c["model"], "model");
+  const TrainingState s = load_checkpoint(resolve_checkpoint(stopped.run_dir), *model);
+  EXPECT_EQ(s.step, 8);
+  EXPECT_EQ(s.epoch, 1);
+  EXPECT_EQ(s.epoch_step, 2);
+
+  json straight = config(runs, "straight");
+  apply_overrides(straight, {"train.save_every_steps=0", "train.eval_every=100"});
+  const TrainResult a = train_replicas(straight, cpus, make_thread_communicators(2), true);
+  json again = load_config_file(stopped.run_dir + "/config.json");
+  apply_overrides(again, {"resume=" + stopped.run_dir});
+  const TrainResult b = train_replicas(again, cpus, make_thread_communicators(2), true);
+  EXPECT_EQ(b.steps, a.steps);
+  kiln::testing::expect_same_tensors(a.run_dir, b.run_dir, "last.safetensors");
+  kiln::testing::expect_same_tensors(a.run_dir, b.run_dir, "last.state.safetensors");
 }

@@ -13,9 +13,12 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
+#include "tools/deploy/checkpoint.h"
+#include "tools/engine/interrupt.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/trainer.h"
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -142,6 +145,30 @@ TEST(Mpi, TrainingMatchesOneRank) {
     for (auto& [name, t] : w1) kiln::testing::expect_close(w2.at(name), t.to_double_vector(), 1e-5, 1e-4, name);
   } else {
     EXPECT_TRUE(two.run_dir.empty());
+  }
+  comm().barrier();
+}
+
+// A SIGINT that reached one rank only (request_signal on rank 1, as if mpirun had forwarded it there
+// first): both ranks stop at the same step, the first where they agree (every 8 steps), and rank 0's
+// checkpoint is that step's (tools/engine/interrupt.h).
+TEST(Mpi, AStopOnOneRankStopsEveryRankAtTheSameStep) {
+  if (comm().size() != 2) GTEST_SKIP() << "needs mpirun -np 2";
+  const int r = comm().rank();
+  const std::string runs = ::testing::TempDir() + "kiln_mpi_stop_" + std::to_string(r);
+  std::filesystem::remove_all(runs);
+  json c = kiln::testing::data_parallel_config(runs, "stop", 60);
+  c["train"]["eval_every"] = 100;  // 4 steps an epoch, evaluated only at the end of the 3
+  if (r == 1) request_signal(SIGINT);
+  TrainResult t = train(c, /*quiet=*/true);
+  request_signal(0);
+  EXPECT_EQ(t.interrupted, SIGINT) << "rank " << r;
+  EXPECT_EQ(t.steps, 8) << "rank " << r;
+  if (r == 0) {
+    auto model = models::build_model(c["model"], "model");
+    const TrainingState s = load_checkpoint(resolve_checkpoint(t.run_dir), *model);
+    EXPECT_EQ(s.step, 8);
+    EXPECT_EQ(s.epoch_step, 4);
   }
   comm().barrier();
 }
