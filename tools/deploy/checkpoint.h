@@ -3,7 +3,9 @@
 //                             (safetensors.torch.load_file + model.load_state_dict reads it);
 //   `last.state.safetensors`  the training state: the optimizer's tensors (in kiln's layout: conv
 //                             state (out, kh, kw, in)) plus, in its metadata, the epoch, step, RNG,
-//                             loss scaler, best accuracy, the config as run and "flatten_order":
+//                             loss scaler, best accuracy, the config as run, a mid-epoch save's
+//                             position and figures (epoch_step, progress), the kiln_version that
+//                             wrote it and "flatten_order":
 //                             "chw" (a state without it, from an earlier kiln, has a flattened
 //                             Linear's tensors in (h, w, c) column order: converted on load,
 //                             tools/deploy/checkpoint_legacy.h).
