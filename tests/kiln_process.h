@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -20,7 +21,7 @@ namespace kiln::testing {
 // The kiln binary of this build.
 inline std::string kiln_binary() { return std::string(KILN_BINARY_DIR) + "/tools/kiln"; }
 
-// The whole file, or its last `max_chars` characters.
+// The whole file, or its last `max_chars` characters ("" when it cannot be read).
 inline std::string file_tail(const std::string& file, size_t max_chars = 3000) {
   std::ifstream in(file);
   std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -70,6 +71,33 @@ inline int wait_exit_code(pid_t pid) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return -1;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+
+// What a finished `kiln` command printed and returned.
+struct KilnRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `kiln ARGS` (a shell command line's arguments) in the folder `cwd`, stdout captured, stderr
+// through a file beside `cwd`; waits for it.
+inline KilnRun run_kiln_in(const std::filesystem::path& cwd, const std::string& args) {
+  const std::filesystem::path err = cwd.parent_path() / (cwd.filename().string() + ".stderr");
+  const std::string cmd = "cd '" + cwd.string() + "' && '" + kiln_binary() + "' " + args + " 2>'" + err.string() + "'";
+  KilnRun r;
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
+  const int status = pclose(f);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.err = file_tail(err.string(), std::string::npos);
+  return r;
 }
 
 }  // namespace kiln::testing

@@ -12,39 +12,16 @@
 #include <vector>
 
 #include "tools/cli/commands.h"
+#include "../kiln_process.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct KilnRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using kiln::testing::KilnRun;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+KilnRun run_kiln(const fs::path& cwd, const std::string& args) { return kiln::testing::run_kiln_in(cwd, args); }
 
-// Runs the kiln binary with `args` in the empty folder `cwd`; stderr goes to a file outside it.
-KilnRun run_kiln(const fs::path& cwd, const std::string& args) {
-  const fs::path err = cwd.parent_path() / (cwd.filename().string() + ".stderr");
-  const std::string cmd = "cd '" + cwd.string() + "' && '" + std::string(KILN_BINARY_DIR) + "/tools/kiln' " + args +
-                          " 2>'" + err.string() + "'";
-  KilnRun r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  const int status = pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_file(err);
-  return r;
-}
 
 fs::path fresh_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("kiln_cli_help_" + std::to_string(getpid())) / name;

@@ -12,21 +12,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../kiln_process.h"
+
 namespace fs = std::filesystem;
 
 namespace {
 
-struct KilnRun {
-  int exit_code = -1;
-  std::string out, err;
-};
+using kiln::testing::KilnRun;
 
-std::string read_text(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_text(const fs::path& p) { return kiln::testing::file_tail(p.string(), std::string::npos); }
 
 fs::path work_dir() {
   static const fs::path d = [] {
@@ -38,22 +32,8 @@ fs::path work_dir() {
   return d;
 }
 
-// Runs the kiln binary with `args` in work_dir(); stderr goes to a file.
-KilnRun run_kiln(const std::string& args) {
-  const fs::path err = work_dir() / "stderr.txt";
-  const std::string cmd = "cd '" + work_dir().string() + "' && '" + std::string(KILN_BINARY_DIR) + "/tools/kiln' " +
-                          args + " 2>'" + err.string() + "'";
-  KilnRun r;
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) r.out.append(buf, n);
-  const int status = pclose(f);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_text(err);
-  return r;
-}
+// Runs the kiln binary with `args` in work_dir().
+KilnRun run_kiln(const std::string& args) { return kiln::testing::run_kiln_in(work_dir(), args); }
 
 std::string write_config(const std::string& name, const std::string& text) {
   const fs::path p = work_dir() / name;
