@@ -137,10 +137,17 @@ TEST(Watch, PlotAxesStartAtSensibleBounds) {
   EXPECT_TRUE(a.log);
   EXPECT_DOUBLE_EQ(a.lo, 0.01);
   EXPECT_DOUBLE_EQ(a.hi, 10);
-  a = plot_axis({1.9, 0.6, 1.2}, PlotKind::loss);  // within a decade: linear from zero
+  a = plot_axis({1.9, 0.6, 1.2}, PlotKind::loss);  // within a decade: linear from zero, round ticks
   EXPECT_FALSE(a.log);
   EXPECT_EQ(a.lo, 0);
-  EXPECT_NEAR(a.hi, 1.9 * 1.05, 1e-12);
+  EXPECT_DOUBLE_EQ(a.step, 0.5);
+  EXPECT_DOUBLE_EQ(a.hi, 2.0);
+  a = plot_axis({0.96, 0.28}, PlotKind::loss);
+  EXPECT_DOUBLE_EQ(a.step, 0.2);
+  EXPECT_DOUBLE_EQ(a.hi, 1.0);
+  EXPECT_DOUBLE_EQ(nice_step(0.0013), 0.002);
+  EXPECT_DOUBLE_EQ(nice_step(70), 100);
+  EXPECT_DOUBLE_EQ(nice_step(2), 2);
   a = plot_axis({-131, 2.0}, PlotKind::loss);  // never below zero
   EXPECT_GE(a.lo, 0);
   a = plot_axis({12, 98.5}, PlotKind::percent);

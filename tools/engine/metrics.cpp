@@ -210,6 +210,14 @@ std::string fmt(double v) {
   else std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
 }
+// An x tick (a step or an epoch count, whole): "1200", "45k" from 10000 on, "1.5M" from a million.
+std::string fmt_count(double v) {
+  char buf[32];
+  if (std::fabs(v) >= 1e6) std::snprintf(buf, sizeof buf, "%gM", v / 1e6);
+  else if (std::fabs(v) >= 1e4) std::snprintf(buf, sizeof buf, "%gk", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
 }  // namespace
 
 void write_file_atomically(const std::string& path, const std::string& bytes) {
@@ -258,10 +266,19 @@ void MetricsLog::save_plots(const std::string& dir) const {
   save_plot_png(dir + "/lr.png", "learning rate", {lr}, xl, PlotKind::nonnegative);
 }
 
+double nice_step(double raw) {
+  if (!(raw > 0) || !std::isfinite(raw)) return 1;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0})
+    if (m * mag >= raw * (1 - 1e-12)) return m * mag;
+  return 10 * mag;
+}
+
 PlotAxis plot_axis(const std::vector<double>& values, PlotKind kind) {
   PlotAxis a;
   if (kind == PlotKind::percent) {
     a.hi = 100;
+    a.step = 20;
     return a;
   }
   double hi = 0, pos_lo = INFINITY, pos_hi = 0;
@@ -279,7 +296,10 @@ PlotAxis plot_axis(const std::vector<double>& values, PlotKind kind) {
     a.hi = std::pow(10.0, std::ceil(std::log10(pos_hi)));
     return a;
   }
-  a.hi = hi > 0 ? hi * 1.05 : 1;
+  // Zero to the first tick at or above the largest value plus a little room, in about 5 round steps.
+  const double top = hi > 0 ? hi * 1.02 : 1;
+  a.step = nice_step(top / 5);
+  a.hi = std::ceil(top / a.step - 1e-9) * a.step;
   return a;
 }
 
@@ -309,30 +329,37 @@ void save_plot_png(const std::string& path, const std::string& title, const std:
   if (ax.log) {
     for (double d = lo; d <= hi + 1e-9; d += std::max(1.0, std::ceil((hi - lo) / 8))) yticks.push_back(std::pow(10.0, d));
   } else {
-    for (int k = 0; k <= 5; ++k) yticks.push_back(ax.lo + (ax.hi - ax.lo) * k / 5);
+    for (double y = ax.lo; y <= ax.hi + ax.step * 1e-6; y += ax.step) yticks.push_back(y);
   }
   for (double y : yticks) {  // y grid and labels
     int yy = static_cast<int>(py(y));
     cv::line(img, {L, yy}, {W - R, yy}, {225, 225, 225}, 1);
     cv::putText(img, fmt(y), {5, yy + 5}, font, 0.45, {60, 60, 60}, 1, cv::LINE_AA);
   }
-  const double span = x1 - x0, raw = span / 8, mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double stepx = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (m * mag >= raw) {
-      stepx = m * mag;
-      break;
-    }
-  stepx = std::max(stepx, 1.0);  // steps and epochs are whole numbers
+  const double stepx = std::max(std::round(nice_step((x1 - x0) / 8)), 1.0);  // steps and epochs are whole numbers
   for (double x = std::ceil(x0 / stepx) * stepx; x <= x1 + 1e-9; x += stepx) {  // x ticks
     int xx = static_cast<int>(px(x));
     cv::line(img, {xx, H - B}, {xx, H - B + 5}, {0, 0, 0}, 1);
-    cv::putText(img, fmt(x), {xx - 10, H - B + 22}, font, 0.45, {60, 60, 60}, 1, cv::LINE_AA);
+    const std::string label = fmt_count(x);
+    cv::putText(img, label, {xx - 4 * static_cast<int>(label.size()), H - B + 22}, font, 0.45, {60, 60, 60}, 1,
+                cv::LINE_AA);
   }
   cv::rectangle(img, {L, T}, {W - R, H - B}, {0, 0, 0}, 1);
   cv::putText(img, xlabel, {W / 2 - 20, H - 15}, font, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
   const cv::Scalar colors[] = {{180, 119, 31}, {14, 127, 255}, {44, 160, 44}, {40, 39, 214}, {189, 103, 148}};
   auto drawable = [&](double y) { return std::isfinite(y) && (!ax.log || y > 0); };
+  // The legend goes in the right-hand corner the lines leave free: the bottom one when the points
+  // under it (the right-hand 180 pixels) lie mostly in the upper half (accuracy), else the top one.
+  double under_y = 0;
+  int under_n = 0;
+  for (const PlotSeries& ps : series)
+    for (size_t i = 0; i < ps.y.size() && i < ps.x.size(); ++i)
+      if (drawable(ps.y[i]) && std::isfinite(ps.x[i]) && px(ps.x[i]) > W - R - 180) {
+        under_y += py(ps.y[i]);
+        ++under_n;
+      }
+  const bool legend_below = under_n > 0 && under_y / under_n < (T + H - B) / 2.0;
+  const int legend_top = legend_below ? H - B - 10 - 20 * static_cast<int>(series.size()) : T;
   for (size_t s = 0; s < series.size(); ++s) {
     const PlotSeries& ps = series[s];
     cv::Scalar c = colors[s % 5];
@@ -349,7 +376,7 @@ void save_plot_png(const std::string& path, const std::string& title, const std:
       prev = p;
       has_prev = true;
     }
-    int ly = T + 20 + 20 * static_cast<int>(s);
+    int ly = legend_top + 20 + 20 * static_cast<int>(s);
     cv::line(img, {W - R - 170, ly - 5}, {W - R - 145, ly - 5}, c, 2);
     cv::putText(img, ps.name, {W - R - 140, ly}, font, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
   }

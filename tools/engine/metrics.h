@@ -71,11 +71,15 @@ class MetricsLog {
   std::unique_ptr<EventWriter> events_;
 };
 
-// The y axis of a plot: [lo, hi], logarithmic or not.
+// The y axis of a plot: [lo, hi], logarithmic or not; a linear one has a tick every `step` (a round
+// number: 1, 2, 2.5 or 5 times a power of ten) and ends on one.
 struct PlotAxis {
   double lo = 0, hi = 1;
   bool log = false;
+  double step = 0.2;
 };
+// The round tick step (1, 2, 2.5 or 5 x 10^k) nearest above `raw` (> 0).
+double nice_step(double raw);
 // What a plot's values are: loss (>= 0; log scale when the positive values span more than a decade),
 // percent (0..100), or a non-negative rate such as the learning rate.
 enum class PlotKind { loss, percent, nonnegative };
