@@ -228,6 +228,40 @@ void write_step_row(ReplicaRun& r, const EpochStats& st, int64_t epoch, double s
                                r.world});
 }
 
+// Where a step of epoch `epoch` stands: the epoch's start in this invocation, the step's lr.
+struct EpochClock {
+  int64_t epoch;
+  Clock::time_point t0;
+  double lr;
+};
+
+// After `done` steps of the epoch: the device's statistics read, the progress line (`bar` updated
+// unless null; `fields` kept for the epoch's last line) and the step row.
+void read_and_show(ReplicaRun& r, EpochStats& st, const EpochClock& c, int64_t done, Progress* bar, std::string& fields) {
+  st.read(r, c.epoch);
+  const double secs = st.seconds_before + seconds_since(c.t0);  // the epoch's, a resumed one's before included
+  if (r.show && st.seen > 0) {
+    fields = progress_fields(r, st, secs, c.lr, done);
+    if (bar) bar->update(done, fields);
+  }
+  write_step_row(r, st, c.epoch, secs, c.lr, done);
+}
+
+// After the epoch's step `done`: the statistics at log intervals; then signals and periodic saves
+// (poll_interrupts): a save mid-epoch (one at the epoch's last step is the epoch end's, after its
+// evaluation), and true after a stop (r.interrupted) has saved.
+bool after_step(ReplicaRun& r, EpochStats& st, const EpochClock& c, int64_t done, Progress& bar, std::string& fields) {
+  const bool read_now = done % st.read_every == 0;  // else nothing new to show
+  if (read_now) read_and_show(r, st, c, done, &bar, fields);
+  const PollResult p = poll_interrupts(r);
+  if (p.asked && done == r.steps_per_epoch) r.save_asked = true;  // the epoch end's save serves it
+  if (!p.stop && !(p.save && done < r.steps_per_epoch)) return false;
+  if (!read_now) st.read(r, c.epoch);
+  r.interrupted = p.stop;
+  save_mid_epoch(r, c.epoch, done, epoch_totals(r, st, seconds_since(c.t0)));
+  return r.interrupted != 0;
+}
+
 // The epoch's loader position (a resumed epoch's batch), and data.progressive_resize's size when it changes.
 void start_epoch(ReplicaRun& r, int64_t epoch, int64_t first_batch) {
   r.model->train();
@@ -316,25 +350,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     after_step_budget(r, b);
     st.seen += b.size();
     // A skipped fp16 step's non-finite loss is counted by the scaler, not in the mean loss.
-    const bool read_now = (i + 1) % st.read_every == 0;  // else nothing new to show
-    if (read_now) {
-      st.read(r, epoch);
-      const double secs = st.seconds_before + seconds_since(t0);  // the epoch's, a resumed one's before included
-      if (r.show) {
-        fields = progress_fields(r, st, secs, lr, i + 1);
-        bar.update(i + 1, fields);
-      }
-      write_step_row(r, st, epoch, secs, lr, i + 1);
-    }
-    // Signals and periodic saves: a stop saves and ends the epoch here; a save at the epoch's last
-    // step is the epoch end's (after its evaluation).
-    const PollResult p = poll_interrupts(r);
-    if (p.asked && i + 1 == r.steps_per_epoch) r.save_asked = true;  // the epoch end's save serves it
-    if (!p.stop && !(p.save && i + 1 < r.steps_per_epoch)) continue;
-    if (!read_now) st.read(r, epoch);
-    r.interrupted = p.stop;
-    save_mid_epoch(r, epoch, i + 1, epoch_totals(r, st, seconds_since(t0)));
-    if (r.interrupted) {
+    if (after_step(r, st, EpochClock{epoch, t0, lr}, i + 1, bar, fields)) {
       ++i;
       break;
     }
@@ -343,12 +359,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     if (r.show && r.tty) std::cout << "\n";
     return EpochOutcome{seconds_since(t0), i, {}};
   }
-  if (i % st.read_every != 0) {  // the steps since the last read
-    st.read(r, epoch);
-    const double secs = st.seconds_before + seconds_since(t0);
-    if (r.show && st.seen > 0) fields = progress_fields(r, st, secs, r.optimizer->lr(), i);
-    write_step_row(r, st, epoch, secs, r.optimizer->lr(), r.steps_per_epoch);
-  }
+  if (i % st.read_every != 0) read_and_show(r, st, EpochClock{epoch, t0, r.optimizer->lr()}, i, nullptr, fields);
   std::map<std::string, double> totals = epoch_result(r, st, seconds_since(t0));
   if (r.show) bar.finish(fields);
   if (r.show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
