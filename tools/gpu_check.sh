@@ -10,7 +10,8 @@
 # tests: every GPU test in its own process with a 60 s limit (TEST_TIMEOUT), within a 200 s budget for all
 #        (TESTS_BUDGET: the ones left are listed as not run); `kiln info`; `kiln bench matmul`; `kiln train
 #        configs/fashion_mnist_resnet20.json device=0` for one epoch in fp32 and in fp16 (top-1, skipped
-#        steps, images/s); `device=0,1` (one more GPU than the machine has) refused cleanly, naming the GPUs.
+#        steps, images/s); a SIGINT mid-epoch, then `kiln train RUN`, against the straight run (fp16);
+#        `device=0,1` (one more GPU than the machine has) refused cleanly, naming the GPUs.
 # bench: ResNet-50 224x224 training images/s, kiln against PyTorch (channels_last; AMP for fp16/bf16) on the
 #        same GPU: fp32 batch 128, fp16 and bf16 batch 256, with the share of each kiln step the host spent
 #        blocked (bench/bench_gpu.py), and each kiln figure again with KILN_CUDNN_BATCH_NORM=0 (kiln's own
@@ -175,6 +176,31 @@ if [[ "$part" == tests ]]; then
       pass "time budget on the GPU: ${decided#time budget 0.5 min: }; took $took s; auto chose bf16"
     else
       fail "time budget on the GPU: decision '${decided:-none}', took '${took:-?}' s (want <= 31.5), precision ${chosen:-?} (want bf16)"
+    fi
+    # SIGINT mid-epoch on the GPU (tools/engine/interrupt.h): exit 130 with a saved checkpoint, then `kiln
+    # train RUN` finishes it; its val top-1 against the straight run's (equal on the CPU; on a GPU within
+    # the non-determinism of cuDNN's algorithms: 1 point here).
+    int_args=(device=0 epochs=2 precision=fp16 train.max_steps_per_epoch=150 data.root="$root" train.plots=false
+              train.log_every=10 train.runs_dir="$runs/int")
+    timeout -k 5 150 "$kiln" train "$here/configs/fashion_mnist_resnet20.json" "${int_args[@]}" name=straight \
+      >"$runs/int_straight.log" 2>&1
+    "$kiln" train "$here/configs/fashion_mnist_resnet20.json" "${int_args[@]}" name=stopped >"$runs/int_stopped.log" 2>&1 &
+    int_pid=$!
+    for _ in $(seq 1 1200); do grep -q '^train 2/2' "$runs/int_stopped.log" && break; sleep 0.1; done
+    kill -INT "$int_pid"
+    wait "$int_pid"
+    int_rc=$?
+    timeout -k 5 150 "$kiln" train "$runs/int/stopped" >>"$runs/int_stopped.log" 2>&1
+    resume_rc=$?
+    cat "$runs/int_stopped.log" | grep -v '^train'
+    top_a=$(grep -E '^val   2/2' "$runs/int_straight.log" | sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p')
+    top_b=$(grep -E '^val   2/2' "$runs/int_stopped.log" | sed -n 's/.*top1 \([0-9.]*\)%.*/\1/p')
+    stopped=$(grep -m1 'stopped at step' "$runs/int_stopped.log")
+    if ((int_rc == 130 && resume_rc == 0)) && [[ -n "$top_a" && -n "$top_b" && -n "$stopped" ]] &&
+       awk -v a="$top_a" -v b="$top_b" 'BEGIN { d = a - b; exit !(d <= 1 && d >= -1) }'; then
+      pass "interrupt on the GPU: ${stopped#kiln: }; resumed top-1 $top_b% against $top_a% straight"
+    else
+      fail "interrupt on the GPU: exit $int_rc (want 130), resume exit $resume_rc, top-1 '${top_b:-?}' against '${top_a:-?}'"
     fi
   else
     cat >"$runs/synthetic.json" <<'JSON'
