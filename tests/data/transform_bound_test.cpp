@@ -5,10 +5,7 @@
 // (checked_output_size, data/transform.h). The train pipeline's random_resized_crop has a fixed
 // output and takes the same file without a large allocation; its size is bounded too.
 // Sizes are computed in double: paddings and sizes near 2^62 give errors, not wrapped products.
-#include <png.h>
-
 #include <chrono>
-#include <csetjmp>
 #include <gtest/gtest.h>
 
 #include "data/augment.h"
@@ -26,39 +23,6 @@ namespace kt = kiln::testing;
 
 namespace {
 
-// A w x h 8-bit grey PNG written with libpng directly (kiln's encoder stops at 65500 a side), rows
-// of pseudo-random bytes stored uncompressed (level 0): fast to write, and plausible for its size
-// (check_plausible_size). 1 x 5,000,000 is a 5 MB file.
-std::vector<uint8_t> grey_png(uint32_t w, uint32_t h) {
-  std::vector<uint8_t> out;
-  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
-  png_infop info = png_create_info_struct(png);
-  std::vector<uint8_t> row(w);
-  uint32_t x = 12345;
-  for (uint8_t& b : row) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
-  if (setjmp(png_jmpbuf(png))) {
-    png_destroy_write_struct(&png, &info);
-    ADD_FAILURE() << "libpng failed to write the test image";
-    return {};
-  }
-  png_set_write_fn(
-      png, &out,
-      [](png_structp p, png_bytep d, png_size_t n) {
-        auto* o = static_cast<std::vector<uint8_t>*>(png_get_io_ptr(p));
-        o->insert(o->end(), d, d + n);
-      },
-      nullptr);
-  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);  // libpng's default is 1,000,000 a side
-  png_set_compression_level(png, 0);
-  png_set_IHDR(png, info, w, h, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
-               PNG_FILTER_TYPE_DEFAULT);
-  png_write_info(png, info);
-  for (uint32_t y = 0; y < h; ++y) png_write_row(png, row.data());
-  png_write_end(png, nullptr);
-  png_destroy_write_struct(&png, &info);
-  return out;
-}
-
 constexpr uint32_t kWide = 5000000;  // 1 x 5,000,000: resize(256) -> 1,280,000,000 x 256
 
 const char* kImageNetTransforms = R"(
@@ -74,7 +38,7 @@ DataConfig imagenet_config(const std::string& root) {
 
 // root/{train,val}/a/: one ordinary 40x30 image and the 1 x 5,000,000 one.
 std::string write_extreme_folder(kt::TempDir& dir) {
-  const auto wide = grey_png(kWide, 1);
+  const auto wide = kt::grey_png(kWide, 1);
   for (const char* split : {"train", "val"}) {
     kt::write_bytes(dir.file(std::string(split) + "/a/0.png"), kt::encode(kt::pattern_rgb(30, 40, 1), ".png"));
     kt::write_bytes(dir.file(std::string(split) + "/a/1_wide.png"), wide);
@@ -163,7 +127,7 @@ TEST(TransformBound, TheTrainPipelineTakesTheSameFileWithoutALargeAllocation) {
 }
 
 TEST(TransformBound, TheHeaderCheckDecodesNothing) {
-  const auto wide = grey_png(kWide, 1);
+  const auto wide = kt::grey_png(kWide, 1);
   DecodeOptions o;
   o.transforms = std::make_shared<const Pipeline>(imagenet_config("r").val_transforms);
   Image img;
