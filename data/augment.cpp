@@ -2,6 +2,7 @@
 #include "data/augment.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 #include <opencv2/core.hpp>
@@ -49,9 +50,18 @@ Json RandomCrop::to_json() const {
 }
 
 ImageShape RandomCrop::output_shape(ImageShape in) const {
-  if (in.h > 0)
-    KILN_CHECK(in.h + 2 * o_.padding >= o_.size && in.w + 2 * o_.padding >= o_.size, "random_crop: a ", o_.size, "x",
-               o_.size, " crop does not fit in a ", in.str(), " image padded by ", o_.padding);
+  const double s = static_cast<double>(o_.size);
+  checked_output_size(type(), in, s, s);
+  if (in.h > 0) {
+    // In double: a padding near 2^62 must not wrap. The padded image is never allocated (crop()
+    // maps columns), but its coordinates go through OpenCV's int borderInterpolate.
+    const double ph = static_cast<double>(in.h) + 2.0 * static_cast<double>(o_.padding);
+    const double pw = static_cast<double>(in.w) + 2.0 * static_cast<double>(o_.padding);
+    KILN_CHECK(ph >= s && pw >= s, "random_crop: a ", o_.size, "x", o_.size, " crop does not fit in a ", in.str(),
+               " image padded by ", o_.padding);
+    KILN_CHECK(ph <= INT_MAX && pw <= INT_MAX, "random_crop: a ", in.str(), " image padded by ", o_.padding,
+               " has a side over OpenCV's limit of ", INT_MAX, " pixels");
+  }
   return {o_.size, o_.size, in.c};
 }
 

@@ -2,7 +2,9 @@
 //   RandomCrop     pad every side by `padding`, then cut a size x size window at a uniformly random
 //                  position (top first, then left, as torchvision does)
 //   HorizontalFlip mirror left-right with probability p
-// Each has an options struct whose JSON keys are its field names. Tests: tests/data/transforms_test.cpp.
+// Each has an options struct whose JSON keys are its field names. RandomCrop's output (size x size)
+// is bounded by kMaxTransformPixels (data/transform.h) before it is allocated; its padding is never
+// allocated. Tests: tests/data/transforms_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>

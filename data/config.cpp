@@ -44,6 +44,7 @@ DecodeOptions decode_options(const ImageSourceOptions& o, const DataConfig& c, S
   d.channels = o.channels;
   d.max_pixels = o.max_image_pixels;
   d.min_side = c.transforms(split).min_source_side();
+  d.transforms = std::make_shared<const Pipeline>(c.transforms(split));  // sizes checked at the header
   return d;
 }
 

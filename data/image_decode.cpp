@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "data/file_io.h"
 #include "data/image_codecs.h"
+#include "data/pipeline.h"
 
 namespace kiln {
 
@@ -19,6 +20,20 @@ int reduction_factor(const ImageHeader& h, int64_t min_side) {
 }
 
 namespace {
+// The image the decode would give (JPEG's DCT scaling rounds up, as libjpeg's jdiv_round_up) run
+// through the transforms' output_shape: each step bounds its output (data/transform.h).
+void check_transform_sizes(const ImageHeader& h, const std::string& name, const DecodeOptions& o) {
+  if (!o.transforms) return;
+  const int64_t f = reduction_factor(h, o.min_side);
+  const ImageShape decoded{(h.height + f - 1) / f, (h.width + f - 1) / f, o.channels};
+  try {
+    o.transforms->output_shape(decoded);
+  } catch (const Error& e) {
+    throw Error(name + ": " + image_format_name(h.format) + " image of " + std::to_string(h.width) + "x" +
+                std::to_string(h.height) + " (width x height) refused before decoding: " + e.what());
+  }
+}
+
 // The header, after the checks every decode makes: channels, pixel limit, truncation, plausibility.
 ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o) {
   KILN_CHECK(o.channels == 1 || o.channels == 3, name, ": decoding to ", o.channels, " channels; accepted: 1 or 3");
@@ -31,6 +46,7 @@ ImageHeader checked_header(const uint8_t* data, size_t size, const std::string& 
              " (data.max_image_pixels, a guard against decompression bombs); raise it to accept this image");
   check_image_complete(data, size, h, name);
   check_plausible_size(data, size, h, name);
+  check_transform_sizes(h, name, o);
   return h;
 }
 }  // namespace

@@ -9,7 +9,12 @@
 //   - an image of more than max_pixels pixels is refused (a decompression bomb guard; PIL's limit
 //     89478485 is the default), the error naming the file and its dimensions;
 //   - a truncated JPEG or PNG is an error;
-//   - a declared size the file cannot plausibly hold is an error (check_plausible_size).
+//   - a declared size the file cannot plausibly hold is an error (check_plausible_size);
+//   - with DecodeOptions::transforms set, the size the decode would give (after reduced decoding) is
+//     run through Pipeline::output_shape, so an image that would make a step produce more than
+//     kMaxTransformPixels (data/transform.h; a 1 x 5,000,000 PNG through resize(256)) is refused,
+//     naming the file, its size and the step, before its pixels are decoded. The transforms bound
+//     themselves as well when they run (the safety net, for sources without files).
 // EXIF orientation is ignored, as PIL and torchvision's ImageFolder do.
 //
 // Reduced-size decoding: with min_side > 0, a JPEG is decoded at 1/f of its size (libjpeg's DCT
@@ -25,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -33,10 +39,14 @@
 
 namespace kiln {
 
+class Pipeline;  // data/pipeline.h
+
 struct DecodeOptions {
   int64_t channels = 3;            // 3: RGB, 1: grey (luma of the colour image)
   int64_t max_pixels = 89478485;   // width * height above this is refused
   int64_t min_side = 0;            // reduced decoding (see above); 0 = always full size
+  // The transforms the decoded image will go through (see above); null: no check at the header.
+  std::shared_ptr<const Pipeline> transforms;
 };
 
 // The scale divisor 1, 2, 4 or 8 the rule above picks for an image with header `h`.

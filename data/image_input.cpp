@@ -11,6 +11,7 @@ Tensor load_input_image(const std::string& path, const DataConfig& data) {
   DecodeOptions o;
   o.channels = source.c;
   o.min_side = data.val_transforms.min_source_side();
+  o.transforms = std::make_shared<const Pipeline>(data.val_transforms);  // sizes checked at the header
   Image img;
   load_image(path, o, img);
   Pipeline::Workspace ws;

@@ -1,6 +1,9 @@
 // Pipeline and the transform registry (see pipeline.h).
 #include "data/pipeline.h"
 
+#include <algorithm>
+#include <climits>
+#include <cstdio>
 #include <functional>
 
 #include "core/check.h"
@@ -52,6 +55,31 @@ std::string read_type(const Json& j, const std::string& path) {
   return type;
 }
 }  // namespace
+
+namespace {
+// A size computed in double, printed as a whole number (or in e-notation past int64).
+std::string whole(double v) {
+  if (v >= 0 && v < 9.0e18) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+}  // namespace
+
+std::pair<int64_t, int64_t> checked_output_size(const std::string& step, ImageShape in, double out_h, double out_w) {
+  const double in_pixels = in.h > 0 && in.w > 0 ? static_cast<double>(in.h) * static_cast<double>(in.w) : 0.0;
+  const double limit = std::max(static_cast<double>(kMaxTransformPixels), in_pixels);
+  const double pixels = out_h * out_w;
+  // NOTE: written so that NaN fails every comparison and is refused.
+  const bool sides_ok = out_h >= 1 && out_w >= 1 && out_h <= INT_MAX && out_w <= INT_MAX;
+  auto side = [](int64_t v) { return v > 0 ? std::to_string(v) : std::string("?"); };
+  KILN_CHECK(sides_ok && pixels <= limit, step, ": a ", side(in.w), "x", side(in.h),
+             " image (width x height) would become ", whole(out_w), "x", whole(out_h), " = ", whole(pixels), " pixels, over the limit of ", kMaxTransformPixels,
+             " pixels a transform may produce (the decoders' default data.max_image_pixels; an output no larger than "
+             "its input is always allowed); refused before allocating it: an image this elongated or a size this "
+             "large does not fit this step");
+  return {static_cast<int64_t>(out_h), static_cast<int64_t>(out_w)};
+}
 
 std::vector<std::string> transform_types() { return registry().names(); }
 
@@ -134,6 +162,11 @@ CropBox Pipeline::first_box(int64_t h, int64_t w, uint64_t sample_key) const {
 void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
   KILN_CHECK(crops_first(), "Pipeline::augment_region: the first step is not a random_resized_crop");
   const auto& rrc = static_cast<const RandomResizedCrop&>(*steps_[0]);
+  try {
+    rrc.output_shape(img.shape());  // the output bound, before resize_image allocates
+  } catch (const Error& e) {
+    throw Error(paths_[0] + ": " + e.what());
+  }
   resize_image(img, box, rrc.options().size, rrc.options().size, rrc.options().interpolation, ws.scratch);
   std::swap(img, ws.scratch);
   const SampleRng base(sample_key);
@@ -147,7 +180,11 @@ void Pipeline::augment(Image& img, uint64_t sample_key, Workspace& ws) const {
   const SampleRng base(sample_key);
   for (size_t i = 0; i < steps_.size(); ++i) {
     SampleRng rng = base.fork(i);
-    steps_[i]->apply(img, rng, ws.scratch);
+    try {
+      steps_[i]->apply(img, rng, ws.scratch);
+    } catch (const Error& e) {
+      throw Error(paths_[i] + ": " + e.what());  // which step of which config list
+    }
   }
 }
 

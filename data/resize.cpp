@@ -2,6 +2,7 @@
 #include "data/resize.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <opencv2/imgproc.hpp>
@@ -30,6 +31,10 @@ void resize_image(const Image& in, const CropBox& b, int64_t out_h, int64_t out_
   KILN_CHECK(b.top >= 0 && b.left >= 0 && b.h > 0 && b.w > 0 && b.top + b.h <= in.h && b.left + b.w <= in.w,
              "resize: box (top ", b.top, ", left ", b.left, ", ", b.h, "x", b.w, ") is outside the ", in.shape().str(),
              " image");
+  // The one place every resampling step allocates: bounded here as well as in each step's output_shape.
+  checked_output_size("resize", {b.h, b.w, in.c}, static_cast<double>(out_h), static_cast<double>(out_w));
+  KILN_CHECK(in.h <= INT_MAX && in.w <= INT_MAX, "resize: a ", in.w, "x", in.h,
+             " image has a side over OpenCV's limit of ", INT_MAX, " pixels");
   const int type = CV_8UC(static_cast<int>(in.c));
   const cv::Mat src = cv::Mat(static_cast<int>(in.h), static_cast<int>(in.w), type, const_cast<uint8_t*>(in.data()))(
       cv::Rect(static_cast<int>(b.left), static_cast<int>(b.top), static_cast<int>(b.w), static_cast<int>(b.h)));
@@ -99,7 +104,14 @@ CropBox RandomResizedCrop::choose(int64_t H, int64_t W, SampleRng& rng) const {
   return {(H - h) / 2, (W - w) / 2, h, w};
 }
 
+ImageShape RandomResizedCrop::output_shape(ImageShape in) const {
+  const double s = static_cast<double>(o_.size);
+  checked_output_size(type(), in, s, s);
+  return {o_.size, o_.size, in.c};
+}
+
 void RandomResizedCrop::apply(Image& img, SampleRng& rng, Image& scratch) const {
+  output_shape(img.shape());  // before anything is allocated for the output
   const CropBox b = choose(img.h, img.w, rng);
   resize_image(img, b, o_.size, o_.size, o_.interpolation, scratch);
   std::swap(img, scratch);
@@ -136,9 +148,11 @@ Json Resize::to_json() const { return with_type(o_.to_json(), type()); }
 std::pair<int64_t, int64_t> Resize::output_size(int64_t h, int64_t w) const {
   const int64_t s = std::min(h, w), l = std::max(h, w);
   if (s == o_.size) return {h, w};
-  // NOTE: int(size * long / short) in Python's floating point, as torchvision computes it.
-  const int64_t nl = static_cast<int64_t>(static_cast<double>(o_.size) * static_cast<double>(l) / static_cast<double>(s));
-  return h <= w ? std::pair{o_.size, nl} : std::pair{nl, o_.size};
+  // NOTE: int(size * long / short) in Python's floating point, as torchvision computes it; kept in
+  // double until checked_output_size has bounded it (1 x 5,000,000 to 256 gives 1.28e9 x 256).
+  const double nl = std::trunc(static_cast<double>(o_.size) * static_cast<double>(l) / static_cast<double>(s));
+  const double size = static_cast<double>(o_.size);
+  return checked_output_size(type(), {h, w, 0}, h <= w ? size : nl, h <= w ? nl : size);
 }
 
 ImageShape Resize::output_shape(ImageShape in) const {
@@ -182,7 +196,14 @@ CropBox CenterCrop::box(int64_t H, int64_t W) const {
   return {offset(H), offset(W), s, s};
 }
 
+ImageShape CenterCrop::output_shape(ImageShape in) const {
+  const double s = static_cast<double>(o_.size);
+  checked_output_size(type(), in, s, s);
+  return {o_.size, o_.size, in.c};
+}
+
 void CenterCrop::apply(Image& img, SampleRng&, Image& scratch) const {
+  output_shape(img.shape());  // before the output is allocated
   const CropBox b = box(img.h, img.w);
   const int64_t s = o_.size, c = img.c;
   scratch.resize(s, s, c);

@@ -19,7 +19,9 @@
 // so that even its smallest, most elongated box keeps at least `size` pixels on each side
 // (915 for 224 with the default scale and ratio); CenterCrop cuts at pixel positions and forbids
 // reduction.
-// Tests: tests/data/resize_test.cpp.
+// Output bound: each step's output size is checked against kMaxTransformPixels (data/transform.h)
+// in output_shape() and before apply() allocates, and resize_image() checks it once more.
+// Tests: tests/data/resize_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -51,7 +53,7 @@ class RandomResizedCrop : public Transform {
 
   std::string type() const override { return "random_resized_crop"; }
   Json to_json() const override;
-  ImageShape output_shape(ImageShape in) const override { return {o_.size, o_.size, in.c}; }
+  ImageShape output_shape(ImageShape in) const override;  // bounded (transform.h)
   void apply(Image& img, SampleRng& rng, Image& scratch) const override;
   int64_t min_input_side(int64_t need) const override;
   const RandomResizedCropOptions& options() const { return o_; }
@@ -74,7 +76,8 @@ KILN_JSON_CONVERSIONS(ResizeOptions)
 class Resize : public Transform {
  public:
   explicit Resize(ResizeOptions o);
-  // (height, width) after resizing an image of (h, w).
+  // (height, width) after resizing an image of (h, w); throws naming the step when that is over the
+  // output bound (checked_output_size, data/transform.h), before anything is allocated.
   std::pair<int64_t, int64_t> output_size(int64_t h, int64_t w) const;
 
   std::string type() const override { return "resize"; }
@@ -105,7 +108,7 @@ class CenterCrop : public Transform {
 
   std::string type() const override { return "center_crop"; }
   Json to_json() const override;
-  ImageShape output_shape(ImageShape in) const override { return {o_.size, o_.size, in.c}; }
+  ImageShape output_shape(ImageShape in) const override;  // bounded (transform.h)
   void apply(Image& img, SampleRng& rng, Image& scratch) const override;
   const CenterCropOptions& options() const { return o_; }
 

@@ -6,17 +6,34 @@
 // Resize, CenterCrop), data/color.h (ColorJitter), data/auto_augment.h (TrivialAugmentWide,
 // RandAugment), data/erasing.h (RandomErasing); data/normalize.h is the final
 // uint8 -> float step; data/pipeline.h chains them and maps config names to them.
-// Tests: tests/data/transforms_test.cpp.
+// Output bound: every step that computes an output size checks it with checked_output_size() before
+// it allocates (a 1 x 5,000,000 PNG through resize(256) would ask for 256 x 1.28 G pixels); the
+// limit is kMaxTransformPixels (see there and docs/data.md, "Output size bound").
+// Tests: tests/data/transforms_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/rng.h"
 #include "data/dataset.h"
 #include "core/json_reader.h"
 
 namespace kiln {
+
+// The most pixels a transform may produce: the decoders' default pixel limit (DecodeOptions::max_pixels,
+// data.max_image_pixels: PIL's 89478485, ~268 MB as RGB), so that no step makes an image larger than
+// a decodable one; an output no larger than the step's input is always allowed (a source configured
+// with a higher max_image_pixels is never refused by a step that does not enlarge). Each side must
+// also fit OpenCV's int.
+inline constexpr int64_t kMaxTransformPixels = 89478485;
+
+// The output size (height, width) of step `step` for an input of shape `in`, from sizes computed in
+// double (no int64 product or cast can overflow first). Throws kiln::Error naming the step, the
+// input and output sizes and the limit when the output is over the bound above; nothing is
+// allocated before. Defined in data/pipeline.cpp.
+std::pair<int64_t, int64_t> checked_output_size(const std::string& step, ImageShape in, double out_h, double out_w);
 
 // A counter-based random stream: draw i is mix64 of (key, i). Cheap to create per sample.
 class SampleRng {

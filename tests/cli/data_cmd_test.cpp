@@ -1,6 +1,7 @@
 // `kiln data export` (tools/cli/data_cmd.cpp): a data source written as an image folder that reads
 // back to the same samples and labels, a JPEG export with a limit, and an unknown format refused;
-// the class folders named after the classes (Fashion-MNIST's, made safe) in the labels' order.
+// the class folders named after the classes (Fashion-MNIST's, made safe) in the labels' order; an
+// image too large to encode named by its source file (or dataset and index) and the output.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "data/image_encode.h"
 #include "data/image_folder.h"
 #include "tests/data/data_test_util.h"
+#include "tests/data/image_test_util.h"
 #include "tools/cli/commands.h"
 
 using namespace kiln;
@@ -118,4 +120,25 @@ TEST(DataExport, SortedClassNamesAreTheFoldersAsTheyAre) {
   d.channels = 3;
   EXPECT_EQ(ImageFileDataset::open_folder(dir.file("out/train"), d, "back")->class_names(), want);
   expect_same_samples(*make_dataset(DataConfig::from_json(Json::parse(cfg)["data"], "data", false), Split::train), dir.file("out/train"), 3);
+}
+
+// An image the encoders refuse (over 65500 pixels a side): the error names the sample's source file,
+// or the dataset and index for a source without files, and the output file not written.
+TEST(DataExport, AnImageTooLargeToEncodeNamesItsSource) {
+  kt::TempDir dir;
+  kt::write_bytes(dir.file("in/train/a/wide.png"), kt::grey_png(70000, 1));
+  std::string e = kt::error_of([&] { cli::cmd_data({"export", dir.file("in"), "out=" + dir.file("out"), "split=train"}); });
+  EXPECT_HAS(e, dir.file("in/train/a/wide.png") + " (sample 0 of image_folder train (" + dir.file("in/train") + ")): "
+                "cannot encode a 70000x1 image; accepted: 1..65500 pixels a side");
+  EXPECT_HAS(e, dir.file("out/train/a/0.png") + " not written");
+  e = kt::error_of([&] {
+    cli::cmd_data({"export", dir.file("in"), "out=" + dir.file("out"), "split=train", "format=jpeg"});
+  });
+  EXPECT_HAS(e, dir.file("in/train/a/wide.png") + " (sample 0 of image_folder train");
+  std::ofstream(dir.file("s.json")) << R"({"data": {"source": "synthetic",
+      "synthetic": {"size": 2, "height": 1, "width": 70000, "channels": 1, "num_classes": 2}}})";
+  e = kt::error_of([&] { cli::cmd_data({"export", dir.file("s.json"), "out=" + dir.file("s"), "split=train"}); });
+  EXPECT_HAS(e, "synthetic");
+  EXPECT_HAS(e, ": sample 0: cannot encode a 70000x1 image");
+  EXPECT_HAS(e, " not written");
 }

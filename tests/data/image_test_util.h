@@ -1,10 +1,14 @@
 // Test images for the data tests, made with kiln's encoders (data/image_encode.h), libwebp's
 // encoder and a small BMP writer: no OpenCV imgcodecs.
 #pragma once
+#include <png.h>
 #include <webp/encode.h>
+
+#include <csetjmp>
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -94,6 +98,38 @@ inline std::vector<uint8_t> encode(const Pixels& p, std::string ext, EncodeParam
   JpegEncodeOptions o;
   o.progressive = e.progressive;
   return encode_jpeg(p.px.data(), p.h, p.w, p.c, o);
+}
+
+// A w x h 8-bit grey PNG written with libpng directly (kiln's encoder stops at 65500 a side), rows
+// of pseudo-random bytes stored uncompressed (level 0): fast to write, and plausible for its size
+// (check_plausible_size). 1 x 5,000,000 is a 5 MB file.
+inline std::vector<uint8_t> grey_png(uint32_t w, uint32_t h) {
+  std::vector<uint8_t> out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  std::vector<uint8_t> row(w);
+  uint32_t x = 12345;
+  for (uint8_t& b : row) b = static_cast<uint8_t>((x = x * 1664525u + 1013904223u) >> 24);
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    throw std::runtime_error("libpng failed to write the test image");
+  }
+  png_set_write_fn(
+      png, &out,
+      [](png_structp p, png_bytep d, png_size_t n) {
+        auto* o = static_cast<std::vector<uint8_t>*>(png_get_io_ptr(p));
+        o->insert(o->end(), d, d + n);
+      },
+      nullptr);
+  png_set_user_limits(png, 0x7fffffff, 0x7fffffff);  // libpng's default is 1,000,000 a side
+  png_set_compression_level(png, 0);
+  png_set_IHDR(png, info, w, h, 8, PNG_COLOR_TYPE_GRAY, PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (uint32_t y = 0; y < h; ++y) png_write_row(png, row.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
 }
 
 }  // namespace kiln::testing

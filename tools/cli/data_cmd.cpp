@@ -7,7 +7,8 @@
 // folders are named after the source's classes (Dataset::class_names(), class_folder_names() below),
 // so that ImageFolder's sorted class order gives back the same names and labels; <index> is the
 // dataset index. limit=N takes N samples evenly spaced over the split. A FOLDER argument is read as
-// an image_folder root.
+// an image_folder root. An image the encoder refuses (over 65500 pixels a side) is an error naming
+// the sample's source file (or dataset and index) and the output file not written.
 //
 //   kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]
 // prints the loader's images/s for the split's transforms (no model), and images/s per thread.
@@ -23,6 +24,7 @@
 #include "data/bench.h"
 #include "data/config.h"
 #include "data/image_encode.h"
+#include "data/image_folder.h"
 #include "tools/cli/commands.h"
 #include "tools/deploy/config.h"
 #include "tools/cli/kv_args.h"
@@ -96,6 +98,14 @@ std::vector<std::string> class_folder_names(const std::vector<std::string>& name
   return out;
 }
 
+// A sample for messages: its image file for sources of files ("a/b.png (sample 3 of image_folder
+// train (a))"), else the dataset and index ("cifar10 train (...): sample 3").
+std::string sample_source(const Dataset& ds, int64_t idx) {
+  if (const auto* files = dynamic_cast<const ImageFileDataset*>(&ds))
+    return files->entry(idx).path + " (sample " + std::to_string(idx) + " of " + ds.name() + ")";
+  return ds.name() + ": sample " + std::to_string(idx);
+}
+
 std::vector<Split> parse_splits(const std::string& s, bool both_ok) {
   if (s == "train") return {Split::train};
   if (s == "val") return {Split::val};
@@ -151,10 +161,16 @@ int data_export(const Args& args) {
                  " channels; export writes 1 or 3");
       const fs::path dir = fs::path(out) / split_name(split) / folders[static_cast<size_t>(s.label)];
       if (per_class[static_cast<size_t>(s.label)]++ == 0) fs::create_directories(dir);
-      const std::string what = ds->name() + ": sample " + std::to_string(idx);
+      const std::string what = sample_source(*ds, idx);
       const std::string file = (dir / (padded(idx, iwidth) + ext)).string();
-      write_file(file, format == "png" ? encode_png(s.image.data(), s.image.h, s.image.w, s.image.c, 3, what)
-                                       : encode_jpeg(s.image.data(), s.image.h, s.image.w, s.image.c, jpeg, what));
+      std::vector<uint8_t> bytes;
+      try {  // an image too large to encode: the error names the sample's source, then the output
+        bytes = format == "png" ? encode_png(s.image.data(), s.image.h, s.image.w, s.image.c, 3, what)
+                                : encode_jpeg(s.image.data(), s.image.h, s.image.w, s.image.c, jpeg, what);
+      } catch (const Error& e) {
+        throw Error(std::string(e.what()) + "; " + file + " not written");
+      }
+      write_file(file, bytes);
     }
     int64_t empty = 0;
     for (int64_t c : per_class) empty += c == 0;

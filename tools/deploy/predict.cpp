@@ -85,6 +85,7 @@ Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
   decode_.channels = input_shape_.c;
   decode_.max_pixels = data_.image_options().max_image_pixels;
   decode_.min_side = data_.val_transforms.min_source_side();
+  decode_.transforms = std::make_shared<const Pipeline>(data_.val_transforms);  // sizes checked at the header
   batch_ = o.batch > 0 ? o.batch : std::min<int64_t>(256, data_.loader_options(Split::val).batch_size);
   workers_ = std::max<int64_t>(1, data_.loader.workers);
 
