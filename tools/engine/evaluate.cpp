@@ -11,6 +11,7 @@
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
 #include "tools/deploy/tta.h"
+#include "tools/engine/batch_images.h"
 #include "tools/engine/progress.h"
 
 namespace kiln {
@@ -54,7 +55,9 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
     }
     if (!loader.next(b)) break;
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
+    // u8 batches (data.upload) are normalised on the device first (batch_images.h); flip TTA mirrors
+    // them there.
+    Tensor logits = eval_scores(model, device_images(b, device, compute), device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
     c.loss_sum += ops::cross_entropy(logits, labels).item() * n;
