@@ -238,6 +238,11 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   KILN_CHECK(c.holdout >= 0, r.path_of("holdout"), ": the number of training images held out as the validation split ",
              "(0 = none: validate on the source's validation files), got ", c.holdout);
   r.read("holdout_seed", c.holdout_seed);
+  r.read("upload", c.upload);
+  check_choice(c.upload, {"auto", "u8", "float"}, r.path_of("upload"));
+  KILN_CHECK(!(c.upload == "float" && c.loader.dtype == "u8"), r.path_of("upload"),
+             ": \"float\" normalises on the CPU, but data.dtype is \"u8\" (bytes); accepted: data.upload = \"u8\" or "
+             "\"auto\" with data.dtype = \"u8\", or data.dtype = \"f32\"/\"bf16\"");
   if (const Json* p = r.find("progressive_resize"))
     c.progressive_resize = ProgressiveResizeOptions::from_json(*p, r.path_of("progressive_resize"));
   KILN_CHECK(c.val_batch_size >= 0, r.path_of("val_batch_size"), ": must be >= 0 (0 = batch_size), got ",
@@ -249,6 +254,11 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
     KILN_CHECK(out.known() || !batches, r.path_of(key), ": ", c.source, " images vary in size, so the transforms must end in a ",
                "fixed size (random_resized_crop, center_crop or random_crop) for the images to stack into a batch");
   }
+  if (c.upload == "u8" || c.loader.dtype == "u8")
+    for (auto [key, p] : {std::pair{"train_transforms", &c.train_transforms}, {"val_transforms", &c.val_transforms}})
+      KILN_CHECK(p->has_normalize(), r.path_of(key), ": ", c.upload == "u8" ? "data.upload = \"u8\"" : "data.dtype = \"u8\"",
+                 " sends the pixels before the final normalize to the device, but this list does not end with one; add "
+                 "{\"type\": \"normalize\", \"mean\": [...], \"std\": [...]} as its last step, or set data.upload = \"float\"");
   const ImageShape train_out = c.train_transforms.output_shape(c.source_image_shape());
   if (train_out.known()) c.progressive_resize.check_fits(train_out.h, train_out.w, r.path_of("progressive_resize"));
   return c;
@@ -261,6 +271,7 @@ Json DataConfig::to_json() const {
   j["train_transforms"] = train_transforms.to_json();
   j["val_transforms"] = val_transforms.to_json();
   j["val_batch_size"] = val_batch_size;
+  j["upload"] = upload;
   if (holdout > 0) j["holdout"] = holdout, j["holdout_seed"] = holdout_seed;
   if (progressive_resize.enabled()) j["progressive_resize"] = progressive_resize.to_json();
   return j;
@@ -274,6 +285,14 @@ LoaderOptions DataConfig::loader_options(Split split) const {
     if (val_batch_size > 0) o.batch_size = val_batch_size;
   }
   return o;
+}
+
+bool DataConfig::upload_u8(bool gpu, bool mixup) const {
+  const bool u8 = upload == "u8" || loader.dtype == "u8";
+  KILN_CHECK(!(u8 && mixup), "data.upload = \"u8\" (or data.dtype = \"u8\") does not combine with train.mixup: "
+             "MixUp/CutMix mix normalised float images on the CPU; accepted: data.upload = \"auto\" or \"float\" with mixup");
+  if (u8) return true;
+  return upload == "auto" && gpu && !mixup && train_transforms.has_normalize() && val_transforms.has_normalize();
 }
 
 ImageShape DataConfig::source_image_shape() const { return source_of(source).shape(*this); }

@@ -18,6 +18,8 @@
 //   val_transforms    list of transforms for validation images                   (default [])
 //   batch_size, shuffle, drop_last, workers, prefetch, seed, dtype, skip_bad_samples,
 //   max_bad_fraction  the training loader (LoaderOptions, data/loader.h)
+//   upload            "auto" | "u8" | "float": where images become floats (default "auto": u8 on a
+//                     GPU, float on the CPU; docs/data.md, "Bytes to the device")
 //   val_batch_size    samples per validation batch; 0 = batch_size               (default 0)
 //   holdout           N > 0: validate on N training images held out of training (a fixed seeded
 //                     choice, data/holdout.h), not on the validation files      (default 0)
@@ -127,6 +129,12 @@ struct DataConfig {
   uint64_t holdout_seed = 0;
   /// smaller training images in the early epochs (data/progressive.h) (default off)
   ProgressiveResizeOptions progressive_resize;
+  /// where the images become floats: "u8" (the loaders deliver the pixels before the final
+  /// normalize and the training device normalises them, ops::normalize_u8: a quarter of f32's
+  /// upload; both transform lists must end with normalize), "float" (the loaders normalise on the
+  /// CPU to data.dtype), or "auto": "u8" on a device with its own memory (a GPU) when both lists end
+  /// with normalize and train.mixup is off, else "float" (default "auto")
+  std::string upload = "auto";
 
   // `batches` = false skips the check that the transforms of an image source end in a fixed size
   // (for `kiln data export`, which reads the images without transforming them).
@@ -136,6 +144,10 @@ struct DataConfig {
   // The loader options of a split (validation: no shuffle, no drop_last, val_batch_size).
   LoaderOptions loader_options(Split split) const;
   const Pipeline& transforms(Split split) const { return split == Split::train ? train_transforms : val_transforms; }
+  // Whether the loaders deliver u8 batches on a device that has (gpu = true) or shares (false) the
+  // host's memory: data.upload resolved ("auto" as above; `mixup`: train.mixup is on, which mixes
+  // float images on the CPU). Throws, naming data.upload, for "u8" with mixup.
+  bool upload_u8(bool gpu, bool mixup) const;
   // The image shape of the source, known without opening files.
   ImageShape source_image_shape() const;
   // The decoding options of an image source; the defaults for the other sources (which decode no

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <numeric>
@@ -37,7 +38,7 @@ void LoaderOptions::read_fields(JsonReader& r, LoaderOptions& o) {
   KILN_CHECK(o.batch_size > 0, r.path_of("batch_size"), ": must be positive, got ", o.batch_size);
   KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256], got ", o.workers);
   KILN_CHECK(o.prefetch >= 1, r.path_of("prefetch"), ": must be at least 1, got ", o.prefetch);
-  check_choice(o.dtype, {"f32", "bf16"}, r.path_of("dtype"));
+  check_choice(o.dtype, {"f32", "bf16", "u8"}, r.path_of("dtype"));
   KILN_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, r.path_of("max_bad_fraction"),
              ": a fraction in [0, 1], got ", o.max_bad_fraction);
 }
@@ -158,8 +159,13 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline
   KILN_CHECK(o_.prefetch >= 1, who, ": prefetch must be at least 1, got ", o_.prefetch);
   KILN_CHECK(shard_.world_size >= 1 && shard_.rank >= 0 && shard_.rank < shard_.world_size, who, ": rank ",
              shard_.rank, " is not in [0, world_size ", shard_.world_size, ")");
-  KILN_CHECK(o_.dtype == "f32" || o_.dtype == "bf16", who, ": dtype must be f32 or bf16, got ", o_.dtype);
-  dtype_ = o_.dtype == "bf16" ? DType::bf16 : DType::f32;
+  KILN_CHECK(o_.dtype == "f32" || o_.dtype == "bf16" || o_.dtype == "u8", who,
+             ": dtype must be f32, bf16 or u8, got ", o_.dtype);
+  dtype_ = o_.dtype == "bf16" ? DType::bf16 : o_.dtype == "u8" ? DType::u8 : DType::f32;
+  KILN_CHECK(dtype_ != DType::u8 || pipeline_.has_normalize(), who,
+             ": dtype u8 (data.dtype, or data.upload = \"u8\") delivers the pixels before the final normalize, "
+             "but the transforms (data.train_transforms / data.val_transforms) do not end with one; add "
+             "{\"type\": \"normalize\", \"mean\": [...], \"std\": [...]} as their last step, or use data.upload = \"float\"");
   try {
     out_shape_ = pipeline_.output_shape(dataset_->image_shape());
   } catch (const Error& e) {
@@ -276,7 +282,9 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
                      progressive_.interpolation, ws.scratch);
         std::swap(sample.image, ws.scratch);
       }
-      pipeline_.write(sample.image, images + static_cast<size_t>(i) * sample_bytes, dtype_);
+      uint8_t* dst = images + static_cast<size_t>(i) * sample_bytes;
+      if (dtype_ == DType::u8) std::memcpy(dst, sample.image.data(), sample_bytes);  // normalised by the consumer
+      else pipeline_.write(sample.image, dst, dtype_);
       labels[i] = sample.label;
     } catch (const std::exception& e) {
       throw Error(detail::cat("DataLoader: sample ", idx, " of ", dataset_->name(), " (epoch ", epoch, ", batch ", b,
@@ -448,6 +456,7 @@ void DataLoader::make_batch(int64_t b, int slot, Batch& out) {
   // this runs without it.
   const ImageShape shape = st.shape;  // set by start_epoch(), on this (the consumer's) thread
   out.images = wrap(images, {n, shape.h, shape.w, shape.c}, dtype_, lease);
+  out.normalize = pipeline_.normalize().options();
   out.labels = wrap(labels, {n}, DType::i64, lease);
   out.indices.assign(st.indices.begin() + start, st.indices.begin() + start + n);
   out.padding = 0;

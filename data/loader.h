@@ -1,5 +1,8 @@
 // DataLoader: turns a Dataset and a Pipeline into batches
 //   images (N, H, W, C) f32 or bf16, normalised;  labels (N) i64
+//   or, with dtype "u8", images (N, H, W, C) u8: the pipeline's pixels before its final normalize,
+//   with that normalize's mean and std in Batch::normalize for the consumer to apply on its device
+//   (ops::normalize_u8, core/ops/normalize_u8.h: the same values as the f32/bf16 batches)
 // Worker threads each fill WHOLE batches (decode, augment, normalise straight into the batch
 // buffer) and the consumer receives them strictly in order. Buffers come from a ring of
 // preallocated slots; at most `prefetch` batches are prepared ahead of the consumer, and a slot goes
@@ -61,7 +64,9 @@ struct LoaderOptions {
   int64_t prefetch = 4;
   /// seed of the sample order and of the augmentations (default 0)
   uint64_t seed = 0;
-  /// element type of the image batches: "f32" or "bf16" (default "f32")
+  /// element type of the image batches: "f32" or "bf16" (normalised on the CPU), or "u8" (the
+  /// pixels before the transforms' final normalize, which the consumer applies: data.upload,
+  /// docs/data.md; the transforms must end with normalize) (default "f32")
   std::string dtype = "f32";
   /// replace a sample whose file cannot be read or decoded by the next readable one (dataset index
   /// + 1, + 2, ..., wrapping; at most 100 tried) instead of failing its batch; each is counted in
@@ -85,7 +90,11 @@ struct Shard {
 };
 
 struct Batch {
-  Tensor images;                 // (N, H, W, C), f32 or bf16
+  Tensor images;                 // (N, H, W, C), f32 or bf16 (normalised), or u8 (not yet: see normalize)
+  // The pipeline's normalize (mean, std per channel, or one value for all). For u8 images the
+  // consumer applies it (ops::normalize_u8(images, normalize.mean, normalize.std, dtype)); f32/bf16
+  // images already carry it.
+  NormalizeOptions normalize = {};
   Tensor labels;                 // (N), i64
   std::vector<int64_t> indices;  // dataset index of each sample (as planned; see skip_bad_samples)
   int64_t padding = 0;           // trailing samples that repeat others to even out the ranks

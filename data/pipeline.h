@@ -71,6 +71,8 @@ class Pipeline {
   size_t num_transforms() const { return steps_.size(); }
   const Transform& transform(size_t i) const { return *steps_[i]; }
   const Normalize& normalize() const { return normalize_; }
+  // Whether the list ended with a normalize step (a u8 loader needs one: data/loader.h).
+  bool has_normalize() const { return has_normalize_; }
 
  private:
   std::vector<std::shared_ptr<const Transform>> steps_;

@@ -12,6 +12,7 @@
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/ops/lrn.h"
+#include "core/ops/normalize_u8.h"
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
@@ -36,6 +37,8 @@ void ema_update(const Tensor& ema, const Tensor& live, float decay);
 // core/cpu/lrn.cpp
 Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k);
 Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
+// core/cpu/normalize_u8.cpp
+Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cpu/pool.cpp
 Tensor max_pool2d_forward(const Tensor& x, const ops::Pool2dParams& p, Tensor* indices);
 Tensor max_pool2d_backward(const Tensor& gy, const Tensor& indices, const Shape& x_shape, const ops::Pool2dParams& p);
@@ -102,6 +105,7 @@ void register_kernels() {
   silu_backward_kernel.set(cpu, silu_backward);
   lrn_forward_kernel.set(cpu, lrn_forward);
   lrn_backward_kernel.set(cpu, lrn_backward);
+  normalize_u8_kernel.set(cpu, normalize_u8);
   max_pool2d_forward_kernel.set(cpu, max_pool2d_forward);
   max_pool2d_backward_kernel.set(cpu, max_pool2d_backward);
   avg_pool2d_forward_kernel.set(cpu, avg_pool2d_forward);

@@ -16,6 +16,7 @@
 #include "core/ops/linear.h"
 #include "core/ops/loss.h"
 #include "core/ops/lrn.h"
+#include "core/ops/normalize_u8.h"
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
@@ -27,6 +28,8 @@ namespace kiln::cuda {
 
 // core/cuda/ema_cuda.cu
 void ema_update(const Tensor& ema, const Tensor& live, float decay);
+// core/cuda/normalize_u8_cuda.cu
+Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cuda/silu_cuda.cu
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
@@ -66,6 +69,7 @@ void register_kernels() {
   silu_forward_kernel.set(gpu, silu_forward);
   silu_backward_kernel.set(gpu, silu_backward);
   lrn_forward_kernel.set(gpu, lrn_forward);
+  normalize_u8_kernel.set(gpu, normalize_u8);
   max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);
   max_pool2d_backward_kernel.set(gpu, max_pool2d_backward);
   avg_pool2d_forward_kernel.set(gpu, avg_pool2d_forward);

@@ -18,6 +18,7 @@
 #include "core/step_stats.h"
 #include "core/rng.h"
 #include "data/mix.h"
+#include "tools/engine/batch_images.h"
 #include "tools/engine/interrupt.h"
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
@@ -36,7 +37,7 @@ double predict_eval_seconds(ReplicaRun& r, const Batch& batch) {
   r.model->eval();
   const ImageShape vs = r.dcfg.transforms(Split::val).output_shape(r.val_set->image_shape());
   Tensor x = vs.known() ? Tensor::zeros({r.vopt.batch_size, vs.h, vs.w, vs.c}, DType::f32, r.device).to(r.compute)
-                        : batch.images.to(r.device).to(r.compute);
+                        : device_images(batch, r.device, r.compute);
   double best = 0;
   for (int k = 0; k < 2; ++k) {
     const auto t = Clock::now();
@@ -338,7 +339,9 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     // The shared step (tools/engine/train_step.h): micro-batches (train.accumulate), scaled backward,
     // all-reduce, unscale and check, clip, optimizer step. Each micro-batch's loss and correct
     // count go to the epoch's statistics, accumulated on the device.
-    StepResult res = train_step(*r.model, *r.optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets}, r.step,
+    // u8 batches (data.upload) carry their normalize; train_step applies it on the device per
+    // micro-batch (batch_images.h).
+    StepResult res = train_step(*r.model, *r.optimizer, StepBatch{mixed.images, mixed.labels, mixed.targets, b.normalize}, r.step,
                                 [&](const MicroBatchOut& mo) {
                                   accumulate_step_stats(st.acc, mo.loss.detach(), mo.logits32.detach(), mo.labels,
                                                         static_cast<double>(mo.size), i);

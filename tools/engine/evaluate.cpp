@@ -11,6 +11,7 @@
 #include "core/ops/loss.h"
 #include "core/ops/reduce.h"
 #include "tools/deploy/tta.h"
+#include "tools/engine/batch_images.h"
 #include "tools/engine/progress.h"
 
 namespace kiln {
@@ -54,7 +55,12 @@ EvalCounts run_eval(Module& model, DataLoader& loader, Device device, DType comp
     }
     if (!loader.next(b)) break;
     int64_t n = b.size() - b.padding;  // padded samples repeat others: count each sample once
-    Tensor logits = eval_scores(model, b.images, device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
+    // u8 batches (data.upload) are normalised on the device (batch_images.h). Flip TTA mirrors host
+    // images (tools/deploy/tta.h): a u8 batch is then normalised on the CPU, to the same values.
+    const Tensor images = tta == "none"              ? device_images(b, device, compute)
+                          : b.images.dtype() == DType::u8 ? device_images(b, Device::cpu(), DType::f32)
+                                                          : b.images;
+    Tensor logits = eval_scores(model, images, device, compute, tta);  // the logits, or flip TTA's (tools/deploy/tta.h)
     if (n < b.size()) logits = logits.slice(0, 0, n).contiguous();
     Tensor labels = n < b.size() ? b.labels.slice(0, 0, n).contiguous() : b.labels;
     c.loss_sum += ops::cross_entropy(logits, labels).item() * n;

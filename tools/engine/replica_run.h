@@ -103,6 +103,7 @@ struct ReplicaRun {
   // plan_batch
   int64_t accumulate = 1;
   double autobatch_target = 0;
+  bool upload_u8 = false;  // data.upload resolved: u8 batches, normalised on the device (batch_images.h)
   std::unique_ptr<DataLoader> train_loader, val_loader;
   LoaderOptions vopt;  // the validation loader's
   int64_t steps_per_epoch = 0;

@@ -11,6 +11,7 @@
 #include "core/ops/loss.h"
 #include "optim/param.h"
 #include "tools/engine/accumulate.h"
+#include "tools/engine/batch_images.h"
 
 namespace kiln {
 
@@ -80,7 +81,7 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
   for (size_t k = 0; k < micro.size(); start += micro[k], ++k) {
     const int64_t m = micro[k];
     auto part_of = [&](const Tensor& t) { return whole ? t : t.slice(0, start, start + m).contiguous(); };
-    Tensor x = part_of(batch.images).to(setup.device).to(setup.compute);
+    Tensor x = device_images(part_of(batch.images), batch.normalize, setup.device, setup.compute);
     Tensor y = part_of(batch.labels).to(setup.device);
     Tensor logits = model.forward(x);
     Tensor logits32 = logits.to(DType::f32);  // softmax and the loss in f32 whatever the compute dtype

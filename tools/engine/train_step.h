@@ -34,6 +34,7 @@
 #include <string>
 
 #include "core/tensor.h"
+#include "data/normalize.h"
 #include "layers/module.h"
 #include "optim/grad_sync.h"
 #include "optim/loss_scaler.h"
@@ -43,9 +44,11 @@
 namespace kiln {
 
 struct StepBatch {
-  Tensor images;   // (N, H, W, C), any device and dtype: moved to setup.device, cast to setup.compute
+  Tensor images;   // (N, H, W, C), any device and dtype: moved to setup.device, cast to setup.compute;
+                   // u8 images (data.upload) are normalised there with `normalize` (batch_images.h)
   Tensor labels;   // (N) i64, any device
   Tensor targets;  // optional (N, K) f32 soft targets (MixUp/CutMix, label smoothing already in them)
+  NormalizeOptions normalize = {};  // u8 images only: the loader batch's mean and std (Batch::normalize)
 };
 
 struct StepSetup {

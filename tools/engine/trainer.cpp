@@ -27,6 +27,7 @@
 #include "tools/deploy/predict.h"
 #include "tools/engine/accumulate.h"
 #include "tools/engine/autobatch.h"
+#include "tools/engine/batch_images.h"
 #include "tools/engine/class_weights.h"
 #include "tools/engine/console_log.h"
 #include "tools/engine/evaluate.h"
@@ -221,9 +222,10 @@ std::function<double(int64_t)> memory_probe(ReplicaRun& r, const ImageShape& sha
     alloc.reset_peak();
     size_t base = alloc.stats().allocated;
     try {
-      Tensor x = rand_normal({b, shape.h, shape.w, shape.c}, 0, 1, DType::f32, r.device).to(r.compute);
+      // With data.upload u8: host bytes, uploaded and normalised inside the step as in training.
+      Tensor x = probe_images(b, shape, r.upload_u8, r.device, r.compute);
       Tensor y = Tensor::zeros({b}, DType::i64, r.device);
-      train_step(*r.model, *r.optimizer, StepBatch{x, y, Tensor()}, setup);
+      train_step(*r.model, *r.optimizer, StepBatch{x, y, Tensor(), r.dcfg.train_transforms.normalize().options()}, setup);
     } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
       r.optimizer->zero_grad();
       throw;
@@ -293,11 +295,13 @@ void make_loaders(ReplicaRun& r) {
   check_accumulation(r.breq.global, r.world, r.accumulate);
   r.dcfg.loader.batch_size = r.breq.global / r.world;
   Shard shard{r.rank, r.world};
-  r.train_loader = std::make_unique<DataLoader>(r.train_set, r.dcfg.train_transforms,
-                                                r.dcfg.loader_options(Split::train), shard);
+  LoaderOptions topt = r.dcfg.loader_options(Split::train);
+  if (r.upload_u8) topt.dtype = "u8";  // data.upload: bytes to the device (batch_images.h)
+  r.train_loader = std::make_unique<DataLoader>(r.train_set, r.dcfg.train_transforms, topt, shard);
   r.train_loader->set_progressive_resize(r.dcfg.progressive_resize);
   r.vopt = r.dcfg.loader_options(Split::val);
   if (r.dcfg.val_batch_size == 0) r.vopt.batch_size = r.dcfg.loader.batch_size;
+  if (r.upload_u8) r.vopt.dtype = "u8";
   r.val_loader = std::make_unique<DataLoader>(r.val_set, r.dcfg.val_transforms, r.vopt, shard);
   r.steps_per_epoch = r.train_loader->batches_per_epoch();
   if (r.opt.max_steps_per_epoch > 0) r.steps_per_epoch = std::min(r.steps_per_epoch, r.opt.max_steps_per_epoch);
@@ -316,6 +320,7 @@ void plan_batch(ReplicaRun& r) {
              "data.batch_size (the global batch to reach), not AutoBatch's; accepted: a data.batch_size > 0 with "
              "train.accumulate = \"auto\", or data.batch_size = -1 with train.accumulate = N (global batch = "
              "AutoBatch's micro-batch x ranks x N)");
+  r.upload_u8 = r.dcfg.upload_u8(has_own_memory(r.device), r.opt.mixup.enabled());
   if (r.breq.auto_fraction > 0 || r.accumulate == 0) run_autobatch(r);
   make_loaders(r);
 }
@@ -585,6 +590,7 @@ EvalResult evaluate(const json& config_in, const std::string& weights) {
   DataConfig dcfg = DataConfig::from_json(config["data"], "data");
   auto val_set = make_dataset(dcfg, Split::val);
   LoaderOptions vopt = dcfg.loader_options(Split::val);
+  if (dcfg.upload_u8(has_own_memory(device), false)) vopt.dtype = "u8";  // data.upload (batch_images.h)
   DataLoader loader(val_set, dcfg.val_transforms, vopt, Shard{});
   EvalResult r;
   int64_t k = val_set->num_classes();
