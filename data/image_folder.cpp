@@ -28,14 +28,56 @@ bool is_image_file_name(const std::string& name) {
   return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "bmp" || ext == "webp";
 }
 
+void ImageFileIndex::add(std::string_view rest, int64_t label) {
+  KILN_CHECK(label >= 0 && label <= INT32_MAX, "image index: label ", label, " of ", prefix_, rest, " is out of range");
+  pool_.append(rest);
+  ends_.push_back(pool_.size());
+  labels_.push_back(static_cast<int32_t>(label));
+}
+
+std::string ImageFileIndex::path(int64_t i) const {
+  const size_t k = static_cast<size_t>(i), begin = k == 0 ? 0 : ends_[k - 1];
+  std::string p;
+  p.reserve(prefix_.size() + (ends_[k] - begin));
+  p.append(prefix_).append(pool_, begin, ends_[k] - begin);
+  return p;
+}
+
+size_t ImageFileIndex::bytes() const {
+  return prefix_.capacity() + pool_.capacity() + ends_.capacity() * sizeof(uint64_t) +
+         labels_.capacity() * sizeof(int32_t);
+}
+
+void ImageFileIndex::shrink_to_fit() {
+  pool_.shrink_to_fit();
+  ends_.shrink_to_fit();
+  labels_.shrink_to_fit();
+}
+
+namespace {
+ImageFileIndex index_of(std::vector<ImageFileEntry> entries) {
+  ImageFileIndex index;
+  for (const auto& e : entries) {
+    KILN_CHECK(e.label >= 0, e.path, " has label ", e.label, ", below 0");
+    index.add(e.path, e.label);
+  }
+  index.shrink_to_fit();
+  return index;
+}
+}  // namespace
+
 ImageFileDataset::ImageFileDataset(std::vector<ImageFileEntry> entries, std::vector<std::string> classes,
                                    int64_t num_classes, DecodeOptions decode, std::string name)
-    : entries_(std::move(entries)), classes_(std::move(classes)), num_classes_(num_classes), decode_(decode),
+    : ImageFileDataset(index_of(std::move(entries)), std::move(classes), num_classes, decode, std::move(name)) {}
+
+ImageFileDataset::ImageFileDataset(ImageFileIndex index, std::vector<std::string> classes, int64_t num_classes,
+                                   DecodeOptions decode, std::string name)
+    : index_(std::move(index)), classes_(std::move(classes)), num_classes_(num_classes), decode_(decode),
       name_(std::move(name)) {
   KILN_CHECK(num_classes_ > 0, name_, ": no classes");
-  for (const auto& e : entries_)
-    KILN_CHECK(e.label >= 0 && e.label < num_classes_, name_, ": ", e.path, " has label ", e.label, ", outside [0, ",
-               num_classes_, ")");
+  for (int64_t i = 0; i < index_.size(); ++i)
+    KILN_CHECK(index_.label(i) < num_classes_, name_, ": ", index_.path(i), " has label ", index_.label(i),
+               ", outside [0, ", num_classes_, ")");
 }
 
 std::vector<std::string> ImageFileDataset::class_folders(const std::string& folder) {
@@ -66,11 +108,14 @@ std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::strin
                  " classes of the training split (", classes.front(), " ... ", classes.back(),
                  "); val/ must use train/'s class names");
   }
-  std::vector<ImageFileEntry> entries;
+  // Paths are stored relative to the folder (ImageFileIndex); the iterator's paths start with it.
+  const std::string prefix = (fs::path(folder) / "").string();
+  ImageFileIndex index(prefix);
+  std::vector<std::pair<std::string, std::string>> files;  // (folder, file name): os.walk's sorted order
   for (size_t c = 0; c < classes.size(); ++c) {
     const fs::path dir = fs::path(folder) / classes[c];
     if (fixed && !fs::is_directory(dir, ec)) continue;  // a class the split has no images of
-    std::vector<std::pair<std::string, std::string>> files;  // (folder, file name): os.walk's sorted order
+    files.clear();
     for (const auto& f : fs::recursive_directory_iterator(dir, fs::directory_options::follow_directory_symlink)) {
       if (f.is_directory()) continue;
       const std::string fname = f.path().filename().string();
@@ -79,10 +124,15 @@ std::shared_ptr<ImageFileDataset> ImageFileDataset::open_folder(const std::strin
     KILN_CHECK(!files.empty(), name, ": class folder ", dir.string(), " holds no images; accepted extensions: ",
                kExtensions, " (any case)");
     std::sort(files.begin(), files.end());
-    for (auto& [d, f] : files) entries.push_back({(fs::path(d) / f).string(), static_cast<int64_t>(c)});
+    for (auto& [d, f] : files) {
+      KILN_CHECK(d.compare(0, prefix.size(), prefix) == 0, name, ": ", d, " is not under ", prefix);
+      const std::string rest = d.substr(prefix.size()) + "/" + f;
+      index.add(rest, static_cast<int64_t>(c));
+    }
   }
+  index.shrink_to_fit();
   const int64_t k = static_cast<int64_t>(classes.size());
-  return std::make_shared<ImageFileDataset>(std::move(entries), std::move(classes), k, decode, name);
+  return std::make_shared<ImageFileDataset>(std::move(index), std::move(classes), k, decode, name);
 }
 
 ImageList read_image_list(const std::string& list_file, bool labels) {
@@ -163,21 +213,26 @@ std::shared_ptr<ImageFileDataset> ImageFileDataset::open_list(const std::string&
 }
 
 std::vector<std::string> ImageFileDataset::class_names() const {
+  if (!names_.empty()) return names_;
   return classes_.empty() ? Dataset::class_names() : classes_;
+}
+
+void ImageFileDataset::set_class_names(std::vector<std::string> names) {
+  KILN_CHECK(static_cast<int64_t>(names.size()) == num_classes_, name_, ": ", names.size(), " class names for ",
+             num_classes_, " classes");
+  names_ = std::move(names);
 }
 
 void ImageFileDataset::get_into(int64_t index, Sample& out) const {
   check_index(index);
-  const ImageFileEntry& e = entries_[static_cast<size_t>(index)];
-  load_image(e.path, decode_, out.image);
-  out.label = e.label;
+  load_image(index_.path(index), decode_, out.image);
+  out.label = index_.label(index);
 }
 
 bool ImageFileDataset::get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const {
   check_index(index);
-  const ImageFileEntry& e = entries_[static_cast<size_t>(index)];
-  if (!load_image_region(e.path, decode_, choose, out.image, box)) return false;
-  out.label = e.label;
+  if (!load_image_region(index_.path(index), decode_, choose, out.image, box)) return false;
+  out.label = index_.label(index);
   return true;
 }
 
