@@ -51,12 +51,9 @@ ImageFolderOptions read_image_folder(JsonReader& r, const std::string& source) {
   ImageFolderOptions o;
   o.root = read_root(r, source, " (holding train/<class>/<image> and val/<class>/<image>)");
   read_image_options(r, o);
-  if (r.read("val_labels", o.val_labels))
-    KILN_CHECK(!o.val_labels.empty(), r.path_of("val_labels"), ": empty file name; the CSV labelling a flat val/ ",
-               "folder (ImageNet's LOC_val_solution.csv), or leave the key out for val/<class>/<image>");
-  if (r.read("class_names_file", o.class_names_file))
-    KILN_CHECK(!o.class_names_file.empty(), r.path_of("class_names_file"), ": empty file name; a file of \"<wnid> ",
-               "<name>\" lines (ImageNet's LOC_synset_mapping.txt), or leave the key out for the folder names");
+  // "" = none, so that `data.val_labels=` turns the key of a config off.
+  r.read("val_labels", o.val_labels);
+  r.read("class_names_file", o.class_names_file);
   return o;
 }
 

@@ -98,10 +98,10 @@ struct ImageFolderOptions : ImageSourceOptions {
   /// folder holding train/ and val/ (required)
   std::string root;
   /// a CSV of "<image id>,<wnid> ..." lines labelling a flat val/ folder of images (ImageNet's
-  /// LOC_val_solution.csv); "" = val/<class>/<image> (default "")
+  /// LOC_val_solution.csv); "" = none: val/<class>/<image> (default "")
   std::string val_labels;
   /// a file of "<wnid> <name>, <name>" lines naming the class folders by their first name
-  /// (ImageNet's LOC_synset_mapping.txt); "" = the folder names (default "")
+  /// (ImageNet's LOC_synset_mapping.txt); "" = none: the folder names (default "")
   std::string class_names_file;
 };
 

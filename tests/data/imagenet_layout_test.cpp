@@ -205,11 +205,33 @@ TEST(ImageNetLayout, SynsetErrorsNameTheFileAndLine) {
 TEST(ImageNetLayout, KeysBelongToImageFolder) {
   KaggleTree t;
   auto config_error = [](const Json& j) { return kt::error_of([&] { DataConfig::from_json(j); }); };
-  EXPECT_HAS(config_error(with(t.data_json(), "val_labels", "")), "data.val_labels: empty file name");
-  EXPECT_HAS(config_error(with(t.data_json(), "class_names_file", "")), "data.class_names_file: empty file name");
+  // "" turns a key off (`kiln train configs/imagenet_resnet50.json data.val_labels=` for val/<class>/<image>).
+  DataConfig off = DataConfig::from_json(with(with(t.data_json(), "val_labels", ""), "class_names_file", ""));
+  EXPECT_FALSE(off.to_json().contains("val_labels"));
+  EXPECT_FALSE(off.to_json().contains("class_names_file"));
+  EXPECT_EQ(make_dataset(off, Split::train)->class_names(), (Names{"n01440764", "n01443537", "n01484850"}));
+  EXPECT_HAS(kt::error_of([&] { make_dataset(off, Split::val); }), "holds no class folders");
   EXPECT_HAS(config_error(Json{{"source", "cifar10"}, {"root", "/r"}, {"val_labels", "x.csv"}}),
              "data.val_labels: only used with source \"image_folder\", not \"cifar10\"");
   EXPECT_HAS(config_error(Json{{"source", "image_list"}, {"train_list", "a"}, {"val_list", "b"},
                                {"class_names_file", "x.txt"}}),
              "data.class_names_file: only used with source \"image_folder\"");
+}
+
+// configs/imagenet_*.json name the Kaggle download's files under data/imagenet; pointed at this
+// tree, their data sections open it.
+TEST(ImageNetLayout, ConfigsShowTheKaggleLayout) {
+  KaggleTree t;
+  for (const char* name : {"imagenet_alexnet", "imagenet_resnet18", "imagenet_resnet50"}) {
+    std::ifstream f(std::string(KILN_SOURCE_DIR) + "/configs/" + name + ".json");
+    Json j = Json::parse(f)["data"];
+    EXPECT_EQ(j["root"], "data/imagenet/ILSVRC/Data/CLS-LOC") << name;
+    EXPECT_EQ(j["val_labels"], "data/imagenet/LOC_val_solution.csv") << name;
+    EXPECT_EQ(j["class_names_file"], "data/imagenet/LOC_synset_mapping.txt") << name;
+    j["root"] = t.data, j["val_labels"] = t.csv, j["class_names_file"] = t.synsets;
+    const DataConfig c = DataConfig::from_json(j);
+    auto val = make_dataset(c, Split::val);
+    EXPECT_EQ(val->size(), 5) << name;
+    EXPECT_EQ(val->class_names()[0], "tench") << name;
+  }
 }
