@@ -56,10 +56,11 @@ void ImageFileIndex::shrink_to_fit() {
 }
 
 namespace {
-ImageFileIndex index_of(std::vector<ImageFileEntry> entries) {
+ImageFileIndex index_of(const std::vector<ImageFileEntry>& entries, const std::string& name, int64_t num_classes) {
   ImageFileIndex index;
   for (const auto& e : entries) {
-    KILN_CHECK(e.label >= 0, e.path, " has label ", e.label, ", below 0");
+    KILN_CHECK(e.label >= 0 && e.label < num_classes, name, ": ", e.path, " has label ", e.label, ", outside [0, ",
+               num_classes, ")");
     index.add(e.path, e.label);
   }
   index.shrink_to_fit();
@@ -69,7 +70,7 @@ ImageFileIndex index_of(std::vector<ImageFileEntry> entries) {
 
 ImageFileDataset::ImageFileDataset(std::vector<ImageFileEntry> entries, std::vector<std::string> classes,
                                    int64_t num_classes, DecodeOptions decode, std::string name)
-    : ImageFileDataset(index_of(std::move(entries)), std::move(classes), num_classes, decode, std::move(name)) {}
+    : ImageFileDataset(index_of(entries, name, num_classes), std::move(classes), num_classes, decode, name) {}
 
 ImageFileDataset::ImageFileDataset(ImageFileIndex index, std::vector<std::string> classes, int64_t num_classes,
                                    DecodeOptions decode, std::string name)
@@ -325,8 +326,8 @@ std::vector<std::string> read_class_names_file(const std::string& file, const st
     if (s.empty()) continue;
     const auto sep = s.find_first_of(" \t");
     const std::string wnid = s.substr(0, sep);
-    const std::string names = sep == std::string::npos ? "" : s.substr(sep + 1);
-    const std::string first = trim(std::string_view(names).substr(0, names.find(',')));
+    const std::string given = sep == std::string::npos ? "" : s.substr(sep + 1);  // "tench, Tinca tinca"
+    const std::string first = trim(std::string_view(given).substr(0, given.find(',')));
     KILN_CHECK(!first.empty(), file, ":", no, ": expected \"<wnid> <name>[, <name> ...]\" (e.g. \"n01440764 tench, ",
                "Tinca tinca\"), got \"", s.substr(0, 80), "\"");
     auto [it, added] = named.emplace(wnid, std::pair{first, no});
