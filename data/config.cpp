@@ -52,11 +52,16 @@ ImageFolderOptions read_image_folder(JsonReader& r, const std::string& source) {
   ImageFolderOptions o;
   o.root = read_root(r, source, " (holding train/<class>/<image> and val/<class>/<image>)");
   read_image_options(r, o);
+  // "" = none, so that `data.val_labels=` turns the key of a config off.
+  r.read("val_labels", o.val_labels);
+  r.read("class_names_file", o.class_names_file);
   return o;
 }
 
 void write_image_folder(const ImageFolderOptions& o, Json& j) {
   j["root"] = o.root;
+  if (!o.val_labels.empty()) j["val_labels"] = o.val_labels;
+  if (!o.class_names_file.empty()) j["class_names_file"] = o.class_names_file;
   write_image_options(o, j);
 }
 
@@ -67,8 +72,13 @@ std::shared_ptr<const Dataset> open_image_folder(const ImageFolderOptions& o, co
   // which silently shifts every label when val/ lacks a class).
   std::vector<std::string> classes;
   if (files == Split::val) classes = ImageFileDataset::class_folders(o.root + "/" + split_name(Split::train));
-  return ImageFileDataset::open_folder(folder, decode_options(o, c, split),
-                                       std::string("image_folder ") + split_name(files) + " (" + folder + ")", classes);
+  const std::string name = std::string("image_folder ") + split_name(files) + " (" + folder + ")";
+  std::shared_ptr<ImageFileDataset> d =
+      files == Split::val && !o.val_labels.empty()
+          ? ImageFileDataset::open_labelled_folder(folder, o.val_labels, decode_options(o, c, split), name, classes)
+          : ImageFileDataset::open_folder(folder, decode_options(o, c, split), name, classes);
+  if (!o.class_names_file.empty()) d->set_class_names(read_class_names_file(o.class_names_file, d->classes()));
+  return d;
 }
 
 ImageListOptions read_image_list(JsonReader& r, const std::string&) {
@@ -177,8 +187,8 @@ const Registry<Source>& sources() {
                {{"root", "the synthetic source reads no files; remove root"}})},
           {"image_folder",
            source<ImageFolderOptions>(
-               {"root", "channels", "max_image_pixels"}, read_image_folder, write_image_folder, varying,
-               open_image_folder)},
+               {"root", "channels", "max_image_pixels", "val_labels", "class_names_file"}, read_image_folder,
+               write_image_folder, varying, open_image_folder)},
           {"image_list",
            source<ImageListOptions>(
                {"train_list", "val_list", "num_classes", "channels", "max_image_pixels"}, read_image_list,

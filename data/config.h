@@ -7,6 +7,10 @@
 //   root              folder of the dataset files (required, and only accepted, for the file sources
 //                     but image_list); for image_folder the folder holding train/<class>/<image>
 //                     and val/<class>/<image> (torchvision's ImageNet layout; data/image_folder.h)
+//   val_labels        image_folder only: a CSV labelling a flat val/ folder ("<image id>,<wnid> ...",
+//                     ImageNet's LOC_val_solution.csv)                           (default "")
+//   class_names_file  image_folder only: "<wnid> <name>, <name>" lines naming the class folders
+//                     (ImageNet's LOC_synset_mapping.txt)                        (default "")
 //   train_list, val_list  image_list only (required): files of "<path> <label>" lines, relative
 //                     paths relative to the list file's folder (data/image_folder.h)
 //   num_classes       image_list only: labels must lie in [0, num_classes); default 1 + the largest
@@ -89,10 +93,18 @@ struct ImageSourceOptions {
   int64_t max_image_pixels = 89478485;
 };
 
-// "image_folder": root/train/<class>/<image> and root/val/<class>/<image> (data/image_folder.h)
+// "image_folder": root/train/<class>/<image> and root/val/<class>/<image> (data/image_folder.h), or
+// ImageNet as downloaded: a flat root/val/ with val_labels, class names from class_names_file
+// (docs/data.md, "ImageNet as downloaded")
 struct ImageFolderOptions : ImageSourceOptions {
   /// folder holding train/ and val/ (required)
   std::string root;
+  /// a CSV of "<image id>,<wnid> ..." lines labelling a flat val/ folder of images (ImageNet's
+  /// LOC_val_solution.csv); "" = none: val/<class>/<image> (default "")
+  std::string val_labels;
+  /// a file of "<wnid> <name>, <name>" lines naming the class folders by their first name
+  /// (ImageNet's LOC_synset_mapping.txt); "" = none: the folder names (default "")
+  std::string class_names_file;
 };
 
 // "image_list": files of "<path> <label>" lines (data/image_folder.h)

@@ -49,7 +49,8 @@ TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   std::string m = config_error(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"workres", 2}});
   EXPECT_HAS(m, "unknown key data.workres (did you mean data.workers?)");
   // Every source's keys are accepted keys (each source refuses the others' by name, below), right after source.
-  EXPECT_HAS(m, "accepted keys: source, root, synthetic, channels, max_image_pixels, train_list, val_list, "
+  EXPECT_HAS(m, "accepted keys: source, root, synthetic, channels, max_image_pixels, val_labels, class_names_file, "
+                "train_list, val_list, "
                 "num_classes, train_transforms, val_transforms, batch_size");
   m = config_error(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
   EXPECT_HAS(m, "did you mean data.batch_size?");
