@@ -353,7 +353,10 @@ TEST_F(Predict, WrongSizeFailsAloneNamingTheFile) {
   EXPECT_TRUE(r[0].ok()) << r[0].error;
   EXPECT_EQ(r[0].index.size(), 2u);
   EXPECT_FALSE(r[1].ok());
-  EXPECT_NE(r[1].error.find(dir_ + "/small.png: a 6x6x3 image does not fit data.val_transforms"), std::string::npos)
+  // Refused from its header, before decoding (data/image_decode.h), naming the file and the step.
+  EXPECT_NE(r[1].error.find(dir_ + "/small.png: PNG image of 6x6 (width x height) refused before decoding: "
+                                   "data.val_transforms[0]: random_crop: a 8x8 crop does not fit"),
+            std::string::npos)
       << r[1].error;
 
   // A source of fixed-size images (synthetic 8x8x3, no transforms): another size is refused by name;
