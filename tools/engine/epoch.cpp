@@ -174,30 +174,37 @@ struct PollResult {
   bool asked = false;  // the save was asked for (SIGUSR1)
 };
 
+// The signals as every rank sees them, agreed with one all-reduce of four numbers (every rank calls it
+// at the same point; alone it is free): the stop signal any rank received (SIGTERM over SIGINT);
+// with `take_saves`, whether any rank was asked to save (SIGUSR1, taken) and whether rank 0's clock
+// says train.save_every_minutes is due (`minutes_due`, rank 0's).
+struct AgreedSignals {
+  int stop = 0;
+  bool asked = false, minutes_due = false;
+};
+AgreedSignals agree_signals(ReplicaRun& r, bool take_saves, bool minutes_due) {
+  const int sig = stop_signal();
+  std::vector<double> v{sig != 0 ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0, take_saves && take_save_request() ? 1.0 : 0.0,
+                        take_saves && r.lead && minutes_due ? 1.0 : 0.0};
+  if (r.world > 1) r.comm.all_reduce_doubles(v);
+  AgreedSignals a;
+  a.stop = v[0] > 0 ? (v[1] > 0 ? SIGTERM : SIGINT) : 0;
+  a.asked = v[2] > 0;
+  a.minutes_due = v[3] > 0;
+  return a;
+}
+
 // After each step: SIGINT/SIGTERM, SIGUSR1 (tools/engine/interrupt.h) and train.save_every_*.
 // Alone, every step; over several ranks every r.poll_every steps, at the same global steps on every
 // rank, with one small all-reduce: a signal that reached any rank (mpirun forwards them to all,
 // maybe between two steps) acts on every rank at the same step; the minutes are rank 0's clock.
 PollResult poll_interrupts(ReplicaRun& r) {
   const TrainOptions& opt = r.opt;
-  PollResult p;
   const bool steps_due = opt.save_every_steps > 0 && r.state.step % opt.save_every_steps == 0;
-  auto minutes_due = [&] { return opt.save_every_minutes > 0 && seconds_since(r.last_save) >= 60 * opt.save_every_minutes; };
-  if (r.world == 1) {
-    p.stop = stop_signal();
-    p.asked = take_save_request();
-    p.save = p.asked || steps_due || minutes_due();
-    return p;
-  }
-  if (r.state.step % r.poll_every != 0) return PollResult{0, steps_due};
-  const int sig = stop_signal();
-  std::vector<double> v{sig != 0 ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0, take_save_request() ? 1.0 : 0.0,
-                        r.lead && minutes_due() ? 1.0 : 0.0};
-  r.comm.all_reduce_doubles(v);
-  p.stop = v[0] > 0 ? (v[1] > 0 ? SIGTERM : SIGINT) : 0;
-  p.asked = v[2] > 0;
-  p.save = steps_due || p.asked || v[3] > 0;
-  return p;
+  if (r.world > 1 && r.state.step % r.poll_every != 0) return PollResult{0, steps_due};
+  const bool minutes_due = opt.save_every_minutes > 0 && seconds_since(r.last_save) >= 60 * opt.save_every_minutes;
+  const AgreedSignals a = agree_signals(r, /*take_saves=*/true, minutes_due);
+  return PollResult{a.stop, steps_due || a.asked || a.minutes_due, a.asked};
 }
 
 // The progress line's fields after `done` steps of the epoch (`st.seen` images) in `seconds`, with
@@ -395,15 +402,9 @@ namespace {
 // alone at every batch; over several ranks every r.poll_every batches, at the same batches on every
 // rank (their loaders have the same number of batches).
 bool eval_should_stop(ReplicaRun& r, int64_t k) {
-  if (r.world == 1) {
-    r.interrupted = stop_signal();
-    return r.interrupted != 0;
-  }
-  if (k % r.poll_every != 0) return false;
-  std::vector<double> v{stop_signal() != 0 ? 1.0 : 0.0, stop_signal() == SIGTERM ? 1.0 : 0.0};
-  r.comm.all_reduce_doubles(v);
-  if (v[0] > 0) r.interrupted = v[1] > 0 ? SIGTERM : SIGINT;
-  return v[0] > 0;
+  if (r.world > 1 && k % r.poll_every != 0) return false;
+  r.interrupted = agree_signals(r, /*take_saves=*/false, false).stop;  // a SIGUSR1 waits for the training steps
+  return r.interrupted != 0;
 }
 
 // The epoch's evaluation (train.eval_every, and the last epoch's), of the live weights and the EMA's;
