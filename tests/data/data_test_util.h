@@ -1,4 +1,5 @@
-// Helpers shared by the data tests: a temporary folder and writers for small IDX and CIFAR files.
+// Helpers shared by the data tests: the loader tests' small dataset and pipeline, a temporary folder and
+// writers for small IDX and CIFAR files.
 #pragma once
 #include <zlib.h>
 
@@ -12,9 +13,31 @@
 #include <vector>
 
 #include "core/check.h"
+#include "data/pipeline.h"
+#include "data/synthetic.h"
 #include "tests/expect_error.h"  // error_of
 
 namespace kiln::testing {
+
+// The loader tests' dataset: n synthetic h x w x c images of 7 classes (seed 3).
+inline std::shared_ptr<SyntheticDataset> small_synthetic(int64_t n, int64_t h = 6, int64_t w = 5, int64_t c = 3) {
+  SyntheticOptions o;
+  o.size = n;
+  o.height = h;
+  o.width = w;
+  o.channels = c;
+  o.num_classes = 7;
+  o.seed = 3;
+  return std::make_shared<SyntheticDataset>(o);
+}
+
+// Their augmenting pipeline for 6x5x3 images: a padded 5x5 random crop, a flip, a normalize.
+inline Pipeline augmenting_pipeline() {
+  return Pipeline::from_json(Json::parse(R"([
+    {"type": "random_crop", "size": 5, "padding": 1},
+    {"type": "horizontal_flip"},
+    {"type": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}])"));
+}
 
 // A fresh folder under the system temp dir, removed with everything in it at the end of the test.
 class TempDir {

@@ -18,23 +18,8 @@ namespace kt = kiln::testing;
 
 namespace {
 
-std::shared_ptr<SyntheticDataset> synthetic(int64_t n, int64_t h = 6, int64_t w = 5, int64_t c = 3) {
-  SyntheticOptions o;
-  o.size = n;
-  o.height = h;
-  o.width = w;
-  o.channels = c;
-  o.num_classes = 7;
-  o.seed = 3;
-  return std::make_shared<SyntheticDataset>(o);
-}
-
-Pipeline augmenting() {
-  return Pipeline::from_json(Json::parse(R"([
-    {"type": "random_crop", "size": 5, "padding": 1},
-    {"type": "horizontal_flip"},
-    {"type": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}])"));
-}
+using kiln::testing::augmenting_pipeline;
+using kiln::testing::small_synthetic;
 
 LoaderOptions opts(int64_t batch, int64_t workers, bool shuffle = true, bool drop_last = false) {
   LoaderOptions o;
@@ -69,7 +54,7 @@ std::vector<Copied> run_epoch(DataLoader& l, int64_t epoch) {
 // A dataset that fails on one index (as a damaged file would) and can be slowed down.
 class FlakyDataset : public Dataset {
  public:
-  FlakyDataset(int64_t n, int64_t bad, int sleep_us = 0) : inner_(synthetic(n)), bad_(bad), sleep_us_(sleep_us) {}
+  FlakyDataset(int64_t n, int64_t bad, int sleep_us = 0) : inner_(small_synthetic(n)), bad_(bad), sleep_us_(sleep_us) {}
   int64_t size() const override { return inner_->size(); }
   int64_t num_classes() const override { return inner_->num_classes(); }
   ImageShape image_shape() const override { return inner_->image_shape(); }
@@ -89,10 +74,10 @@ class FlakyDataset : public Dataset {
 }  // namespace
 
 TEST(DataLoader, SameBatchesForAnyWorkerCount) {
-  auto ds = synthetic(103);
+  auto ds = small_synthetic(103);
   std::vector<std::vector<Copied>> runs;
   for (int64_t workers : {0, 1, 4}) {
-    DataLoader l(ds, augmenting(), opts(8, workers));
+    DataLoader l(ds, augmenting_pipeline(), opts(8, workers));
     EXPECT_EQ(l.batches_per_epoch(), 13);
     EXPECT_EQ(l.image_shape(), (ImageShape{5, 5, 3}));
     auto e0 = run_epoch(l, 0), e1 = run_epoch(l, 1);
@@ -107,7 +92,7 @@ TEST(DataLoader, SameBatchesForAnyWorkerCount) {
   // prefetch and a fresh loader change nothing either.
   LoaderOptions o = opts(8, 2);
   o.prefetch = 1;
-  DataLoader l(ds, augmenting(), o);
+  DataLoader l(ds, augmenting_pipeline(), o);
   run_epoch(l, 5);
   auto e0 = run_epoch(l, 0);
   EXPECT_TRUE(std::equal(e0.begin(), e0.end(), runs[0].begin()));
@@ -116,11 +101,11 @@ TEST(DataLoader, SameBatchesForAnyWorkerCount) {
 // A resumed run starts its epoch at the batch it was interrupted at: batches k.. are those of the
 // whole epoch (same samples, same augmentation), for any worker count; past the end is refused.
 TEST(DataLoader, StartingMidEpochDeliversTheRestOfTheSameEpoch) {
-  auto ds = synthetic(103);
-  DataLoader whole(ds, augmenting(), opts(8, 2));
+  auto ds = small_synthetic(103);
+  DataLoader whole(ds, augmenting_pipeline(), opts(8, 2));
   const std::vector<Copied> all = run_epoch(whole, 4);
   for (int64_t workers : {0, 3}) {
-    DataLoader l(ds, augmenting(), opts(8, workers));
+    DataLoader l(ds, augmenting_pipeline(), opts(8, workers));
     for (int64_t k : {int64_t{5}, int64_t{12}, int64_t{13}}) {
       l.start_epoch(4, k);
       Batch b;
@@ -140,8 +125,8 @@ TEST(DataLoader, StartingMidEpochDeliversTheRestOfTheSameEpoch) {
 }
 
 TEST(DataLoader, BatchValuesArePipelineOfDatasetSamples) {
-  auto ds = synthetic(20);
-  Pipeline p = augmenting();
+  auto ds = small_synthetic(20);
+  Pipeline p = augmenting_pipeline();
   for (const char* dtype : {"f32", "bf16"}) {
     LoaderOptions o = opts(6, 2);
     o.dtype = dtype;
@@ -173,7 +158,7 @@ TEST(DataLoader, BatchValuesArePipelineOfDatasetSamples) {
 }
 
 TEST(DataLoader, ShuffleIsAPermutationPerEpoch) {
-  auto ds = synthetic(1000);
+  auto ds = small_synthetic(1000);
   DataLoader l(ds, Pipeline(), opts(64, 2));
   std::set<std::vector<int64_t>> orders;
   for (int64_t epoch = 0; epoch < 3; ++epoch) {
@@ -192,7 +177,7 @@ TEST(DataLoader, ShuffleIsAPermutationPerEpoch) {
 }
 
 TEST(DataLoader, ShardingCoversEverySampleOnce) {
-  auto ds = synthetic(103);
+  auto ds = small_synthetic(103);
   for (int64_t world : {1, 2, 3, 4}) {
     std::vector<int64_t> count(103, 0);
     int64_t batches = -1, padding = 0;
@@ -232,7 +217,7 @@ TEST(DataLoader, ShardingCoversEverySampleOnce) {
 }
 
 TEST(DataLoader, DropLast) {
-  auto ds = synthetic(103);
+  auto ds = small_synthetic(103);
   DataLoader keep(ds, Pipeline(), opts(10, 2, false, false));
   DataLoader drop(ds, Pipeline(), opts(10, 2, false, true));
   EXPECT_EQ(keep.batches_per_epoch(), 11);
@@ -248,11 +233,11 @@ TEST(DataLoader, DropLast) {
 TEST(DataLoader, EarlyStopRestartAndHeldBatches) {
   auto ds = std::make_shared<FlakyDataset>(400, -1, 200);  // slow: workers are mid-batch when we stop
   auto reference = [&] {
-    DataLoader l(ds, augmenting(), opts(16, 0));
+    DataLoader l(ds, augmenting_pipeline(), opts(16, 0));
     return run_epoch(l, 1);
   }();
   {
-    DataLoader l(ds, augmenting(), opts(16, 4));
+    DataLoader l(ds, augmenting_pipeline(), opts(16, 4));
     l.start_epoch(0);
     Batch b;
     ASSERT_TRUE(l.next(b));
@@ -273,7 +258,7 @@ TEST(DataLoader, EarlyStopRestartAndHeldBatches) {
   Batch kept;
   std::vector<float> first;
   {
-    DataLoader l(ds, augmenting(), opts(16, 2));
+    DataLoader l(ds, augmenting_pipeline(), opts(16, 2));
     l.start_epoch(1);
     ASSERT_TRUE(l.next(kept));
     first = kept.images.to_float_vector();
@@ -283,7 +268,7 @@ TEST(DataLoader, EarlyStopRestartAndHeldBatches) {
 }
 
 TEST(DataLoader, HoldingManyBatchesDoesNotStall) {
-  auto ds = synthetic(300);
+  auto ds = small_synthetic(300);
   DataLoader l(ds, Pipeline(), opts(10, 3));  // prefetch 3
   l.start_epoch(0);
   std::vector<Batch> all;  // more batches held than the ring has slots

@@ -12,28 +12,14 @@
 #include "data/config.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
+#include "data_test_util.h"
 
 using namespace kiln;
 
 namespace {
 
-std::shared_ptr<SyntheticDataset> synthetic(int64_t n) {
-  SyntheticOptions o;
-  o.size = n;
-  o.height = 6;
-  o.width = 5;
-  o.channels = 3;
-  o.num_classes = 7;
-  o.seed = 3;
-  return std::make_shared<SyntheticDataset>(o);
-}
-
-Pipeline augmenting() {
-  return Pipeline::from_json(Json::parse(R"([
-    {"type": "random_crop", "size": 5, "padding": 1},
-    {"type": "horizontal_flip"},
-    {"type": "normalize", "mean": [0.5, 0.4, 0.3], "std": [0.2, 0.25, 0.3]}])"));
-}
+using kiln::testing::augmenting_pipeline;
+using kiln::testing::small_synthetic;
 
 LoaderOptions opts(const std::string& dtype) {
   LoaderOptions o;
@@ -63,8 +49,8 @@ Json data_config(const std::string& extra) {
 }  // namespace
 
 TEST(LoaderU8, PixelsAreThePipelineBeforeNormalizeAndCarryIt) {
-  auto ds = synthetic(20);
-  Pipeline p = augmenting();
+  auto ds = small_synthetic(20);
+  Pipeline p = augmenting_pipeline();
   DataLoader l(ds, p, opts("u8"));
   EXPECT_EQ(l.dtype(), DType::u8);
   l.start_epoch(4);
@@ -89,9 +75,9 @@ TEST(LoaderU8, PixelsAreThePipelineBeforeNormalizeAndCarryIt) {
 }
 
 TEST(LoaderU8, NormalisedByTheOpTheyEqualTheFloatLoadersBatches) {
-  auto ds = synthetic(20);
+  auto ds = small_synthetic(20);
   for (const char* fdt : {"f32", "bf16"}) {
-    DataLoader lu(ds, augmenting(), opts("u8")), lf(ds, augmenting(), opts(fdt));
+    DataLoader lu(ds, augmenting_pipeline(), opts("u8")), lf(ds, augmenting_pipeline(), opts(fdt));
     lu.start_epoch(2);
     lf.start_epoch(2);
     Batch bu, bf;
@@ -110,7 +96,7 @@ TEST(LoaderU8, NormalisedByTheOpTheyEqualTheFloatLoadersBatches) {
 }
 
 TEST(LoaderU8, WithoutAFinalNormalizeIsAClearError) {
-  auto ds = synthetic(8);
+  auto ds = small_synthetic(8);
   const std::string e = error_of([&] { DataLoader l(ds, Pipeline::from_json(Json::parse(R"([{"type": "horizontal_flip"}])")), opts("u8")); });
   EXPECT_NE(e.find("data.train_transforms / data.val_transforms"), std::string::npos) << e;
   EXPECT_NE(e.find("normalize"), std::string::npos) << e;
