@@ -10,6 +10,11 @@
 // an image_folder root. An image the encoder refuses (over 65500 pixels a side) is an error naming
 // the sample's source file (or dataset and index) and the output file not written.
 //
+//   kiln data imagenet-like photos=DIR out=DIR [classes=1000] [train=30] [val=5] [quality=90] [grain=16]
+//                           [seed=0] [threads=0]
+// writes an ImageNet-shaped folder of JPEGs made from a few photos (data/imagenet_like.h): the GPU
+// check's `e2e` input. Prints the file count, the bytes and the time taken.
+//
 //   kiln bench data CONFIG [threads=N] [batches=N] [warmup=N] [split=train|val] [key=value ...]
 // prints the loader's images/s for the split's transforms (no model), and images/s per thread.
 // Other key=value arguments are config overrides, as for kiln train (data.root=..., batch=...).
@@ -19,12 +24,14 @@
 #include <iostream>
 #include <map>
 #include <string_view>
+#include <unistd.h>
 
 #include "core/check.h"
 #include "data/bench.h"
 #include "data/config.h"
 #include "data/image_encode.h"
 #include "data/image_folder.h"
+#include "data/imagenet_like.h"
 #include "tools/cli/commands.h"
 #include "tools/deploy/config.h"
 #include "tools/cli/kv_args.h"
@@ -183,12 +190,67 @@ int data_export(const Args& args) {
   return 0;
 }
 
+int data_imagenet_like(const Args& args) {
+  static const char* kUsage =
+      "usage: kiln data imagenet-like photos=DIR out=DIR [classes=1000] [train=30] [val=5] [quality=90] [grain=16] "
+      "[seed=0] [threads=0]";
+  if (wants_help(args, kUsage)) return 0;
+  const KeyValueArgs kv("kiln data imagenet-like", args,
+                        {{"photos", ""}, {"out", ""}, {"classes", "1000"}, {"train", "30"}, {"val", "5"},
+                         {"quality", "90"}, {"grain", "16"}, {"seed", "0"}, {"threads", "0"}});
+  KILN_CHECK(!kv.str("photos").empty() && !kv.str("out").empty(), "kiln data imagenet-like needs photos=DIR and out=DIR; ",
+             kUsage);
+  ImageNetLikeOptions o;
+  o.photos = kv.str("photos");
+  o.out = kv.str("out");
+  o.classes = kv.integer("classes", 1);
+  o.train_per_class = kv.integer("train", 1);
+  o.val_per_class = kv.integer("val", 0);
+  const int64_t quality = kv.integer("quality", 1);
+  KILN_CHECK(quality <= 100, "kiln data imagenet-like: quality=", quality, ": accepted 1..100");
+  o.quality = static_cast<int>(quality);
+  {
+    const std::string& g = kv.str("grain");
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(g, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    KILN_CHECK(used == g.size() && v >= 0 && v <= 64, "kiln data imagenet-like: grain=", g,
+               ": accepted a number of levels in 0..64");
+    o.grain = v;
+  }
+  o.seed = static_cast<uint64_t>(kv.integer("seed", 0));
+  const int64_t threads = kv.integer("threads", 0);
+  KILN_CHECK(threads <= 4096, "kiln data imagenet-like: threads=", threads, ": accepted 0 (the cores) .. 4096");
+  o.threads = static_cast<int>(threads);
+  const bool tty = isatty(fileno(stdout)) != 0;
+  const ImageNetLikeReport r = make_imagenet_like(o, [&](int64_t done, int64_t total) {
+    if (tty) std::printf("\r%lld of %lld images", static_cast<long long>(done), static_cast<long long>(total)), std::fflush(stdout);
+  });
+  const int64_t files = r.train_files + r.val_files;
+  std::printf("%simagenet-like: %lld train + %lld val JPEGs of %lld classes from %lld photos, %.2f GB (%.0f KB on "
+              "average), in %.1f s with %d threads -> %s\n",
+              tty ? "\r" : "", static_cast<long long>(r.train_files), static_cast<long long>(r.val_files),
+              static_cast<long long>(o.classes), static_cast<long long>(r.photos), static_cast<double>(r.bytes) / 1e9,
+              static_cast<double>(r.bytes) / 1e3 / static_cast<double>(std::max<int64_t>(files, 1)), r.seconds,
+              r.threads, o.out.c_str());
+  std::printf("  data.root=%s/ILSVRC/Data/CLS-LOC data.val_labels=%s/LOC_val_solution.csv "
+              "data.class_names_file=%s/LOC_synset_mapping.txt\n",
+              o.out.c_str(), o.out.c_str(), o.out.c_str());
+  return 0;
+}
+
 }  // namespace
 
 const std::vector<Command>& data_commands() {
   static const std::vector<Command> kCommands = {
       {"export", "CONFIG|FOLDER out=DIR", "write a data source as an image folder DIR/<split>/<class>/<i>.png",
        data_export},
+      {"imagenet-like", "photos=DIR out=DIR", "write an ImageNet-shaped folder of JPEGs made from a few photos",
+       data_imagenet_like},
   };
   return kCommands;
 }
