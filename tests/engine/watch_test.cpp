@@ -309,3 +309,26 @@ TEST(Watch, TensorboardCanBeTurnedOff) {
   EXPECT_TRUE(event_files(r.run_dir).empty());
   EXPECT_EQ(steps_of(jsonl(r.run_dir + "/metrics.jsonl"), "step"), (std::vector<int64_t>{2, 4, 6}));
 }
+
+// A GPU run's step rows carry the interval's share of time the host spent blocked on the device
+// (core/host_wait.h); a CPU run's (blocked_seconds < 0) have no such key.
+TEST(Watch, StepRowsCarryTheHostBlockedShareOnDevicesOnly) {
+  const std::string dir = fresh_dir("blocked");
+  {
+    MetricsLog log(dir);
+    StepSample s;
+    s.epoch = 0, s.lr = 0.1, s.world = 1;
+    s.step = 10, s.seen = 640, s.seconds = 2.0, s.blocked_seconds = 0.5;
+    log.write_step(s);
+    s.step = 20, s.seen = 1280, s.seconds = 4.0, s.blocked_seconds = 0.6;
+    log.write_step(s);
+    s.step = 30, s.seen = 1920, s.seconds = 6.0, s.blocked_seconds = -1;  // as on the CPU
+    log.write_step(s);
+  }
+  const std::vector<nlohmann::json> rows = jsonl(dir + "/metrics.jsonl");
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_NEAR(rows[0].at("host_blocked_share").get<double>(), 0.25, 1e-12);
+  EXPECT_NEAR(rows[1].at("host_blocked_share").get<double>(), 0.05, 1e-12) << "the interval's, not the epoch's";
+  EXPECT_FALSE(rows[2].contains("host_blocked_share")) << rows[2].dump();
+  EXPECT_NEAR(rows[1].at("images_per_s").get<double>(), 320.0, 1e-9);
+}

@@ -15,6 +15,7 @@
 #include "core/allocator.h"
 #include "core/autograd.h"
 #include "core/conv_policy.h"
+#include "core/host_wait.h"
 #include "core/step_stats.h"
 #include "core/rng.h"
 #include "data/mix.h"
@@ -122,6 +123,7 @@ struct EpochStats {
   double loss_sum = 0, correct = 0, seen = 0;
   double wait_before = 0, seconds_before = 0;  // a resumed epoch's data wait and training seconds so far
   int64_t read_every = 1;
+  double blocked_start = host_wait_stats().seconds;  // the host's time blocked on devices before the epoch
   Tensor acc;  // (5) f64 on the device: loss sum, correct, non-finite flag, its step, its loss
 
   explicit EpochStats(const ReplicaRun& r)
@@ -230,10 +232,11 @@ std::string progress_fields(ReplicaRun& r, const EpochStats& st, double seconds,
 void write_step_row(ReplicaRun& r, const EpochStats& st, int64_t epoch, double seconds, double lr, int64_t done) {
   const int64_t every = r.opt.log_every > 0 ? r.opt.log_every : std::max<int64_t>(1, r.steps_per_epoch / 10);
   if (!r.log || st.seen <= 0 || (done % every != 0 && done < r.steps_per_epoch)) return;
-  r.log->write_step(StepSample{r.state.step, epoch, st.loss_sum, st.correct, st.seen, seconds,
-                               st.wait_before + r.train_loader->stats().wait_seconds, lr,
-                               r.step.scaler ? r.step.scaler->scale() : 0.0,
-                               r.world});
+  StepSample sample{r.state.step, epoch, st.loss_sum, st.correct, st.seen, seconds,
+                    st.wait_before + r.train_loader->stats().wait_seconds, lr,
+                    r.step.scaler ? r.step.scaler->scale() : 0.0, r.world};
+  if (has_own_memory(r.device)) sample.blocked_seconds = host_wait_stats().seconds - st.blocked_start;
+  r.log->write_step(sample);
 }
 
 // Where a step of epoch `epoch` stands: the epoch's start in this invocation, the step's lr.

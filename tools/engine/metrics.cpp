@@ -193,6 +193,11 @@ void MetricsLog::write_step(const StepSample& s) {
      << ", \"acc\": " << json_num(r.acc) << ", \"lr\": " << json_num(r.lr) << ", \"images_per_s\": "
      << json_num(r.images_per_s) << ", \"data_wait_share\": " << json_num(r.data_wait_share);
   if (s.loss_scale > 0) jl << ", \"loss_scale\": " << json_num(r.loss_scale);
+  double blocked = NAN;
+  if (s.blocked_seconds >= 0) {
+    blocked = secs > 0 ? (s.blocked_seconds - std::max(prev.blocked_seconds, 0.0)) / secs : NAN;
+    jl << ", \"host_blocked_share\": " << json_num(blocked);
+  }
   jl << ", \"time\": " << num(r.time) << "}\n";
   if (events_)
     events_->scalars(r.step, {{"train/loss", r.loss},
@@ -200,7 +205,8 @@ void MetricsLog::write_step(const StepSample& s) {
                               {"train/lr", r.lr},
                               {"train/images_per_s", r.images_per_s},
                               {"train/data_wait_share", r.data_wait_share},
-                              {"train/loss_scale", r.loss_scale}});
+                              {"train/loss_scale", r.loss_scale},
+                              {"train/host_blocked_share", blocked}});
 }
 
 namespace {

@@ -34,6 +34,9 @@ struct StepSample {
   double lr = 0;
   double loss_scale = 0;  // fp16's; 0 without
   int world = 1;          // ranks: images/s counts every rank's (equal shards)
+  // On a device with its own memory (a GPU): the host's time blocked waiting for it in the epoch so far
+  // (core/host_wait.h), written as the interval's host_blocked_share; < 0 (the CPU): not written.
+  double blocked_seconds = -1;
 };
 
 // One step row: the figures of the interval that ends at `step`.
