@@ -4,7 +4,8 @@
 #
 #   kiln-gpu/gpu_check.sh tests   # <= 5 min on one H200
 #   kiln-gpu/gpu_check.sh bench   # <= 5 min
-#   kiln-gpu/gpu_check.sh all     # both, one after the other
+#   kiln-gpu/gpu_check.sh e2e     # <= 5 min: ResNet-50 from JPEG files, kiln against PyTorch's DataLoader
+#   kiln-gpu/gpu_check.sh all     # tests, bench and e2e, one after the other
 #   kiln-gpu/gpu_check.sh profile # <= 5 min: where a ResNet-50 step's GPU time goes, kiln against PyTorch
 #
 # tests: every GPU test in its own process with a 60 s limit (TEST_TIMEOUT), within a 200 s budget for all
@@ -18,19 +19,27 @@
 #        batch-norm kernels instead of cuDNN's) and with KILN_FUSED_BN_RELU=0 (batch norm, residual add and
 #        ReLU as three ops instead of cuDNN's fused call): what each switch is worth; AutoBatch (batch=-1)
 #        on ResNet-50: what it measured and chose, and the training peak against its target.
+# e2e:   makes an ImageNet-shaped folder (`kiln data imagenet-like` from the kit's photos: 1000 classes,
+#        30,000 train and 5,000 val JPEGs, ~100 KB each; its time and disk said), then bench/e2e_gpu.py:
+#        ResNet-50 trained from it by kiln (configs/imagenet_resnet50.json's pipeline, data.workers =
+#        cores - 1) and by PyTorch (ImageFolder + DataLoader with a worker per core, channels_last, AMP),
+#        and each on synthetic batches (the ceiling), in fp16, bf16 (batch 256) and fp32 (batch 128):
+#        images/s, data-wait and host-blocked shares, the ratios. E2E_DRY=1 is the dry run without a GPU
+#        (CI, in tools/gpu_kit.sh): a 10-class folder, resnet18, 2+2 CPU steps; PyTorch where importable.
 # Each part writes its whole log to $OUT/<part>.log and a one-screen summary (every test's verdict, every
 # figure) to $OUT/<part>-summary.txt when OUT is set (else under /tmp/kiln-gpu-check), prints the
 # summary last, and exits non-zero if anything failed.
 # Environment: PYTHON (default python3, the one with torch), FASHION_MNIST_ROOT (default: the kit's
 # data/fashion-mnist, then /usr/share/datasets/fashion-mnist; synthetic 28x28 data without either),
-# TEST_TIMEOUT, TESTS_BUDGET, EPOCHS (default 1).
+# TEST_TIMEOUT, TESTS_BUDGET, EPOCHS (default 1); for e2e: E2E_DRY, E2E_DIR (the folder; default under
+# a temporary folder removed at the end), E2E_TIMEOUT (default 250 s for all the runs).
 set -u -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 part=${1:-}
 case "$part" in
-  tests|bench|profile) ;;
-  all) "$0" tests; a=$?; "$0" bench; b=$?; exit $((a || b)) ;;
-  *) echo "usage: gpu_check.sh tests|bench|profile|all (run from the unpacked GPU kit; see docs/cuda_backend.md)" >&2; exit 2 ;;
+  tests|bench|profile|e2e) ;;
+  all) "$0" tests; a=$?; "$0" bench; b=$?; "$0" e2e; c=$?; exit $((a || b || c)) ;;
+  *) echo "usage: gpu_check.sh tests|bench|e2e|profile|all (run from the unpacked GPU kit; see docs/cuda_backend.md)" >&2; exit 2 ;;
 esac
 [[ -x "$here/bin/kiln" ]] || { echo "gpu_check.sh: $here/bin/kiln is missing: run this script from the unpacked kit (tools/gpu_kit.sh)" >&2; exit 2; }
 
@@ -257,6 +266,35 @@ JSON
     pass "AutoBatch ResNet-50: $ab"
   else
     fail "AutoBatch ResNet-50 (exit $rc): $ab; last line: $(tail -1 "$runs/autobatch.log" | head -c 200)"
+  fi
+fi
+
+if [[ "$part" == e2e ]]; then
+  py=${PYTHON:-python3}
+  dry=${E2E_DRY:-0}
+  if ((dry)); then
+    shape=(classes=10 train=8 val=1)
+    e2e_args=(--device cpu --precisions fp32,bf16 --batch 4 --fp32-batch 4 --warmup 2 --steps 2 --log-every 2
+              --workers 2 --torch-workers 2 --model resnet18)
+  else
+    shape=(classes=1000 train=30 val=5)
+    e2e_args=(--device cuda)
+  fi
+  section "an ImageNet-shaped folder from the kit's photos: kiln data imagenet-like ${shape[*]}"
+  folder=${E2E_DIR:-$runs/imagenet-like}
+  t0=$(date +%s)
+  if timeout -k 5 120 "$kiln" data imagenet-like photos="$here/data/photos" out="$folder" "${shape[@]}" |
+     tee "$runs/imagenet_like.log"; then
+    made=$(grep -m1 '^imagenet-like:' "$runs/imagenet_like.log" | sed 's/ -> .*//')
+    pass "${made#imagenet-like: }; $(du -sh "$folder" | cut -f1) on disk, $(($(date +%s) - t0)) s in all"
+    section "ResNet-50 from JPEG files: kiln against PyTorch's DataLoader on this machine (bench/e2e_gpu.py)"
+    PYTHONUNBUFFERED=1 timeout -k 10 "${E2E_TIMEOUT:-250}" "$py" "$here/bench/e2e_gpu.py" "$kiln" --folder "$folder" \
+      --configs "$here/configs" --runs "$runs/e2e" --summary "$runs/e2e_summary.txt" "${e2e_args[@]}"
+    rc=$?
+    [[ -f "$runs/e2e_summary.txt" ]] && cat "$runs/e2e_summary.txt" >>"$summary"
+    if ((rc == 0)); then pass "e2e_gpu.py$( ((dry)) && echo ' (dry run)')"; else fail "e2e_gpu.py (exit $rc)"; fi
+  else
+    fail "kiln data imagenet-like (photos $here/data/photos): $(tail -1 "$runs/imagenet_like.log" | head -c 200)"
   fi
 fi
 

@@ -10,13 +10,15 @@
 #    KIT_CUDA_ARCHS replaces the arch list (default 90).
 # 2. Packs gpu-kit/kiln-gpu.tar.xz holding kiln-gpu/{bin/kiln, bin/kiln_test_gpu, lib/ (every shared library
 #    they load except glibc's, libstdc++/libgcc_s and the CUDA libraries), configs/, gpu_check.sh, kit_env.sh,
-#    bench/{bench_gpu,profile_gpu}.py, MANIFEST}; --data adds the Fashion-MNIST files (data/fashion-mnist/) so the check
+#    bench/{bench_gpu,profile_gpu,e2e_gpu}.py, data/photos/ (7 photos, 3.7 MB, from Debian's python3-skimage
+#    data folder: the e2e part's source images; KIT_PHOTOS names another folder), MANIFEST}; --data adds the Fashion-MNIST files (data/fashion-mnist/) so the check
 #    trains on real data. The archive must stay under 30 MB without data (KIT_MAX_MB).
 # 3. Dry run (skipped with --no-dry-run): unpacks the archive into an empty folder and, with only the kit's
 #    lib/ (and the CUDA library folders) on LD_LIBRARY_PATH and no RPATH in any binary, checks that ldd
 #    resolves every library of every kit binary and library to the kit, glibc/libstdc++/libgcc_s or CUDA;
 #    trains the default config for one epoch on the CPU with the unpacked kiln; runs the unpacked GPU test
-#    executable (which skips without a GPU). Any failure exits non-zero. CI runs this script.
+#    executable (which skips without a GPU); runs the e2e part's dry run (E2E_DRY=1 gpu_check.sh e2e: a
+#    10-class folder, a few CPU steps). Any failure exits non-zero. CI runs this script.
 #
 # On the GPU machine (docs/cuda_backend.md, "Running the GPU check"):
 #   tar -xJf gpu-kit/kiln-gpu.tar.xz -C /tmp && /tmp/kiln-gpu/gpu_check.sh tests   # then: ... bench
@@ -74,7 +76,29 @@ cp "$build_dir/tools/kiln" "$build_dir/tests/kiln_test_gpu" "$kit/bin/"
 strip --strip-unneeded "$kit/bin/"* 2>/dev/null || true
 cp configs/*.json "$kit/configs/"
 cp tools/gpu_check.sh tools/kit_env.sh "$kit/"
-cp tools/bench/bench_gpu.py tools/bench/profile_gpu.py "$kit/bench/"
+cp tools/bench/bench_gpu.py tools/bench/profile_gpu.py tools/bench/e2e_gpu.py "$kit/bench/"
+# The e2e part's photos: Debian's python3-skimage data folder (installed, or its package unpacked here:
+# the package pulls ~140 others that the photos do not need).
+photo_names=(astronaut.png chelsea.png coffee.png motorcycle_left.png motorcycle_right.png hubble_deep_field.jpg ihc.png)
+photos=${KIT_PHOTOS:-}
+if [[ -z "$photos" ]]; then
+  for d in /usr/lib/python3/dist-packages/skimage/data "$build_dir/skimage/usr/lib/python3/dist-packages/skimage/data"; do
+    [[ -f "$d/astronaut.png" ]] && { photos=$d; break; }
+  done
+fi
+if [[ -z "$photos" ]]; then
+  say "fetching Debian's python3-skimage for its photos (unpacked into $build_dir/skimage, not installed)"
+  rm -rf "$build_dir/skimage" && mkdir -p "$build_dir/skimage"
+  (cd "$build_dir/skimage" && apt-get download python3-skimage >/dev/null 2>&1 && dpkg -x python3-skimage_*.deb .) ||
+    die "no photos for the e2e part: apt-get download python3-skimage failed (set KIT_PHOTOS to a folder of photos)"
+  photos="$build_dir/skimage/usr/lib/python3/dist-packages/skimage/data"
+fi
+mkdir -p "$kit/data/photos"
+if [[ -n "${KIT_PHOTOS:-}" ]]; then
+  cp "$photos"/* "$kit/data/photos/"
+else
+  for f in "${photo_names[@]}"; do cp "$photos/$f" "$kit/data/photos/" || die "photo $photos/$f is missing"; done
+fi
 
 copied=()
 for b in "$kit/bin/"*; do
@@ -168,5 +192,10 @@ say "the unpacked kiln trained the default config for 1 epoch on the CPU in $(($
 "$kit/bin/kiln_test_gpu" --gtest_brief=1 >"$runs/gpu_tests.log" 2>&1 ||
   { tail -20 "$runs/gpu_tests.log"; die "the unpacked GPU tests failed"; }
 say "the unpacked GPU tests ran: $(grep -E '^\[  PASSED  \]|^\[  SKIPPED \]' "$runs/gpu_tests.log" | head -2 | tr '\n' ' ')"
+t0=$(date +%s)
+OUT="$runs/e2e" E2E_DRY=1 "$kit/gpu_check.sh" e2e >"$runs/e2e.log" 2>&1 ||
+  { tail -40 "$runs/e2e.log"; die "the e2e part's dry run failed"; }
+grep -E '^(PASS|FAIL|e2e )' "$runs/e2e/e2e-summary.txt" | sed 's/^/  /'
+say "the e2e part's dry run passed in $(($(date +%s) - t0)) s"
 rm -rf "$runs"
 say "dry run passed"
