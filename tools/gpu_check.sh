@@ -25,7 +25,7 @@
 #        cores - 1) and by PyTorch (ImageFolder + DataLoader with a worker per core, channels_last, AMP),
 #        and each on synthetic batches (the ceiling), in fp16, bf16 (batch 256) and fp32 (batch 128):
 #        images/s, data-wait and host-blocked shares, the ratios. E2E_DRY=1 is the dry run without a GPU
-#        (CI, in tools/gpu_kit.sh): a 10-class folder, resnet18, 2+2 CPU steps; PyTorch where importable.
+#        (CI, in tools/gpu_kit.sh): a 10-class folder, resnet18, 1+2 CPU steps; PyTorch where importable.
 # Each part writes its whole log to $OUT/<part>.log and a one-screen summary (every test's verdict, every
 # figure) to $OUT/<part>-summary.txt when OUT is set (else under /tmp/kiln-gpu-check), prints the
 # summary last, and exits non-zero if anything failed.
@@ -274,7 +274,7 @@ if [[ "$part" == e2e ]]; then
   dry=${E2E_DRY:-0}
   if ((dry)); then
     shape=(classes=10 train=8 val=1)
-    e2e_args=(--device cpu --precisions fp32,bf16 --batch 4 --fp32-batch 4 --warmup 2 --steps 2 --log-every 2
+    e2e_args=(--device cpu --precisions fp32,bf16 --batch 4 --fp32-batch 4 --warmup 1 --steps 2 --log-every 1
               --workers 2 --torch-workers 2 --model resnet18)
   else
     shape=(classes=1000 train=30 val=5)

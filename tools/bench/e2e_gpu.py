@@ -255,7 +255,10 @@ def fmt_share(v):
 
 
 def fmt_ips(r):
-    return "failed" if r is None else f"{r['images_per_s']:.0f}"
+    if r is None:
+        return "failed"
+    v = r["images_per_s"]
+    return f"{v:.0f}" if v >= 10 else f"{v:.2f}"
 
 
 def ratio(a, b):
