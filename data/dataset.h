@@ -46,6 +46,16 @@ struct CropBox {
   bool operator==(const CropBox&) const = default;
 };
 
+// What a first crop needs of a source (Dataset::get_region_into): the box of the full image, and
+// the size it will be resized to (0 x 0: unknown or not to be relied on, decode at full scale).
+// Knowing the size, a JPEG source may decode the box at a reduced DCT scale that keeps at least
+// out_h x out_w pixels (data/image_decode.h, region_scale).
+struct RegionWant {
+  CropBox box;
+  int64_t out_h = 0, out_w = 0;
+  RegionWant(CropBox b = {}, int64_t h = 0, int64_t w = 0) : box(b), out_h(h), out_w(w) {}  // implicit from a box
+};
+
 struct Sample {
   Image image;
   int64_t label = 0;
@@ -78,10 +88,12 @@ class Dataset {
 
   // Region decoding (optional): loads only the part of sample `index` that the first transform
   // uses. `choose` gets the full image's (height, width) from the file's header and returns the
-  // box the transform will crop; the source decodes a region holding at least that box into `out`
-  // and sets `box` to where the box lies in out.image. Returns false when it cannot (then the
-  // caller uses get_into()). The default cannot. Used by the loader for RandomResizedCrop on JPEGs.
-  using ChooseBox = std::function<CropBox(int64_t height, int64_t width)>;
+  // box the transform will crop (and the size it resizes it to, RegionWant); the source decodes a
+  // region holding at least that box into `out` and sets `box` to where the box lies in out.image
+  // (in scaled pixels when the source decoded at a reduced scale: then the box is at least
+  // out_h x out_w). Returns false when it cannot (then the caller uses get_into()). The default
+  // cannot. Used by the loader for RandomResizedCrop on JPEGs.
+  using ChooseBox = std::function<RegionWant(int64_t height, int64_t width)>;
   virtual bool get_region_into(int64_t index, const ChooseBox& choose, Sample& out, CropBox& box) const {
     return false;
   }

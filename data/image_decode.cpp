@@ -19,6 +19,23 @@ int reduction_factor(const ImageHeader& h, int64_t min_side) {
   return f;
 }
 
+CropBox scale_box(const CropBox& b, int m) {
+  KILN_CHECK(m >= 1 && m <= 8, "scale_box: scale ", m, "/8; accepted: 1/8 to 8/8");
+  if (m == 8) return b;
+  auto at = [m](int64_t e) { return (e * m + 4) / 8; };
+  const int64_t top = at(b.top), left = at(b.left);
+  return {top, left, at(b.top + b.h) - top, at(b.left + b.w) - left};
+}
+
+int region_scale(const CropBox& b, int64_t out_h, int64_t out_w) {
+  if (out_h <= 0 || out_w <= 0) return 8;
+  for (int m = 1; m < 8; ++m) {
+    const CropBox s = scale_box(b, m);
+    if (s.h >= out_h && s.w >= out_w) return m;
+  }
+  return 8;
+}
+
 namespace {
 // The image the decode would give (JPEG's DCT scaling rounds up, as libjpeg's jdiv_round_up) run
 // through the transforms' output_shape: each step bounds its output (data/transform.h).
@@ -75,13 +92,14 @@ void load_image(const std::string& path, const DecodeOptions& o, Image& out) {
   decode_image(t_file_buf.data(), t_file_buf.size(), path, o, out);
 }
 
-bool load_image_region(const std::string& path, const DecodeOptions& o,
-                       const std::function<CropBox(int64_t, int64_t)>& choose, Image& out, CropBox& box) {
+bool load_image_region(const std::string& path, const DecodeOptions& o, const Dataset::ChooseBox& choose, Image& out,
+                       CropBox& box) {
   read_regular_file(path, t_file_buf);
   const ImageHeader h = checked_header(t_file_buf.data(), t_file_buf.size(), path, o);
   if (h.format != ImageFormat::jpeg) return false;
-  const CropBox want = choose(h.height, h.width);
-  return decode_jpeg_region(t_file_buf.data(), t_file_buf.size(), path, o, h, want, out, box);
+  const RegionWant want = choose(h.height, h.width);
+  return decode_jpeg_region(t_file_buf.data(), t_file_buf.size(), path, o, h, want.box, out, box,
+                            region_scale(want.box, want.out_h, want.out_w));
 }
 
 }  // namespace kiln

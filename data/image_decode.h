@@ -23,7 +23,11 @@
 // Pipeline::min_source_side() (data/pipeline.h) computes min_side for a pipeline.
 //
 // Region decoding (decode_jpeg_region, data/jpeg_decode.cpp) decodes only a box of a JPEG with
-// libjpeg-turbo; the loader uses it for a first random_resized_crop (docs/data.md).
+// libjpeg-turbo; the loader uses it for a first random_resized_crop (docs/data.md). When the box
+// will be resized to a smaller output (RegionWant::out_h/out_w, data/dataset.h), the box is decoded
+// at a DCT scale M/8 (region_scale below: the smallest M that keeps the output size in both
+// dimensions, so the resize after it still shrinks or copies, never enlarges); the box's edges are
+// rounded to the scaled image's pixels (scale_box): at most half a scaled pixel each.
 // Files are read with read_regular_file (data/file_io.h): only regular files are opened.
 // Tests: tests/data/image_file_test.cpp, tests/data/hardened_input_test.cpp.
 #pragma once
@@ -59,17 +63,29 @@ void decode_image(const uint8_t* data, size_t size, const std::string& name, con
 // per-thread buffer.
 void load_image(const std::string& path, const DecodeOptions& o, Image& out);
 
+// The box `b` of a full image in the coordinates of the image DCT-scaled by m/8 (m in 1..8): each
+// edge e becomes round(e * m / 8) (half up). Scaled pixel i covers the full image's
+// [8i/m, 8(i+1)/m), so an edge moves by at most half a scaled pixel. m = 8: `b` itself.
+CropBox scale_box(const CropBox& b, int m);
+// The DCT scale m/8 (m in 1..8) for decoding box `b` that is then resized to out_h x out_w: the
+// smallest m whose scale_box is at least out_h x out_w; 8 (full scale) when out_h or out_w is 0 or
+// no smaller m keeps the size.
+int region_scale(const CropBox& b, int64_t out_h, int64_t out_w);
+
 // Region decoding (data/jpeg_decode.cpp, libjpeg-turbo): decodes only the rows of `want` (a box of
-// the full image of header `h`) and the iMCU columns around it, into `out`; `got` is where `want`
-// lies in `out`. Returns false, decoding nothing, for CMYK/YCCK JPEGs (left to decode_image).
-// The pixels equal a full decode's (tests: tests/data/image_file_test.cpp). No reduced decoding.
+// the full image of header `h`) and the iMCU columns around it, into `out`, at the DCT scale
+// scale_eighths/8 (8: full size); `got` is where scale_box(want, scale_eighths) lies in `out`.
+// Returns false, decoding nothing, for CMYK/YCCK JPEGs (left to decode_image). At full size the
+// pixels equal a full decode's; at m/8 those of a whole-image decode at m/8 (tests:
+// tests/data/image_file_test.cpp, tests/data/scaled_region_test.cpp).
 bool decode_jpeg_region(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o,
-                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got);
+                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got, int scale_eighths = 8);
 
 // Region loading for Dataset::get_region_into: reads `path`, checks it as decode_image does, calls
-// `choose` with the image's (height, width) and region-decodes a JPEG; returns false for other
-// formats (nothing decoded; `choose` may have been called).
-bool load_image_region(const std::string& path, const DecodeOptions& o, const std::function<CropBox(int64_t, int64_t)>& choose,
-                       Image& out, CropBox& box);
+// `choose` with the image's (height, width) and region-decodes a JPEG, at region_scale(box, out_h,
+// out_w) of what `choose` returned; returns false for other formats (nothing decoded; `choose` may
+// have been called). `box` is where the (scaled) box lies in `out`.
+bool load_image_region(const std::string& path, const DecodeOptions& o, const Dataset::ChooseBox& choose, Image& out,
+                       CropBox& box);
 
 }  // namespace kiln

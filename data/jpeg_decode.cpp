@@ -1,7 +1,8 @@
 // JPEG decoding with libjpeg-turbo: whole images (decode_jpeg, data/image_codecs.h; DCT scaling by
 // 1/2, 1/4, 1/8) and regions (decode_jpeg_region, data/image_decode.h): only the rows of the box
 // are colour-converted (jpeg_skip_scanlines entropy-decodes the rows above it; the rows below are
-// never decoded) and only the iMCU columns holding the box (jpeg_crop_scanline).
+// never decoded) and only the iMCU columns holding the box (jpeg_crop_scanline), at full scale or
+// at a DCT scale M/8 (M in 1..8; crop and skip then work in the scaled image's coordinates).
 // Corrupt-data warnings are errors (see image_codecs.h); libjpeg prints nothing.
 // NOTE: libjpeg reports errors through error_exit (and here emit_message), which must not return:
 // they longjmp back here. No C++ object with a destructor lives between setjmp and a longjmp.
@@ -58,13 +59,13 @@ void cmyk_row_to_rgb(const uint8_t* cmyk, int64_t w, uint8_t* rgb) {
 
 thread_local std::vector<uint8_t> t_cmyk_row;
 
-// Decodes the whole image at 1/denom (want == nullptr) or only the box *want at full size (region
-// decoding; then *got is where the box lies in `out`).
+// Decodes the whole image at num/denom (want == nullptr) or only the box *want (region decoding; in
+// the coordinates of the image scaled by num/denom; then *got is where the box lies in `out`).
 // 0: decoded; 1: libjpeg error (message in err); 2: a CMYK/YCCK region, left to the full decode;
 // 3: out of memory for the image.
 // NOTE: one function for both, as setjmp must stay in the frame that runs libjpeg.
-int run(const uint8_t* data, size_t size, int64_t channels, int denom, const CropBox* want, Image& out, CropBox* got,
-        ErrorMgr& err) {
+int run(const uint8_t* data, size_t size, int64_t channels, int num, int denom, const CropBox* want, Image& out,
+        CropBox* got, ErrorMgr& err) {
   jpeg_decompress_struct cinfo;
   install(cinfo, err);
   if (setjmp(err.jump)) {
@@ -80,16 +81,24 @@ int run(const uint8_t* data, size_t size, int64_t channels, int denom, const Cro
     return 2;
   }
   cinfo.out_color_space = cmyk ? JCS_CMYK : channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
-  if (!want) {
-    cinfo.scale_num = 1;
-    cinfo.scale_denom = static_cast<unsigned>(denom);
-  }
+  cinfo.scale_num = static_cast<unsigned>(num);
+  cinfo.scale_denom = static_cast<unsigned>(denom);
   jpeg_start_decompress(&cinfo);
   if (want) {
+    // The caller's box lies inside the scaled image (scale_box, image_decode.h); checked again
+    // here, as a box past the edge would make libjpeg read past the rows it has.
+    if (want->top + want->h > int64_t{cinfo.output_height} || want->left + want->w > int64_t{cinfo.output_width}) {
+      std::snprintf(err.message, sizeof err.message, "box past the %ux%u scaled image", cinfo.output_width,
+                    cinfo.output_height);
+      jpeg_destroy_decompress(&cinfo);
+      return 1;
+    }
     // NOTE: the crop's first and last columns are upsampled from chroma without their outer
     // neighbour (edge replication), so they differ from a full decode: widen the request by one
-    // iMCU on each side, so that the box's columns are exactly the full decode's.
-    const int64_t margin = int64_t{cinfo.max_h_samp_factor} * DCTSIZE;
+    // iMCU on each side, so that the box's columns are exactly the full decode's. An iMCU is
+    // max_h_samp_factor blocks of min_DCT_scaled_size output pixels (DCTSIZE at full scale, M at
+    // M/8).
+    const int64_t margin = int64_t{cinfo.max_h_samp_factor} * cinfo.min_DCT_scaled_size;
     const int64_t x0 = std::max<int64_t>(0, want->left - margin);
     const int64_t x1 = std::min<int64_t>(cinfo.output_width, want->left + want->w + margin);
     JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
@@ -146,20 +155,24 @@ int run(const uint8_t* data, size_t size, int64_t channels, int denom, const Cro
 void decode_jpeg(const uint8_t* data, size_t size, const std::string& name, int64_t channels, int scale_denom,
                  const ImageHeader& h, Image& out) {
   ErrorMgr err{};
-  const int rc = run(data, size, channels, scale_denom, nullptr, out, nullptr, err);
+  const int rc = run(data, size, channels, 1, scale_denom, nullptr, out, nullptr, err);
   KILN_CHECK(rc != 3, name, ": out of memory for the decoded ", h.width, "x", h.height, " JPEG image");
   KILN_CHECK(rc == 0, name, ": damaged JPEG image (", h.width, "x", h.height, "): libjpeg: ", err.message);
 }
 
 bool decode_jpeg_region(const uint8_t* data, size_t size, const std::string& name, const DecodeOptions& o,
-                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got) {
+                        const ImageHeader& h, const CropBox& want, Image& out, CropBox& got, int scale_eighths) {
   KILN_CHECK(h.format == ImageFormat::jpeg, name, ": region decoding is for JPEGs");
   KILN_CHECK(want.top >= 0 && want.left >= 0 && want.h > 0 && want.w > 0 && want.top + want.h <= h.height &&
                  want.left + want.w <= h.width,
              name, ": box (top ", want.top, ", left ", want.left, ", ", want.h, "x", want.w, ") is outside the ", h.width,
              "x", h.height, " image");
+  KILN_CHECK(scale_eighths >= 1 && scale_eighths <= 8, name, ": region decoding at ", scale_eighths,
+             "/8; accepted: 1/8 to 8/8");
+  const CropBox scaled = scale_box(want, scale_eighths);
   ErrorMgr err{};
-  const int rc = run(data, size, o.channels, 1, &want, out, &got, err);
+  const int rc = scale_eighths == 8 ? run(data, size, o.channels, 1, 1, &want, out, &got, err)
+                                    : run(data, size, o.channels, scale_eighths, 8, &scaled, out, &got, err);
   if (rc == 1) out.resize(0, 0, o.channels);  // never a half-written image
   KILN_CHECK(rc != 1, name, ": damaged JPEG image (", h.width, "x", h.height, "): libjpeg: ", err.message);
   return rc == 0;

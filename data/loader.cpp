@@ -16,6 +16,9 @@
 #include <iostream>
 #include <map>
 #include <numeric>
+#ifdef __linux__
+#include <sched.h>
+#endif
 
 #include "core/check.h"
 #include "core/pinned.h"
@@ -25,19 +28,46 @@ namespace kiln {
 
 // --- options --------------------------------------------------------------------------------------
 
+int64_t LoaderOptions::auto_workers() {
+  int64_t cores = 0;
+#ifdef __linux__
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+#endif
+  if (cores <= 0) cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+  return std::clamp<int64_t>(cores - 1, 1, 256);
+}
+
+namespace {
+// A count that may also be "auto" (true; `out` untouched); a number goes through r.read.
+bool read_auto(JsonReader& r, const std::string& key, int64_t& out) {
+  const Json* v = r.find(key);
+  if (!v || !v->is_string()) {
+    r.read(key, out);
+    return false;
+  }
+  KILN_CHECK(v->get<std::string>() == "auto", r.path_of(key), " must be an integer or \"auto\", not a string ", v->dump());
+  return true;
+}
+}  // namespace
+
 void LoaderOptions::read_fields(JsonReader& r, LoaderOptions& o) {
   r.read("batch_size", o.batch_size);
   r.read("shuffle", o.shuffle);
   r.read("drop_last", o.drop_last);
-  r.read("workers", o.workers);
-  r.read("prefetch", o.prefetch);
+  if (read_auto(r, "workers", o.workers)) o.workers = auto_workers();
+  KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256] or \"auto\", got ", o.workers);
+  const bool given = r.find("prefetch") != nullptr;
+  if (read_auto(r, "prefetch", o.prefetch)) o.prefetch = 0;
+  else if (given) KILN_CHECK(o.prefetch >= 1, r.path_of("prefetch"), ": must be at least 1 or \"auto\", got ", o.prefetch);
+  o.prefetch = o.prefetch_depth();  // "auto" resolved: the number is what the config records
+  r.read("fast_decode", o.fast_decode);
   r.read("seed", o.seed);
   r.read("dtype", o.dtype);
   r.read("skip_bad_samples", o.skip_bad_samples);
   r.read("max_bad_fraction", o.max_bad_fraction);
   KILN_CHECK(o.batch_size > 0, r.path_of("batch_size"), ": must be positive, got ", o.batch_size);
-  KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256], got ", o.workers);
-  KILN_CHECK(o.prefetch >= 1, r.path_of("prefetch"), ": must be at least 1, got ", o.prefetch);
   check_choice(o.dtype, {"f32", "bf16", "u8"}, r.path_of("dtype"));
   KILN_CHECK(o.max_bad_fraction >= 0 && o.max_bad_fraction <= 1, r.path_of("max_bad_fraction"),
              ": a fraction in [0, 1], got ", o.max_bad_fraction);
@@ -53,7 +83,7 @@ LoaderOptions LoaderOptions::from_json(const Json& j, const std::string& path) {
 
 Json LoaderOptions::to_json() const {
   return Json{{"batch_size", batch_size}, {"shuffle", shuffle}, {"drop_last", drop_last}, {"workers", workers},
-              {"prefetch", prefetch},     {"seed", seed},       {"dtype", dtype},
+              {"prefetch", prefetch_depth()}, {"fast_decode", fast_decode}, {"seed", seed}, {"dtype", dtype},
               {"skip_bad_samples", skip_bad_samples},       {"max_bad_fraction", max_bad_fraction}};
 }
 
@@ -156,7 +186,8 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, Pipeline pipeline
   const std::string who = "DataLoader for " + dataset_->name();
   KILN_CHECK(o_.batch_size > 0, who, ": batch_size must be positive, got ", o_.batch_size);
   KILN_CHECK(o_.workers >= 0 && o_.workers <= 256, who, ": workers must be in [0, 256], got ", o_.workers);
-  KILN_CHECK(o_.prefetch >= 1, who, ": prefetch must be at least 1, got ", o_.prefetch);
+  KILN_CHECK(o_.prefetch >= 0, who, ": prefetch must be at least 1 (or 0: auto), got ", o_.prefetch);
+  o_.prefetch = o_.prefetch_depth();
   KILN_CHECK(shard_.world_size >= 1 && shard_.rank >= 0 && shard_.rank < shard_.world_size, who, ": rank ",
              shard_.rank, " is not in [0, world_size ", shard_.world_size, ")");
   KILN_CHECK(o_.dtype == "f32" || o_.dtype == "bf16" || o_.dtype == "u8", who,
@@ -299,8 +330,10 @@ DataLoader::Loaded DataLoader::load_one(int64_t j, uint64_t epoch, Sample& sampl
   l.index = j;
   if (pipeline_.crops_first()) {
     const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(j));
+    // With fast_decode the source may decode the box at a reduced scale that keeps the crop's size.
+    const int64_t out = o_.fast_decode ? pipeline_.first_crop_size() : 0;
     l.region = dataset_->get_region_into(
-        j, [&](int64_t h, int64_t w) { return pipeline_.first_box(h, w, key); }, sample, l.box);
+        j, [&](int64_t h, int64_t w) { return RegionWant(pipeline_.first_box(h, w, key), out, out); }, sample, l.box);
   }
   if (!l.region) dataset_->get_into(j, sample);
   return l;

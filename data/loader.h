@@ -58,10 +58,17 @@ struct LoaderOptions {
   /// drop the samples that do not fill a last whole batch, and the remainder of the sharding
   /// instead of padding it (default false)
   bool drop_last = false;
-  /// threads that fill batches; 0 loads them in the caller's thread inside next() (default 2)
+  /// threads that fill batches; 0 loads them in the caller's thread inside next(); "auto": the
+  /// cores this process may run on, minus one for the training thread, at least 1 (auto_workers();
+  /// the config records the number) (default 2)
   int64_t workers = 2;
-  /// batches prepared ahead of the consumer, at least 1; below `workers` some workers idle (default 4)
-  int64_t prefetch = 4;
+  /// batches prepared ahead of the consumer, at least 1; below `workers` some workers idle; "auto"
+  /// (or 0 here): workers + 2 (auto_prefetch(); docs/data.md, "Sizing") (default "auto")
+  int64_t prefetch = 0;
+  /// decode a random_resized_crop's box at a reduced JPEG DCT scale M/8 that keeps the output size
+  /// (faster; the pixels differ slightly from a full-scale decode: docs/data.md, "Scaled region
+  /// decoding"); false: always full scale (default true)
+  bool fast_decode = true;
   /// seed of the sample order and of the augmentations (default 0)
   uint64_t seed = 0;
   /// element type of the image batches: "f32" or "bf16" (normalised on the CPU), or "u8" (the
@@ -75,6 +82,14 @@ struct LoaderOptions {
   /// with skip_bad_samples: the epoch fails once more than this fraction of the rank's samples of
   /// the epoch were bad, in [0, 1] (default 0.01)
   double max_bad_fraction = 0.01;
+
+  // workers = "auto": the CPUs in this process's affinity mask (sched_getaffinity: respects taskset
+  // and cgroup cpusets; std::thread::hardware_concurrency where unavailable) minus one, in [1, 256].
+  static int64_t auto_workers();
+  // prefetch = "auto": `workers` batches being filled plus two ready ahead of the consumer.
+  static int64_t auto_prefetch(int64_t workers) { return workers + 2; }
+  // The prefetch depth in use: `prefetch`, or auto_prefetch(workers) when it is 0.
+  int64_t prefetch_depth() const { return prefetch > 0 ? prefetch : auto_prefetch(workers); }
 
   static LoaderOptions from_json(const Json& j, const std::string& path = "loader");
   // Reads the fields above from an object that holds other keys too (the data config).

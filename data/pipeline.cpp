@@ -159,6 +159,11 @@ CropBox Pipeline::first_box(int64_t h, int64_t w, uint64_t sample_key) const {
   return static_cast<const RandomResizedCrop&>(*steps_[0]).choose(h, w, rng);
 }
 
+int64_t Pipeline::first_crop_size() const {
+  KILN_CHECK(crops_first(), "Pipeline::first_crop_size: the first step is not a random_resized_crop");
+  return static_cast<const RandomResizedCrop&>(*steps_[0]).options().size;
+}
+
 void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
   KILN_CHECK(crops_first(), "Pipeline::augment_region: the first step is not a random_resized_crop");
   const auto& rrc = static_cast<const RandomResizedCrop&>(*steps_[0]);

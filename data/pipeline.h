@@ -63,6 +63,8 @@ class Pipeline {
   // that box at `box`, giving the same result as augment() on the whole image.
   bool crops_first() const;
   CropBox first_box(int64_t h, int64_t w, uint64_t sample_key) const;
+  // The side of the first random_resized_crop's square output (what first_box is resized to).
+  int64_t first_crop_size() const;
   void augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const;
 
   // Writes the normalised pixels of `img` to `dst` (img.numel() values of f32 or bf16).

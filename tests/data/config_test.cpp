@@ -33,7 +33,7 @@ TEST(DataConfig, ParsesAndRoundTrips) {
   EXPECT_EQ(c.loader.batch_size, 32);
   EXPECT_EQ(c.loader.workers, 3);
   EXPECT_TRUE(c.loader.shuffle);  // default
-  EXPECT_EQ(c.loader.prefetch, 4);
+  EXPECT_EQ(c.loader.prefetch, 5);  // "auto" by default: workers + 2
   auto val = c.loader_options(Split::val);
   EXPECT_FALSE(val.shuffle);
   EXPECT_FALSE(val.drop_last);
@@ -67,7 +67,7 @@ TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   m = config_error(Json{{"source", "synthetic"}, {"synthetic", {{"sise", 3}}}});
   EXPECT_HAS(m, "unknown key data.synthetic.sise (did you mean data.synthetic.size?)");
   m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"workers", "two"}});
-  EXPECT_HAS(m, "data.workers must be an integer, not a string \"two\"");
+  EXPECT_HAS(m, "data.workers must be an integer or \"auto\", not a string \"two\"");
   m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"batch_size", -1}});
   EXPECT_HAS(m, "data.batch_size: must be positive");
   m = config_error(Json{{"source", "mnist"}, {"root", "/r"}, {"dtype", "fp16"}});

@@ -334,41 +334,11 @@ TEST(DecoderMessages, NothingIsPrintedOnStderr) {
   EXPECT_TRUE(std::equal(p.px.begin(), p.px.end(), img.data()));
 }
 
-namespace {
-// A CMYK JPEG (as Photoshop writes: Adobe's inverted CMYK) of h x w with every pixel `cmyk`.
-std::vector<uint8_t> cmyk_jpeg(int h, int w, std::array<uint8_t, 4> cmyk) {
-  jpeg_compress_struct cinfo;
-  jpeg_error_mgr jerr;
-  cinfo.err = jpeg_std_error(&jerr);
-  jpeg_create_compress(&cinfo);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&cinfo, &buf, &size);
-  cinfo.image_width = static_cast<JDIMENSION>(w);
-  cinfo.image_height = static_cast<JDIMENSION>(h);
-  cinfo.input_components = 4;
-  cinfo.in_color_space = JCS_CMYK;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, 98, TRUE);
-  jpeg_start_compress(&cinfo, TRUE);
-  std::vector<uint8_t> row(static_cast<size_t>(w) * 4);
-  for (int x = 0; x < w; ++x) std::copy(cmyk.begin(), cmyk.end(), row.begin() + 4 * x);
-  while (cinfo.next_scanline < cinfo.image_height) {
-    JSAMPROW r = row.data();
-    jpeg_write_scanlines(&cinfo, &r, 1);
-  }
-  jpeg_finish_compress(&cinfo);
-  jpeg_destroy_compress(&cinfo);
-  std::vector<uint8_t> out(buf, buf + size);
-  std::free(buf);
-  return out;
-}
-}  // namespace
 
 // CMYK JPEGs decode to RGB as OpenCV did (R = K - (255 - C) K / 256), and region decoding leaves
 // them to the full decode.
 TEST(HardenedDecode, CmykJpegDecodesToRgb) {
-  const auto jpg = cmyk_jpeg(16, 24, {255, 128, 0, 200});
+  const auto jpg = kt::cmyk_jpeg(16, 24, {255, 128, 0, 200});
   Image img;
   decode_image(jpg.data(), jpg.size(), "cmyk.jpg", {}, img);
   ASSERT_EQ(img.shape(), (ImageShape{16, 24, 3}));

@@ -345,7 +345,7 @@ class NoRegion : public Dataset {
 TEST(ImageFolder, RegionDecodingGivesTheSameBatches) {
   kt::TempDir dir;
   write_folder(dir.file("train"), {"a", "b"}, 6, 50, 70, ".jpg");
-  DataConfig c = folder_config(dir.str(), R"(, "workers": 2)");
+  DataConfig c = folder_config(dir.str(), R"(, "workers": 2, "fast_decode": false)");  // the exact path
   auto ds = make_dataset(c, Split::train);
   Sample s;
   CropBox box;
@@ -443,6 +443,11 @@ TEST(ImageNetConfigs, ValidateAndUseTorchvisionRecipes) {
     EXPECT_EQ(c.train_transforms.transform(0).type(), "random_resized_crop") << name;
     EXPECT_EQ(c.val_transforms.transform(0).type(), "resize") << name;
     EXPECT_EQ(j["data"]["batch_size"], 256) << name;
+    // Sized for the machine: every core but the trainer's decodes, a batch each plus two ready.
+    EXPECT_EQ(j["data"]["workers"], "auto") << name;
+    EXPECT_EQ(c.loader.workers, LoaderOptions::auto_workers()) << name;
+    EXPECT_EQ(c.loader.prefetch, c.loader.workers + 2) << name;
+    EXPECT_TRUE(c.loader.fast_decode) << name;
   }
 }
 

@@ -5,6 +5,10 @@
 #include <webp/encode.h>
 
 #include <csetjmp>
+#include <jpeglib.h>
+
+#include <array>
+#include <cstdlib>
 
 #include <cstdint>
 #include <cstring>
@@ -129,6 +133,35 @@ inline std::vector<uint8_t> grey_png(uint32_t w, uint32_t h) {
   for (uint32_t y = 0; y < h; ++y) png_write_row(png, row.data());
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+// A CMYK JPEG (as Photoshop writes: Adobe's inverted CMYK) of h x w with every pixel `cmyk`.
+inline std::vector<uint8_t> cmyk_jpeg(int h, int w, std::array<uint8_t, 4> cmyk) {
+  jpeg_compress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  jpeg_mem_dest(&cinfo, &buf, &size);
+  cinfo.image_width = static_cast<JDIMENSION>(w);
+  cinfo.image_height = static_cast<JDIMENSION>(h);
+  cinfo.input_components = 4;
+  cinfo.in_color_space = JCS_CMYK;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, 98, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  std::vector<uint8_t> row(static_cast<size_t>(w) * 4);
+  for (int x = 0; x < w; ++x) std::copy(cmyk.begin(), cmyk.end(), row.begin() + 4 * x);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    JSAMPROW r = row.data();
+    jpeg_write_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::vector<uint8_t> out(buf, buf + size);
+  std::free(buf);
   return out;
 }
 

@@ -335,7 +335,9 @@ TEST(DataLoader, OptionsJson) {
   EXPECT_TRUE(d.shuffle);
   EXPECT_FALSE(d.drop_last);
   EXPECT_EQ(d.workers, 2);
-  EXPECT_EQ(d.prefetch, 4);
+  EXPECT_EQ(d.prefetch, 0);  // "auto"
+  EXPECT_EQ(d.prefetch_depth(), 4);  // workers + 2
+  EXPECT_TRUE(d.fast_decode);
   EXPECT_EQ(d.dtype, "f32");
   auto o = LoaderOptions::from_json(Json{{"batch_size", 32}, {"dtype", "bf16"}, {"workers", 0}});
   EXPECT_EQ(o.batch_size, 32);
