@@ -60,7 +60,7 @@ void LoaderOptions::read_fields(JsonReader& r, LoaderOptions& o) {
   KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256] or \"auto\", got ", o.workers);
   const bool given = r.find("prefetch") != nullptr;
   if (read_auto(r, "prefetch", o.prefetch)) o.prefetch = 0;
-  else if (given) KILN_CHECK(o.prefetch >= 1, r.path_of("prefetch"), ": must be at least 1 or \"auto\", got ", o.prefetch);
+  else if (given) KILN_CHECK(o.prefetch >= 0, r.path_of("prefetch"), ": must be at least 1, or 0 or \"auto\" (workers + 2), got ", o.prefetch);
   o.prefetch = o.prefetch_depth();  // "auto" resolved: the number is what the config records
   r.read("fast_decode", o.fast_decode);
   r.read("seed", o.seed);

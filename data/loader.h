@@ -63,7 +63,7 @@ struct LoaderOptions {
   /// the config records the number) (default 2)
   int64_t workers = 2;
   /// batches prepared ahead of the consumer, at least 1; below `workers` some workers idle; "auto"
-  /// (or 0 here): workers + 2 (auto_prefetch(); docs/data.md, "Sizing") (default "auto")
+  /// (or 0): workers + 2 (auto_prefetch(); docs/data.md, "Sizing") (default "auto")
   int64_t prefetch = 0;
   /// decode a random_resized_crop's box at a reduced JPEG DCT scale M/8 that keeps the output size
   /// (faster; the pixels differ slightly from a full-scale decode: docs/data.md, "Scaled region

@@ -345,6 +345,6 @@ TEST(DataLoader, OptionsJson) {
   EXPECT_EQ(LoaderOptions::from_json(o.to_json()).to_json(), o.to_json());
   EXPECT_THROW(LoaderOptions::from_json(Json{{"batch_size", 0}}), Error);
   EXPECT_THROW(LoaderOptions::from_json(Json{{"dtype", "f16"}}), Error);
-  EXPECT_THROW(LoaderOptions::from_json(Json{{"prefetch", 0}}), Error);
+  EXPECT_THROW(LoaderOptions::from_json(Json{{"prefetch", -2}}), Error);
   EXPECT_THROW(LoaderOptions::from_json(Json{{"shuffle", 1}}), Error);
 }

@@ -251,8 +251,9 @@ TEST(LoaderSizing, WorkersAutoIsTheCoresMinusOne) {
              "loader.workers must be an integer or \"auto\", not a string \"all\"");
   EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"workers": -1})")); }),
              "loader.workers: must be in [0, 256] or \"auto\", got -1");
-  EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"prefetch": 0})")); }),
-             "loader.prefetch: must be at least 1 or \"auto\", got 0");
+  EXPECT_EQ(LoaderOptions::from_json(Json::parse(R"({"workers": 3, "prefetch": 0})")).prefetch, 5) << "0 is auto";
+  EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"prefetch": -1})")); }),
+             "loader.prefetch: must be at least 1, or 0 or \"auto\" (workers + 2), got -1");
   EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"prefetch": "deep"})")); }),
              "loader.prefetch must be an integer or \"auto\"");
 }
