@@ -3,10 +3,12 @@
 // exclusion of biases and batch-norm parameters (plain momentum SGD, no decay), the zero-norm cases,
 // Nesterov, a skipped step, the state round trip (resume bit for bit) and config errors.
 #include "optim/lars.h"
+#include "optim/lr_schedule.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 
 #include "optim_test_util.h"
 
@@ -254,4 +256,36 @@ TEST(LARS, BadOptionsNameTheKeyAndTheAcceptedRange) {
   expect_error(R"({"name": "lars", "exclude": [1]})", "optim.exclude[0] = 1 is not accepted; accepted: one of bias, bn");
   expect_error(R"({"name": "lars", "no_decay_bn_bias": true})", "unknown key optim.no_decay_bn_bias");
   expect_error(R"({"name": "lars", "eeta": 0.001})", "unknown key optim.eeta (did you mean optim.eta?)");
+}
+
+// configs/imagenet_resnet50_lars.json: its optim and schedule sections build MLPerf's recipe (NVIDIA's
+// DGX-A100 hyper-parameters, docs/training.md): LARS lr 10.5, wd 5e-5, eta 0.001, biases and
+// batch norm excluded; poly power 2 to 1e-4 after a 2-epoch warm-up from 0; a global step of 3,200
+// images (8 accumulated micro-batches of 400 on one GPU), label smoothing 0.1, 37 epochs.
+TEST(LARS, ImageNetRecipeConfig) {
+  std::ifstream f(std::string(KILN_SOURCE_DIR) + "/configs/imagenet_resnet50_lars.json");
+  ASSERT_TRUE(f.good());
+  const json cfg = json::parse(f);
+  auto params = net();
+  auto opt = make_optimizer(cfg["optim"], params, "optim");
+  auto* lars = dynamic_cast<LARS*>(opt.get());
+  ASSERT_NE(lars, nullptr);
+  EXPECT_DOUBLE_EQ(lars->lr(), 10.5);
+  EXPECT_DOUBLE_EQ(lars->options().weight_decay, 5e-5);
+  EXPECT_DOUBLE_EQ(lars->options().eta, 0.001);
+  EXPECT_DOUBLE_EQ(lars->options().momentum, 0.9);
+  EXPECT_EQ(lars->excluded(), (std::vector<bool>{false, true, true, true, false}));
+  EXPECT_EQ(cfg["data"]["batch_size"], 3200);
+  EXPECT_EQ(cfg["train"]["accumulate"], 8);
+  EXPECT_EQ(cfg["train"]["label_smoothing"], 0.1);
+  EXPECT_EQ(cfg["train"]["epochs"], 37);
+  // 1,281,167 training images / 3,200 = 401 steps per epoch (the last one short).
+  const ScheduleContext c{lars->lr(), 401, cfg["train"]["epochs"].get<int64_t>()};
+  auto s = make_schedule(cfg["schedule"], c, "schedule");
+  EXPECT_DOUBLE_EQ(s->lr_at(0), 0.0);
+  EXPECT_DOUBLE_EQ(s->lr_at(401), 10.5 / 2);
+  EXPECT_DOUBLE_EQ(s->lr_at(802), 10.5);
+  EXPECT_LT(s->lr_at(803), 10.5);
+  EXPECT_NEAR(s->lr_at(401 * 37 - 1), 1e-4, 1e-6);
+  EXPECT_DOUBLE_EQ(s->lr_at(401 * 37), 1e-4);
 }
