@@ -28,7 +28,7 @@
 // base * step / W, i.e. warmup_start_factor 0): lr(W) = base on both sides of the joint. One
 // difference: the reference decays over train_steps - W + 1 steps (its last step stays a little above
 // end_lr); here T = train_steps - W.
-// Tests: tests/optim/lr_schedule_test.cpp.
+// Tests: tests/optim/lr_schedule_test.cpp, lars_test.cpp (the ImageNet recipe's schedule).
 #pragma once
 #include <memory>
 #include <string>
