@@ -6,6 +6,7 @@ namespace kiln {
 
 KILN_DEFINE_KERNEL_SLOT(sgd_step);
 KILN_DEFINE_KERNEL_SLOT(adamw_step);
+KILN_DEFINE_KERNEL_SLOT(lars_step);
 KILN_DEFINE_KERNEL_SLOT(scale_and_check_finite);
 KILN_DEFINE_KERNEL_SLOT(loss_scale_unscale);
 KILN_DEFINE_KERNEL_SLOT(loss_scale_update);

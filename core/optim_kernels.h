@@ -1,7 +1,7 @@
 // The optimizers' fused steps and the gradient utilities as kernel slots (core/kernel_slot.h): one
 // call for every parameter, and the loss scaler's, the gradient norm's, clipping's and the weight
-// EMA's kernels. Used by optim/ (sgd.cpp, adamw.cpp, loss_scaler.cpp, param.cpp, ema.cpp) and
-// core/ops/reduce.cpp (sum_of_squares, max_abs). Kernels: core/cpu/sgd.cpp, adamw.cpp,
+// EMA's kernels. Used by optim/ (sgd.cpp, lars.cpp, adamw.cpp, loss_scaler.cpp, param.cpp, ema.cpp) and
+// core/ops/reduce.cpp (sum_of_squares, max_abs). Kernels: core/cpu/sgd.cpp, lars.cpp, adamw.cpp,
 // grad_utils.cpp; core/cuda/optim_cuda.cu, ema_cuda.cu. Tests: tests/optim/*_test.cpp,
 // tests/gpu/optim_test.cpp.
 #pragma once
@@ -29,6 +29,18 @@ struct SgdStepOptions {
   // holds a nonzero value the step changes nothing. Read there, never by the host.
   Tensor skip;
 };
+// LARS (optim/lars.h): SGD with momentum whose step is scaled per tensor by a trust ratio computed
+// from the tensor's norms on its own device (no host read).
+struct LarsStepEntry {
+  Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, zeros before the first step
+  double lr = 0.1, weight_decay = 0.0;
+  bool adapt = true;  // false: trust = 1 (the excluded biases and batch-norm parameters)
+};
+struct LarsStepOptions {
+  double momentum = 0.9, eta = 0.001, epsilon = 0.0;
+  bool nesterov = false;
+  Tensor skip;  // as SgdStepOptions::skip
+};
 struct AdamWStepEntry {
   Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
   Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
@@ -47,6 +59,12 @@ struct AdamWStepOptions {
 extern KernelSlot<void (*)(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& options)> sgd_step_kernel;
 extern KernelSlot<void (*)(const std::vector<AdamWStepEntry>& entries, const AdamWStepOptions& options)>
     adamw_step_kernel;
+// LARS, per entry (norms of the f32 param and of the raw gradient, accumulated in f64 on the CPU, f32
+// partials summed in f64 on a GPU; the rest in f32):
+//   trust = adapt && ||p|| > 0 && ||g|| > 0 ? eta * ||p|| / (||g|| + wd * ||p|| + epsilon) : 1
+//   d = g + wd*p (no term when wd = 0); buf = momentum * buf + lr * trust * d;
+//   p -= nesterov ? momentum * buf + lr * trust * d : buf
+extern KernelSlot<void (*)(const std::vector<LarsStepEntry>& entries, const LarsStepOptions& options)> lars_step_kernel;
 
 // --- gradient utilities (optim/loss_scaler.cpp, optim/param.cpp, optim/ema.cpp); f32 tensors:
 // every element x *= float(factor) in place; false if any result is inf or NaN (loss-scaler unscale,

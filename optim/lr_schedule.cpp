@@ -97,6 +97,23 @@ json CosineLROptions::to_json() const {
   return j;
 }
 
+PolyLROptions PolyLROptions::from_json(const json& j, const std::string& path) {
+  JsonReader r(j, path);
+  r.allow("name");
+  PolyLROptions o;
+  o.power = r.get("power", o.power, 0.0, 100.0);
+  o.end_lr = r.get("end_lr", o.end_lr, 0.0, 1e6);
+  o.read(r);
+  r.finish();
+  return o;
+}
+
+json PolyLROptions::to_json() const {
+  json j = {{"name", "poly"}, {"power", power}, {"end_lr", end_lr}};
+  write(j);
+  return j;
+}
+
 LrSchedule::LrSchedule(const ScheduleContext& context, const WarmupOptions& warmup)
     : context_(context), warmup_(warmup) {
   KILN_CHECK(std::isfinite(context.base_lr) && context.base_lr >= 0, "schedule: base lr must be >= 0, got ",
@@ -151,6 +168,22 @@ double CosineLR::main_lr(int64_t step) const {
   const double t = std::min(static_cast<double>(step), total);
   const double eta_min = options_.min_lr;
   return eta_min + (context_.base_lr - eta_min) * (1.0 + std::cos(std::numbers::pi * t / total)) / 2.0;
+}
+
+PolyLR::PolyLR(const ScheduleContext& c, PolyLROptions o) : LrSchedule(c, o), options_(std::move(o)) {
+  KILN_CHECK(std::isfinite(options_.power) && options_.power >= 0, "poly schedule: power must be >= 0, got ",
+             options_.power);
+  KILN_CHECK(options_.end_lr >= 0 && options_.end_lr <= c.base_lr, "poly schedule: end_lr = ", options_.end_lr,
+             " is not accepted; accepted: 0..", c.base_lr, " (the optimizer's lr, which it decays to end_lr)");
+}
+
+double PolyLR::main_lr(int64_t step) const {
+  // The decay runs from the end of the warm-up to the end of the run (at least one step).
+  const double total = static_cast<double>(context_.epochs) * static_cast<double>(context_.steps_per_epoch);
+  const double w = static_cast<double>(warmup_length_);
+  const double span = std::max(1.0, total - w);
+  const double t = std::clamp(static_cast<double>(step) - w, 0.0, span);
+  return options_.end_lr + (context_.base_lr - options_.end_lr) * std::pow(1.0 - t / span, options_.power);
 }
 
 }  // namespace kiln

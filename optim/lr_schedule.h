@@ -8,6 +8,8 @@
 //   step       base * gamma^floor(e / step_size)                  StepLR
 //   multistep  base * gamma^(number of milestones <= e)           MultiStepLR
 //   cosine     min_lr + (base - min_lr) * (1 + cos(pi * t / T)) / 2  CosineAnnealingLR, T = epochs * steps_per_epoch
+//   poly       end_lr + (base - end_lr) * (1 - t / T)^power, t = step - W, T = epochs * steps_per_epoch - W
+//              (W = the warm-up length; base during the warm-up, end_lr from T on)
 //
 // Per-iteration evaluation (our choice): step and multistep use the whole epoch e = floor(step /
 // steps_per_epoch), so the lr drops exactly at epoch boundaries, as StepLR/MultiStepLR stepped
@@ -19,8 +21,14 @@
 // iteration), W = warmup_steps, or warmup_epochs * steps_per_epoch rounded. For constant, step and
 // multistep this equals torch's ChainedScheduler([LinearLR, main]); for cosine it is the product of
 // the two closed forms. Milestones and the cosine period stay counted from step 0, whatever the
-// warm-up length.
-// Tests: tests/optim/lr_schedule_test.cpp.
+// warm-up length; poly's decay starts where the warm-up ends.
+//
+// poly is MLPerf's ResNet-50 LARS schedule (mlcommons/training, image_classification/tensorflow2/
+// lars_util.py, PolynomialDecayWithWarmup: power 2, end_learning_rate 0.0001, the warm-up
+// base * step / W, i.e. warmup_start_factor 0): lr(W) = base on both sides of the joint. One
+// difference: the reference decays over train_steps - W + 1 steps (its last step stays a little above
+// end_lr); here T = train_steps - W.
+// Tests: tests/optim/lr_schedule_test.cpp, lars_test.cpp (the ImageNet recipe's schedule).
 #pragma once
 #include <memory>
 #include <string>
@@ -79,6 +87,15 @@ struct CosineLROptions : WarmupOptions {
   /// lr reached at the end of the run (default 0)
   double min_lr = 0.0;
   static CosineLROptions from_json(const json& j, const std::string& path = "schedule");
+  json to_json() const;
+};
+
+struct PolyLROptions : WarmupOptions {
+  /// exponent of the decay (default 2, MLPerf's)
+  double power = 2.0;
+  /// lr reached at the end of the run, <= the optimizer's lr (default 0.0001, MLPerf's)
+  double end_lr = 0.0001;
+  static PolyLROptions from_json(const json& j, const std::string& path = "schedule");
   json to_json() const;
 };
 
@@ -153,7 +170,19 @@ class CosineLR : public LrSchedule {
   CosineLROptions options_;
 };
 
-// Builds the schedule named by j["name"] ("constant", "step", "multistep", "cosine"); `path` is
+class PolyLR : public LrSchedule {
+ public:
+  PolyLR(const ScheduleContext& c, PolyLROptions o = {});
+  json to_json() const override { return options_.to_json(); }
+
+ protected:
+  double main_lr(int64_t step) const override;
+
+ private:
+  PolyLROptions options_;
+};
+
+// Builds the schedule named by j["name"] ("constant", "step", "multistep", "cosine", "poly"); `path` is
 // the JSON path of `j`. Unknown names and keys are errors naming the path and what is accepted.
 std::unique_ptr<LrSchedule> make_schedule(const json& j, const ScheduleContext& context,
                                           const std::string& path = "schedule");

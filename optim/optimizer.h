@@ -14,7 +14,7 @@
 // The state lives on the parameters' device. A parameter without .grad is left alone (its state does
 // not advance), as in PyTorch.
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
-// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, factory_test.cpp; lr_mult: tests/engine/finetune_test.cpp.
+// Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, lars_test.cpp, factory_test.cpp; lr_mult: tests/engine/finetune_test.cpp.
 #pragma once
 #include <map>
 #include <memory>
@@ -31,7 +31,7 @@ namespace kiln {
 // ("layer1.0.conv1.weight.momentum_buffer"), f32 CPU tensors shaped like the parameter; scalar
 // keys likewise ("fc.weight.step"). Tensors go to safetensors, scalars to the training-state JSON.
 struct OptimizerState {
-  std::string type;                        // "sgd", "adamw": must match on load
+  std::string type;                        // "sgd", "adamw", "lars": must match on load
   std::map<std::string, Tensor> tensors;
   std::map<std::string, double> scalars;
 };
@@ -107,7 +107,7 @@ class Optimizer {
   std::map<std::string, double> lr_mult_;
 };
 
-// Builds the optimizer named by j["name"] ("sgd", "adamw"); `path` is the JSON path of `j` for
+// Builds the optimizer named by j["name"] ("sgd", "adamw", "lars"); `path` is the JSON path of `j` for
 // messages. Unknown names and keys are errors naming the path and what is accepted.
 std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> params, const std::string& path = "optim");
 std::vector<std::string> optimizer_names();

@@ -6,6 +6,7 @@
 
 #include "core/registry.h"
 #include "optim/adamw.h"
+#include "optim/lars.h"
 #include "optim/lr_schedule.h"
 #include "optim/sgd.h"
 
@@ -21,6 +22,8 @@ const Registry<OptimizerMaker>& optimizer_registry() {
          return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }},
       {"adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
          return std::make_unique<AdamW>(std::move(p), AdamWOptions::from_json(j, path)); }},
+      {"lars", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+         return std::make_unique<LARS>(std::move(p), LARSOptions::from_json(j, path)); }},
   });
   return r;
 }
@@ -37,6 +40,8 @@ const Registry<ScheduleMaker>& schedule_registry() {
          return std::make_unique<MultiStepLR>(c, MultiStepLROptions::from_json(j, path)); }},
       {"cosine", [](const json& j, const ScheduleContext& c, const std::string& path) {
          return std::make_unique<CosineLR>(c, CosineLROptions::from_json(j, path)); }},
+      {"poly", [](const json& j, const ScheduleContext& c, const std::string& path) {
+         return std::make_unique<PolyLR>(c, PolyLROptions::from_json(j, path)); }},
   });
   return r;
 }

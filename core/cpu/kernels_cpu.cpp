@@ -21,9 +21,10 @@
 
 namespace kiln::cpu {
 
-// core/cpu/adamw.cpp, core/cpu/sgd.cpp
+// core/cpu/adamw.cpp, core/cpu/sgd.cpp, core/cpu/lars.cpp
 void adamw_step(const std::vector<AdamWStepEntry>& entries, const AdamWStepOptions& options);
 void sgd_step(const std::vector<SgdStepEntry>& entries, const SgdStepOptions& options);
+void lars_step(const std::vector<LarsStepEntry>& entries, const LarsStepOptions& options);
 // core/cpu/dropout.cpp
 Tensor dropout_forward(const Tensor& x, double p, RngState state);
 Tensor dropout_backward(const Tensor& grad_out, double p, RngState state);
@@ -116,6 +117,7 @@ void register_kernels() {
   global_avg_pool_backward_kernel.set(cpu, global_avg_pool_backward);
   sgd_step_kernel.set(cpu, sgd_step);
   adamw_step_kernel.set(cpu, adamw_step);
+  lars_step_kernel.set(cpu, lars_step);
   scale_and_check_finite_kernel.set(cpu, scale_and_check_finite);
   loss_scale_unscale_kernel.set(cpu, loss_scale_unscale);
   loss_scale_update_kernel.set(cpu, loss_scale_update);

@@ -209,6 +209,11 @@ using AdamWOptions = AdamWStepOptions;
 // PyTorch's AdamW: p *= 1 - lr*wd; m = b1*m + (1-b1)*g; v = b2*v + (1-b2)*g^2;
 // p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps).
 void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt);
+using LarsEntry = LarsStepEntry;
+using LarsOptions = LarsStepOptions;
+// LARS (core/optim_kernels.h): per-tensor norms and trust ratios computed on the device, then the
+// momentum step scaled by them; three launches, nothing read back.
+void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt);
 // Loss scaler: multiplies every gradient by inv_scale in place; returns false if any element (before
 // or after scaling) is inf or NaN.
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale);

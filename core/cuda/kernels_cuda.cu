@@ -80,6 +80,7 @@ void register_kernels() {
   global_avg_pool_backward_kernel.set(gpu, global_avg_pool_backward);
   sgd_step_kernel.set(gpu, sgd_step);
   adamw_step_kernel.set(gpu, adamw_step);
+  lars_step_kernel.set(gpu, lars_step);
   scale_and_check_finite_kernel.set(gpu, unscale_and_check_finite);  // same contract: x *= factor, all finite
   loss_scale_unscale_kernel.set(gpu, loss_scale_unscale);
   loss_scale_update_kernel.set(gpu, loss_scale_update);

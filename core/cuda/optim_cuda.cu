@@ -1,8 +1,9 @@
 // Optimizer updates and loss-scaler checks over every parameter in one kernel launch. The host
 // builds a table {pointers, size, per-tensor scalars, first chunk} for all tensors, uploads it once
 // (runtime.h's upload()), and each block walks 16K-element chunks, finding its tensor by binary
-// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path.
-// Tests: tests/gpu/optim_test.cpp.
+// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path. LARS adds
+// two launches before its step: per-chunk partial norms and one trust ratio per tensor, on the device.
+// Tests: tests/gpu/optim_test.cpp, tests/gpu/lars_test.cpp.
 #include <cmath>
 #include <vector>
 
@@ -127,6 +128,84 @@ __global__ void sumsq_kernel(const Entry* table, int count, int64_t total_chunks
   }
 }
 
+// LARS, first launch: per chunk, sum p^2 and g^2 of the entries that adapt (flag = 1), into
+// partial[2c], partial[2c + 1] (0 for the others).
+__global__ void lars_norms_kernel(const Entry* table, int count, int64_t total_chunks, float* partial) {
+  for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+    const Entry e = table[find_entry(table, count, c)];
+    float pp = 0.f, gg = 0.f;
+    if (e.flag) {
+      const float* p = static_cast<const float*>(e.ptr[0]);
+      int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
+      for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+        float w = p[i], g = load_any(e.ptr[1], e.dtype, i);
+        pp += w * w;
+        gg += g * g;
+      }
+    }
+    pp = block_combine<SumCombine>(pp);
+    gg = block_combine<SumCombine>(gg);
+    if (threadIdx.x == 0) {
+      partial[2 * c] = pp;
+      partial[2 * c + 1] = gg;
+    }
+  }
+}
+
+// Second launch, one block per entry: its chunks' partials summed in f64, then the trust ratio
+// eta * ||p|| / (||g|| + wd * ||p|| + epsilon), 1 when either norm is 0 or the entry does not adapt.
+// f[1] is the entry's weight decay.
+__global__ void lars_trust_kernel(const Entry* table, int count, int64_t total_chunks, const float* partial,
+                                  float* trust, double eta, double epsilon) {
+  const int k = blockIdx.x;
+  const Entry e = table[k];
+  const int64_t end = k + 1 < count ? table[k + 1].chunk_begin : total_chunks;
+  double pp = 0, gg = 0;
+  for (int64_t c = e.chunk_begin + threadIdx.x; c < end; c += blockDim.x) {
+    pp += partial[2 * c];
+    gg += partial[2 * c + 1];
+  }
+  __shared__ double s_pp[kThreads], s_gg[kThreads];
+  s_pp[threadIdx.x] = pp;
+  s_gg[threadIdx.x] = gg;
+  __syncthreads();
+  for (int o = blockDim.x / 2; o > 0; o >>= 1) {
+    if (threadIdx.x < o) {
+      s_pp[threadIdx.x] += s_pp[threadIdx.x + o];
+      s_gg[threadIdx.x] += s_gg[threadIdx.x + o];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    const double wn = sqrt(s_pp[0]), gn = sqrt(s_gg[0]);
+    const bool scaled = e.flag && wn > 0 && gn > 0;
+    trust[k] = scaled ? static_cast<float>(eta * wn / (gn + static_cast<double>(e.f[1]) * wn + epsilon)) : 1.f;
+  }
+}
+
+// Third launch: the step, f = {lr, weight decay}, the entry's trust ratio read from `trust`.
+__global__ void lars_apply_kernel(const Entry* table, int count, int64_t total_chunks, const float* trust,
+                                  float momentum, bool nesterov, const int32_t* skip) {
+  if (skip && *skip) return;
+  for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
+    const int k = find_entry(table, count, c);
+    const Entry e = table[k];
+    const float scaled_lr = e.f[0] * trust[k];
+    float* p = static_cast<float*>(e.ptr[0]);
+    float* buf = static_cast<float*>(e.ptr[2]);
+    int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
+    for (int64_t i = start + threadIdx.x; i < end; i += blockDim.x) {
+      float d = load_any(e.ptr[1], e.dtype, i);
+      const float w = p[i];
+      if (e.f[1] != 0.f) d += e.f[1] * w;
+      const float step = scaled_lr * d;
+      const float b = momentum * buf[i] + step;
+      buf[i] = b;
+      p[i] = nesterov ? w - (momentum * b + step) : w - b;
+    }
+  }
+}
+
 // Host side: the table and its launch.
 struct Table {
   std::vector<Entry> entries;
@@ -232,6 +311,47 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     skip = static_cast<const int32_t*>(opt.skip.raw_data());
   }
   t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip});
+}
+
+void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
+  const char* op = "lars_step";
+  KILN_CHECK(opt.momentum >= 0.0 && opt.eta > 0.0 && opt.epsilon >= 0.0, op,
+             ": momentum and epsilon must be >= 0 and eta > 0, got ", opt.momentum, ", ", opt.eta, ", ", opt.epsilon);
+  Table t;
+  for (const LarsEntry& s : entries) {
+    Entry e = param_entry(op, t, s.param, s.grad);
+    check_f32_buffer(op, "momentum buffer", s.momentum_buffer, s.param);
+    same_device(op, {&s.param, &s.momentum_buffer});
+    e.ptr[2] = s.momentum_buffer.raw_data();
+    e.f[0] = static_cast<float>(s.lr);
+    e.f[1] = static_cast<float>(s.weight_decay);
+    e.flag = s.adapt ? 1 : 0;
+    t.add(e);
+  }
+  if (t.chunks == 0) return;
+  const int32_t* skip = nullptr;
+  if (opt.skip.defined()) {
+    KILN_CHECK(opt.skip.dtype() == DType::i32 && opt.skip.numel() == 1, op, ": skip must be i32 [], got ", opt.skip.str());
+    KILN_CHECK(opt.skip.device() == Device::cuda(t.device), op, ": skip ", opt.skip.str(), " must be on ",
+               Device::cuda(t.device).str(), " with the parameters");
+    skip = static_cast<const int32_t*>(opt.skip.raw_data());
+  }
+  // NOTE: the norms stay on the device (partials, then one trust ratio per tensor): nothing is read
+  // back, so the step queues behind the backward pass without the host waiting for it.
+  DeviceGuard guard(t.device);
+  const int count = static_cast<int>(t.entries.size());
+  Tensor partial = Tensor::empty({2 * t.chunks}, DType::f32, Device::cuda(t.device));
+  Tensor trust = Tensor::empty({count}, DType::f32, Device::cuda(t.device));
+  const Entry* table = t.upload_table();
+  cudaStream_t stream = stream_of(t.device);
+  lars_norms_kernel<<<t.grid(), kThreads, 0, stream>>>(table, count, t.chunks, static_cast<float*>(partial.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  lars_trust_kernel<<<count, kThreads, 0, stream>>>(table, count, t.chunks, static_cast<const float*>(partial.raw_data()),
+                                                    static_cast<float*>(trust.raw_data()), opt.eta, opt.epsilon);
+  CUDA_CHECK_LAUNCH();
+  lars_apply_kernel<<<t.grid(), kThreads, 0, stream>>>(table, count, t.chunks, static_cast<const float*>(trust.raw_data()),
+                                                       static_cast<float>(opt.momentum), opt.nesterov, skip);
+  CUDA_CHECK_LAUNCH();
 }
 
 void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt) {

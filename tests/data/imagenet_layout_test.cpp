@@ -222,7 +222,7 @@ TEST(ImageNetLayout, KeysBelongToImageFolder) {
 // tree, their data sections open it.
 TEST(ImageNetLayout, ConfigsShowTheKaggleLayout) {
   KaggleTree t;
-  for (const char* name : {"imagenet_alexnet", "imagenet_resnet18", "imagenet_resnet50"}) {
+  for (const char* name : {"imagenet_alexnet", "imagenet_resnet18", "imagenet_resnet50", "imagenet_resnet50_lars"}) {
     std::ifstream f(std::string(KILN_SOURCE_DIR) + "/configs/" + name + ".json");
     Json j = Json::parse(f)["data"];
     EXPECT_EQ(j["root"], "data/imagenet/ILSVRC/Data/CLS-LOC") << name;

@@ -19,7 +19,8 @@ TEST(CheckpointState, OptimizerAndScalerThroughSafetensors) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("kiln_optim_state_" + std::to_string(::getpid()) + ".safetensors")).string();
   for (const char* config : {R"({"name": "sgd", "lr": 0.05, "nesterov": true, "weight_decay": 1e-3})",
-                             R"({"name": "adamw", "lr": 0.01, "amsgrad": true})"}) {
+                             R"({"name": "adamw", "lr": 0.01, "amsgrad": true})",
+                             R"({"name": "lars", "lr": 2.0, "weight_decay": 1e-3, "eta": 0.01, "nesterov": true})"}) {
     auto grads = [](int t) { return std::vector<float>{0.1f * t, -0.2f, 0.05f * t * t, 1.0f / t}; };
     std::vector<ParamRef> a = {make_param("layer1.0.conv1.weight", {0.1f, 0.2f, -0.3f, 0.4f}, {1, 2, 2, 1})};
     auto opt_a = make_optimizer(json::parse(config), a);

@@ -24,7 +24,7 @@ void expect_error(const std::string& text, const std::string& what, const std::s
 }  // namespace
 
 TEST(OptimizerFactory, BuildsEachRegisteredType) {
-  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adamw"}));
+  EXPECT_EQ(optimizer_names(), (std::vector<std::string>{"sgd", "adamw", "lars"}));
   auto sgd = make_optimizer(json::parse(R"({"name": "sgd", "lr": 0.05, "nesterov": true, "weight_decay": 5e-4})"), params());
   EXPECT_EQ(sgd->type(), "sgd");
   EXPECT_DOUBLE_EQ(sgd->lr(), 0.05);
@@ -57,8 +57,8 @@ TEST(OptimizerFactory, DefaultsAndJsonRoundTrip) {
 }
 
 TEST(OptimizerFactory, ConfigErrors) {
-  expect_error(R"({"name": "adam"})", "optim.name = \"adam\" is not accepted (did you mean \"adamw\"?); accepted: sgd, adamw");
-  expect_error(R"({"lr": 0.1})", "optim.name is required; accepted: sgd, adamw");
+  expect_error(R"({"name": "adam"})", "optim.name = \"adam\" is not accepted (did you mean \"adamw\"?); accepted: sgd, adamw, lars");
+  expect_error(R"({"lr": 0.1})", "optim.name is required; accepted: sgd, adamw, lars");
   expect_error(R"({"name": "sgd", "momentun": 0.9})", "unknown key optim.momentun (did you mean optim.momentum?)");
   expect_error(R"({"name": "sgd", "betas": [0.9, 0.99]})", "unknown key optim.betas");
   expect_error(R"({"name": "sgd", "lr": "fast"})", "optim.lr must be a number");
@@ -92,7 +92,7 @@ TEST(LossScalerOptions, DefaultsJsonAndErrors) {
 }
 
 TEST(OptimizerFactory, LrMultIsAnAcceptedKeyOfEveryOptimizer) {
-  for (const char* name : {"sgd", "adamw"}) {
+  for (const char* name : {"sgd", "adamw", "lars"}) {
     SCOPED_TRACE(name);
     // A typo of lr_mult is answered with lr_mult, which the accepted keys list.
     expect_error(std::string(R"({"name": ")") + name + R"(", "lrmult": {"w": 0.5}})",

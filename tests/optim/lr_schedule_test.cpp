@@ -95,7 +95,8 @@ TEST(LrSchedule, JsonRoundTrip) {
   for (const char* text : {R"({"name": "constant", "warmup_steps": 7})",
                            R"({"name": "step", "step_size": 3, "gamma": 0.5, "warmup_epochs": 1.5})",
                            R"({"name": "multistep", "milestones": [3, 9], "gamma": 0.3, "warmup_start_factor": 0.2, "warmup_epochs": 1})",
-                           R"({"name": "cosine", "min_lr": 1e-5})"}) {
+                           R"({"name": "cosine", "min_lr": 1e-5})",
+                           R"({"name": "poly", "power": 1.5, "end_lr": 1e-3, "warmup_epochs": 2, "warmup_start_factor": 0})"}) {
     auto a = build(text);
     json j = a->to_json();
     auto b = make_schedule(j, kCtx);
@@ -105,12 +106,47 @@ TEST(LrSchedule, JsonRoundTrip) {
     for (auto [key, value] : given.items()) EXPECT_EQ(j[key], value) << key;
   }
   EXPECT_EQ(MultiStepLROptions{}.to_json()["milestones"], (json{30, 60, 90}));
-  EXPECT_EQ(schedule_names(), (std::vector<std::string>{"constant", "step", "multistep", "cosine"}));
+  EXPECT_EQ(schedule_names(), (std::vector<std::string>{"constant", "step", "multistep", "cosine", "poly"}));
+}
+
+// MLPerf's ResNet-50 LARS schedule (power 2, end_lr 1e-4, warm-up from 0 over W steps), written out
+// here: lr = base * t / W for t < W, then end + (base - end) * (1 - (t - W) / (T - W))^2.
+TEST(LrSchedule, PolyAgainstTheFormula) {
+  const ScheduleContext c{10.0, 100, 37};  // base 10, 100 iterations per epoch, 37 epochs: 3700 steps
+  auto s = make_schedule(json::parse(R"({"name": "poly", "warmup_epochs": 2, "warmup_start_factor": 0})"), c);
+  const double base = 10.0, end = 1e-4, W = 200, T = 3700;
+  auto want = [&](double t) {
+    if (t < W) return base * t / W;
+    const double f = 1 - (std::min(t, T) - W) / (T - W);
+    return end + (base - end) * f * f;
+  };
+  for (int64_t t : {0, 1, 100, 199, 200, 201, 1000, 1950, 3000, 3698, 3699, 3700, 5000})
+    EXPECT_NEAR(s->lr_at(t), want(static_cast<double>(t)), 1e-12 * base) << "step " << t;
+  // The warm-up joint: both sides meet base; the decay has barely begun one step later.
+  EXPECT_NEAR(s->lr_at(199), base * 199 / 200, 1e-12);
+  EXPECT_DOUBLE_EQ(s->lr_at(200), base);
+  EXPECT_LT(s->lr_at(201), base);
+  EXPECT_GT(s->lr_at(201), base * (1 - 2.0 / 3500));
+  // The last step of the run is one decay step above end_lr; from T on it stays at end_lr.
+  EXPECT_NEAR(s->lr_at(3699), end + (base - end) / (3500.0 * 3500.0), 1e-15);
+  EXPECT_DOUBLE_EQ(s->lr_at(3700), end);
+  EXPECT_DOUBLE_EQ(s->lr_at(1000000), end);
+  // Defaults are MLPerf's: power 2, end_lr 0.0001.
+  EXPECT_EQ(PolyLROptions{}.to_json()["power"], 2.0);
+  EXPECT_EQ(PolyLROptions{}.to_json()["end_lr"], 1e-4);
+  // Other powers, no warm-up: linear decay to end_lr over the whole run.
+  auto lin = make_schedule(json::parse(R"({"name": "poly", "power": 1, "end_lr": 0})"), c);
+  EXPECT_DOUBLE_EQ(lin->lr_at(0), base);
+  EXPECT_NEAR(lin->lr_at(1850), base / 2, 1e-12);
+  EXPECT_DOUBLE_EQ(lin->lr_at(3700), 0.0);
 }
 
 TEST(LrSchedule, ConfigErrors) {
-  expect_error(R"({"name": "cosin"})", "schedule.name = \"cosin\" is not accepted (did you mean \"cosine\"?); accepted: constant, step, multistep, cosine");
-  expect_error(R"({"gamma": 0.1})", "schedule.name is required; accepted: constant, step, multistep, cosine");
+  expect_error(R"({"name": "poly", "end_lr": 0.5})", "end_lr = 0.5 is not accepted; accepted: 0..0.1");
+  expect_error(R"({"name": "poly", "power": -1})", "schedule.power = -1 is out of range");
+  expect_error(R"({"name": "poly", "min_lr": 0})", "unknown key schedule.min_lr");
+  expect_error(R"({"name": "cosin"})", "schedule.name = \"cosin\" is not accepted (did you mean \"cosine\"?); accepted: constant, step, multistep, cosine, poly");
+  expect_error(R"({"gamma": 0.1})", "schedule.name is required; accepted: constant, step, multistep, cosine, poly");
   expect_error(R"({"name": "step", "step_sise": 3})", "unknown key schedule.step_sise (did you mean schedule.step_size?)");
   expect_error(R"({"name": "cosine", "milestones": [3]})", "unknown key schedule.milestones");
   expect_error(R"({"name": "multistep", "milestones": [30, 20]})", "must be strictly increasing");

@@ -173,7 +173,7 @@ std::vector<Section> sections() {
 
   Section optim{"optim", "name", "OptimKeys", "\"sgd\"", {}};
   for (const std::string& n : optimizer_names()) {
-    optim.variants.push_back({n, "optim", {{"", {"SGDOptions", "AdamWOptions", "OptimKeys"}}}, obj({{"name", n}}),
+    optim.variants.push_back({n, "optim", {{"", {"SGDOptions", "AdamWOptions", "LARSOptions", "OptimKeys"}}}, obj({{"name", n}}),
                               [](const json& j) { make_optimizer(j, {}, "optim"); }});
   }
   out.push_back(optim);
@@ -182,7 +182,8 @@ std::vector<Section> sections() {
   for (const std::string& n : schedule_names()) {
     schedule.variants.push_back(
         {n, "schedule",
-         {{"", {"ConstantLROptions", "StepLROptions", "MultiStepLROptions", "CosineLROptions", "ScheduleKeys"}}},
+         {{"", {"ConstantLROptions", "StepLROptions", "MultiStepLROptions", "CosineLROptions", "PolyLROptions",
+                "ScheduleKeys"}}},
          obj({{"name", n}}), [](const json& j) { make_schedule(j, ScheduleContext{}, "schedule"); }});
   }
   out.push_back(schedule);

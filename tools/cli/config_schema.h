@@ -75,14 +75,14 @@ struct TransformKeys {
   std::string type;
 };
 struct OptimKeys {
-  /// the optimizer: "sgd" or "adamw" (optim/optimizer.h)
+  /// the optimizer: "sgd", "adamw" or "lars" (optim/optimizer.h, optim/lars.h)
   std::string name;
   /// per-part learning rates: {"<parameter-name prefix>": factor}; the longest matching prefix wins
   /// (docs/finetune.md) (default {}: every parameter at lr)
   json lr_mult;
 };
 struct ScheduleKeys {
-  /// the schedule: "constant", "step", "multistep" or "cosine" (optim/lr_schedule.h)
+  /// the schedule: "constant", "step", "multistep", "cosine" or "poly" (optim/lr_schedule.h)
   std::string name;
 };
 
