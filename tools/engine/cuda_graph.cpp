@@ -28,12 +28,12 @@ bool has_dropout(Module& m) {
 }  // namespace
 
 std::string graph_refusal(const StepSetup& s, const Module& model) {
-  if (!can_capture(s.device)) return "device " + s.device.str() + " has no graphs: its steps run eagerly";
   if (!s.update) return "a step without an update (the memory probe) runs eagerly";
   if (s.sync) return "several ranks: the gradients' all-reduce (NCCL) and its hooks run eagerly";
   if (s.read_loss) return "the loss is read to the host each step";
   if (has_dropout(const_cast<Module&>(model)))
     return "the model has dropout, whose mask seed is a host argument a graph would freeze";
+  if (!can_capture(s.device)) return "device " + s.device.str() + " has no graphs: its steps run eagerly";
   return "";
 }
 
