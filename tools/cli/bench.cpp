@@ -312,7 +312,10 @@ TrainBench make_train_bench(std::map<std::string, std::string>& a, std::map<std:
   StepOptions step;
   step.precision = a["precision"];
   step.use = StepUse::time;
-  step.cuda_graph = a["cuda_graph"];  // train.cuda_graph's values and checks (parse_graph_mode)
+  step.cuda_graph = a["cuda_graph"];  // train.cuda_graph's values and checks, named as this bench's argument
+  const GraphMode graph = parse_graph_mode(a["cuda_graph"], "bench train: cuda_graph");
+  KILN_CHECK(graph != GraphMode::on || can_capture(b.d), "bench train: cuda_graph=on needs a CUDA device; ",
+             b.d.str(), " has no graphs; accepted there: auto (eager there) or off");
   b.setup = make_step_setup(step, b.d, *b.opt);
   if (b.setup.graph) b.setup.graph->log = [](const std::string& line) { std::printf("# %s\n", line.c_str()); };
   Generator gen(1);
