@@ -8,7 +8,8 @@
 //  - the schedule: `warmup` eager steps of one key in a row, then a capture; another key in between
 //    starts the count again; a failed capture's key stays eager;
 //  - a StepGraph on a CPU setup: one line naming why, every step eager and equal to a step without it;
-//    "on" there is an error.
+//    "on" there is an error;
+//  - with stand-in capture kernels: a failed capture's fallback, and a replay's bookkeeping (below).
 // The replays themselves: tests/gpu/cuda_graph_test.cpp.
 #include <gtest/gtest.h>
 
@@ -177,4 +178,104 @@ TEST(CudaGraphOnCpu, AutoRunsEveryStepEagerlyWithOneLineAndTheSameResult) {
   });
   EXPECT_NE(e.find("train.cuda_graph: \"on\""), std::string::npos) << e;
   EXPECT_NE(e.find("no graphs"), std::string::npos) << e;
+}
+
+// StepGraph's plumbing with stand-in capture kernels on the CPU (the CPU runs work at once, so a
+// "capture" here computes the step and a "replay" does nothing: only the bookkeeping is tested):
+//  - a capture whose end fails: the step runs eagerly from its start with one line naming the error,
+//    that key is never captured again, and the weights equal steps without a graph;
+//  - a replay: the parameters' .grad are the captured tensors again even after an eager step of
+//    another shape set others, and on_micro receives each captured micro-batch's outputs.
+namespace {
+
+struct FakeCapture {
+  static inline int begins = 0, abandons = 0, replays = 0;
+  static inline bool fail = false;
+  struct Work : CapturedWork {
+    void replay() override { ++replays; }
+  };
+  FakeCapture() {
+    (void)can_capture(Device::cpu());  // registers the real kernels first, so that ours stay set
+    begins = abandons = replays = 0;
+    begin_capture_kernel.set(DeviceType::CPU, [](int) { ++begins; });
+    end_capture_kernel.set(DeviceType::CPU, [](int) -> std::shared_ptr<CapturedWork> {
+      if (fail) throw Error("stand-in: cudaErrorStreamCaptureUnsupported");
+      return std::make_shared<Work>();
+    });
+    abandon_capture_kernel.set(DeviceType::CPU, [](int) { ++abandons; });
+  }
+  ~FakeCapture() {
+    begin_capture_kernel.set(DeviceType::CPU, nullptr);
+    end_capture_kernel.set(DeviceType::CPU, nullptr);
+    abandon_capture_kernel.set(DeviceType::CPU, nullptr);
+  }
+};
+
+}  // namespace
+
+TEST(CudaGraphFallback, AFailedCaptureRunsTheStepEagerlyOnceNamedAndKeepsThatKeyEager) {
+  FakeCapture fake;
+  FakeCapture::fail = true;
+  auto a = net(false), b = net(false);
+  SGD oa(params_of(*a), SGDOptions{}), ob(params_of(*b), SGDOptions{});
+  StepSetup sa = make_step_setup(StepOptions{}, Device::cpu(), oa), sb = make_step_setup(StepOptions{}, Device::cpu(), ob);
+  sa.read_loss = sb.read_loss = false;
+  sb.graph = std::make_shared<StepGraph>(GraphMode::on);  // on: a failed capture still falls back
+  std::vector<std::string> lines;
+  sb.graph->log = [&](const std::string& l) { lines.push_back(l); };
+  Generator g(9);
+  for (int i = 0; i < 6; ++i) {
+    Tensor x = rand_normal({6, 8, 8, 3}, 0, 1, DType::f32, Device::cpu(), &g);
+    Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0}, {6});
+    EXPECT_TRUE(train_step(*a, oa, StepBatch{x, y, Tensor()}, sa).stepped);
+    EXPECT_TRUE(train_step(*b, ob, StepBatch{x, y, Tensor()}, sb).stepped);
+  }
+  EXPECT_EQ(FakeCapture::begins, 1);  // step 2 only: the key stays eager after
+  EXPECT_EQ(FakeCapture::abandons, 1);
+  EXPECT_EQ(sb.graph->counts().failed_captures, 1);
+  EXPECT_EQ(sb.graph->counts().eager, 6);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("capture of this step failed"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << lines[0];
+  auto pa = a->named_parameters(), pb = b->named_parameters();
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_EQ(pa[i].second.to_double_vector(), pb[i].second.to_double_vector()) << pa[i].first;
+}
+
+TEST(CudaGraphFallback, AReplayPutsTheCapturedGradientsBackAndHandsOnItsOutputs) {
+  FakeCapture fake;
+  FakeCapture::fail = false;
+  auto m = net(false);
+  SGD opt(params_of(*m), SGDOptions{});
+  StepSetup s = make_step_setup(StepOptions{}, Device::cpu(), opt);
+  s.read_loss = false;
+  s.accumulate = 2;
+  s.graph = std::make_shared<StepGraph>(GraphMode::automatic, 1);
+  s.graph->log = [](const std::string&) {};
+  Generator g(4);
+  auto batch = [&](int64_t n) {
+    std::vector<int64_t> y;
+    for (int64_t i = 0; i < n; ++i) y.push_back(i % 5);
+    return StepBatch{rand_normal({n, 8, 8, 3}, 0, 1, DType::f32, Device::cpu(), &g), Tensor::from_vector(y, {n}),
+                     Tensor()};
+  };
+  std::vector<int64_t> sizes;
+  auto count = [&](const MicroBatchOut& mo) { sizes.push_back(mo.size); };
+  train_step(*m, opt, batch(6), s, count);  // eager (warm-up 1)
+  train_step(*m, opt, batch(6), s, count);  // captured, replayed
+  ASSERT_EQ(s.graph->counts().captures, 1);
+  std::vector<Tensor> captured;
+  for (auto& [name, p] : m->named_parameters()) captured.push_back(p.grad());
+  train_step(*m, opt, batch(5), s, count);  // another shape: eager, sets other gradients
+  size_t j = 0;
+  for (auto& [name, p] : m->named_parameters()) EXPECT_NE(p.grad().raw_data(), captured[j++].raw_data()) << name;
+  train_step(*m, opt, batch(6), s, count);  // replayed: the captured gradients again
+  size_t i = 0;
+  for (auto& [name, p] : m->named_parameters()) {
+    ASSERT_TRUE(p.grad().defined()) << name;
+    EXPECT_EQ(p.grad().raw_data(), captured[i++].raw_data()) << name;
+  }
+  EXPECT_EQ(FakeCapture::replays, 2);
+  EXPECT_EQ(s.graph->counts().replays, 2);
+  EXPECT_EQ(sizes, (std::vector<int64_t>{3, 3, 3, 3, 3, 2, 3, 3}));  // two micro-batches a step
 }
