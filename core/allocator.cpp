@@ -37,13 +37,24 @@ void* CachingAllocator::allocate(size_t bytes) {
                            " reserved, limit " + mib(stats_.limit));
   }
   void* p = nullptr;
+  if (active_pool_) {  // a capture: the pool's own blocks first
+    auto& pool = pools_[active_pool_];
+    auto pit = pool.find(sz);
+    if (pit != pool.end()) {
+      p = pit->second;
+      pool.erase(pit);
+      stats_.allocated += sz;
+      if (stats_.allocated > stats_.peak) stats_.peak = stats_.allocated;
+      return p;
+    }
+  }
   auto it = free_.find(sz);
   if (it != free_.end()) {
     p = it->second;
     free_.erase(it);
   } else {
     p = raw_alloc_(sz);
-    if (!p) {  // give the cache back and try once more before failing
+    if (!p && !active_pool_) {  // give the cache back and try once more before failing (never in a capture)
       release_cached_locked();
       p = raw_alloc_(sz);
     }
@@ -55,6 +66,7 @@ void* CachingAllocator::allocate(size_t bytes) {
     stats_.reserved += sz;
     ++stats_.num_system_allocs;
   }
+  if (active_pool_) owner_[p] = active_pool_;
   stats_.allocated += sz;
   if (stats_.allocated > stats_.peak) stats_.peak = stats_.allocated;
   return p;
@@ -65,7 +77,65 @@ void CachingAllocator::deallocate(void* p, size_t bytes) {
   size_t sz = round_size(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.allocated -= sz;
+  take_locked(p, sz);
+}
+
+void CachingAllocator::take_locked(void* p, size_t sz) {
+  auto o = owner_.find(p);
+  if (o != owner_.end()) {
+    auto pool = pools_.find(o->second);
+    if (pool != pools_.end()) {  // a live pool's block goes back to it
+      pool->second.emplace(sz, p);
+      return;
+    }
+    owner_.erase(o);  // its pool was released: an ordinary block again
+  }
+  if (active_pool_) {  // freed during a capture: the graph may still use it
+    owner_[p] = active_pool_;
+    pools_[active_pool_].emplace(sz, p);
+    return;
+  }
   free_.emplace(sz, p);
+}
+
+int CachingAllocator::begin_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  KILN_CHECK(!active_pool_, "allocator on ", device_.str(), ": private pool ", active_pool_,
+             " is still active (one capture at a time)");
+  active_pool_ = next_pool_++;
+  pools_[active_pool_];
+  return active_pool_;
+}
+
+void CachingAllocator::end_pool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  active_pool_ = 0;
+}
+
+void CachingAllocator::release_pool(int id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (active_pool_ == id) active_pool_ = 0;
+  auto pool = pools_.find(id);
+  if (pool == pools_.end()) return;
+  for (auto& [sz, p] : pool->second) {
+    owner_.erase(p);
+    free_.emplace(sz, p);
+  }
+  pools_.erase(pool);  // live blocks still tagged `id` join the cache when freed (take_locked)
+}
+
+int CachingAllocator::active_pool() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return active_pool_;
+}
+
+size_t CachingAllocator::pool_free_bytes(int id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto pool = pools_.find(id);
+  size_t n = 0;
+  if (pool != pools_.end())
+    for (const auto& [sz, p] : pool->second) n += sz;
+  return n;
 }
 
 MemoryStats CachingAllocator::stats() const {

@@ -44,14 +44,34 @@ class CachingAllocator {
 
   static size_t round_size(size_t bytes);
 
+  // --- private pools (a captured CUDA graph's memory: docs/cuda_backend.md, "CUDA graphs") ---
+  // A captured graph replays kernels with the addresses they had at capture, so no block it touched
+  // may be handed to other code while the graph lives. Between begin_pool() and end_pool():
+  // allocate() serves from the pool's own free blocks, else takes a cached block (or a new one) into
+  // the pool; deallocate() puts every block into the pool, whatever its origin (a block allocated
+  // before and freed during the capture may still be read by the graph). After end_pool(), blocks of
+  // the pool freed by anyone return to the pool, never to the shared cache, until release_pool(id)
+  // (the graph is gone): then its free blocks and, as they are freed, its live ones join the cache.
+  // While a pool is active the cache is never given back to the system (no free during a capture).
+  // One pool at a time is active; `allocated`/`reserved` count pool blocks like any other.
+  int begin_pool();
+  void end_pool();
+  void release_pool(int id);
+  int active_pool() const;          // 0: none
+  size_t pool_free_bytes(int id) const;  // cached free bytes held by pool `id` (tests)
+
  private:
   void release_cached_locked();
+  void take_locked(void* p, size_t sz);  // deallocate's body
   Device device_;
   RawAlloc raw_alloc_;
   RawFree raw_free_;
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;  // rounded size -> block
   MemoryStats stats_;
+  int active_pool_ = 0, next_pool_ = 1;
+  std::map<int, std::multimap<size_t, void*>> pools_;  // live pools: their free blocks
+  std::map<void*, int> owner_;                         // block -> pool (live or released) it belongs to
 };
 
 CachingAllocator& allocator_for(Device d);

@@ -140,6 +140,7 @@ void register_kernels() {
   pinned_free_kernel.set(gpu, pinned_free);
   is_pinned_kernel.set(gpu, is_pinned_ptr);
   wait_host_copies_kernel.set(gpu, wait_host_copies);
+  register_graph_kernels();  // core/cuda/graph_cuda.cu: begin/end/abandon_capture
 }
 
 }  // namespace kiln::cuda

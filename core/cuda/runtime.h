@@ -119,6 +119,10 @@ void* pinned_alloc(size_t bytes);  // nullptr when out of page-locked memory
 void pinned_free(void* p);
 void wait_host_copies(const void* p);
 
+// Fills core/graph_capture.h's slots (core/cuda/graph_cuda.cu): stream capture into CUDA graphs, with a
+// private pool of the caching allocator per capture; called by register_kernels().
+void register_graph_kernels();
+
 // Grid size for a grid-stride loop over n items with `threads` per block: enough blocks to fill
 // the device a few times over, never more than the items need.
 int grid_for(int device, int64_t n, int threads);

@@ -18,11 +18,14 @@
 
 Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 128] [--steps 20]
                                         [--amp-batch 256] [--skip-amp] [--skip-matmul] [--summary FILE]
-                                        [--kiln-ab NAME=VALUE ...]
+                                        [--kiln-ab NAME=VALUE ...] [--skip-graph]
        --kiln-ab runs each kiln ResNet-50 figure again with that environment variable set (an A/B of one
        kiln switch, e.g. KILN_CUDNN_BATCH_NORM=0: kiln's own batch-norm kernels instead of cuDNN's;
        KILN_FUSED_BN_RELU=0: batch norm, add and ReLU as three ops); repeat it for several switches
        (the kiln binary also comes from $KILN, which gpu_check.sh sets)
+       each kiln ResNet-50 figure is also taken with cuda_graph=on (train.cuda_graph: the step's forward
+       and backward replayed from a CUDA graph, the update eager; the default run is cuda_graph=off);
+       --skip-graph leaves that run out
 Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
 (the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
 `host_blocked` column of `kiln bench train`, and the host's own time to issue a step its `host_ms`
@@ -106,12 +109,13 @@ def parse_table(out, first_column):
     return rows
 
 
-def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None):
+def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None, graph="off"):
     """images/s, the share of the step the host spent blocked, and the host's own ms to issue one step
-    against the step's ms (None where kiln does not print them)."""
+    against the step's ms (None where kiln does not print them). graph: kiln's cuda_graph= (off, on)."""
     out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
                     "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
-                    f"precision={precision}"], timeout, env)
+                    f"precision={precision}", f"cuda_graph={graph}"], timeout, env)
+    # run_kiln shows the "# cuda_graph..." lines: captured, or why the steps ran eagerly
     rows = parse_table(out, "resnet50")
     if not rows:
         return None, None, None
@@ -226,6 +230,7 @@ def main():
     p.add_argument("--skip-amp", action="store_true", help="skip part (c)")
     p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
     p.add_argument("--summary", help="also write one line per figure to this file")
+    p.add_argument("--skip-graph", action="store_true", help="no cuda_graph=on run beside each kiln figure")
     p.add_argument("--kiln-ab", metavar="NAME=VALUE", action="append", default=[],
                    help="also time each kiln ResNet-50 run with this variable set (repeatable)")
     a = p.parse_args()
@@ -282,6 +287,13 @@ def part_resnet50(a, have_torch, fig):
     rows, ok = [], True
     for prec, batch in runs:
         k, blocked, host = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
+        if not a.skip_graph:
+            kg, gblocked, ghost = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, graph="on")
+            ok &= kg is not None
+            gain = f"{kg / k:.2f}" if k and kg else "-"
+            fig(f"resnet50 {prec} batch {batch}: kiln cuda_graph=off {fmt(k)} img/s, cuda_graph=on {fmt(kg)} img/s "
+                f"(on/off {gain}), host blocked {fmt(gblocked, '{:.2f}%', 'n/a')}" +
+                (f", host issues a step in {ghost[0]:.2f} of its {ghost[1]:.2f} ms" if ghost else ""))
         for ab in a.kiln_ab:
             name, value = ab.split("=", 1)
             kb, _, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})

@@ -312,7 +312,12 @@ TrainBench make_train_bench(std::map<std::string, std::string>& a, std::map<std:
   StepOptions step;
   step.precision = a["precision"];
   step.use = StepUse::time;
+  step.cuda_graph = a["cuda_graph"];  // train.cuda_graph's values and checks, named as this bench's argument
+  const GraphMode graph = parse_graph_mode(a["cuda_graph"], "bench train: cuda_graph");
+  KILN_CHECK(graph != GraphMode::on || can_capture(b.d), "bench train: cuda_graph=on needs a CUDA device; ",
+             b.d.str(), " has no graphs; accepted there: auto (eager there) or off");
   b.setup = make_step_setup(step, b.d, *b.opt);
+  if (b.setup.graph) b.setup.graph->log = [](const std::string& line) { std::printf("# %s\n", line.c_str()); };
   Generator gen(1);
   b.x = rand_normal({batch, size, size, ch}, 0.0, 1.0, DType::f32, b.d, &gen).to(b.setup.compute);
   std::vector<int64_t> labels(static_cast<size_t>(batch));
@@ -411,7 +416,7 @@ int bench_train(const Args& args) {
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-winograd[,...]] [rounds=1]\n"
-      "                        [profile=0] [depth=] [width=] [paced=0]\n"
+      "                        [profile=0] [depth=] [width=] [paced=0] [cuda_graph=off|on|auto]\n"
       "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
       "  convolution choice round by round in one process (auto-im2col: measured, without the im2col\n"
       "  candidates; core/conv_policy.h); depth= and width= set the model's\n"
@@ -419,14 +424,15 @@ int bench_train(const Args& args) {
       "  stage's channels); paced=1: after the warm-up, each timed step waits for a line on stdin and prints\n"
       "  `step_ms T` when done (a driver interleaves another program's steps with kiln's:\n"
       "  tools/bench/bench_train.py --paired); profile=1 records only the timed\n"
-      "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi)\n";
+      "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi);\n"
+      "  cuda_graph= is train.cuda_graph: the step's forward and backward replayed from a CUDA graph (a GPU)\n";
   if (wants_help(args, kUsage)) return 0;
   std::map<std::string, std::string> a = {{"model", "resnet50"}, {"batch", "128"},   {"size", "224"},
                                           {"channels", "3"},     {"classes", "1000"}, {"steps", "20"},
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
                                           {"rounds", "1"}, {"profile", "0"}, {"depth", ""}, {"width", ""},
-                                          {"paced", "0"}};
+                                          {"paced", "0"}, {"cuda_graph", "off"}};
   const KeyValueArgs kv("bench train", args, a);
   for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;
@@ -461,6 +467,12 @@ int bench_train(const Args& args) {
   }
   const TrainTimings t = time_train_rounds(b, algos, ints);
   print_train_table(b, algos, t, a, ints);
+  if (b.setup.graph) {
+    const GraphCounts& g = b.setup.graph->counts();
+    std::printf("# cuda_graph=%s: %lld capture(s), %lld failed, %lld step(s) replayed, %lld eager\n",
+                a["cuda_graph"].c_str(), (long long)g.captures, (long long)g.failed_captures, (long long)g.replays,
+                (long long)g.eager);
+  }
   return 0;
 }
 

@@ -71,6 +71,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.time_budget_minutes = r.get("time_budget_minutes", o.time_budget_minutes, 0.0, 1e7);
   o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
   o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
+  o.cuda_graph = r.get_choice("cuda_graph", o.cuda_graph, {"auto", "on", "off"});
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16", "auto"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
@@ -113,6 +114,7 @@ json TrainOptions::to_json() const {
               {"time_budget_minutes", time_budget_minutes},
               {"device", device},
               {"cudnn_benchmark", cudnn_benchmark},
+              {"cuda_graph", cuda_graph},
               {"precision", precision},
               {"seed", seed},
               {"label_smoothing", label_smoothing},

@@ -41,6 +41,7 @@ StepOptions step_options(const TrainOptions& t) {
   o.clip_grad_norm = t.clip_grad_norm;
   o.ema = t.ema.enabled;
   o.loss_scaler = t.loss_scaler;
+  o.cuda_graph = t.cuda_graph;
   return o;
 }
 
@@ -55,6 +56,12 @@ StepSetup make_step_setup(const StepOptions& o, Device device, const Optimizer& 
     s.update = false;
     return s;
   }
+  const GraphMode graph = parse_graph_mode(o.cuda_graph, "train.cuda_graph");
+  if (graph != GraphMode::off) {
+    KILN_CHECK(graph != GraphMode::on || can_capture(device), "train.cuda_graph: \"on\" needs a CUDA device; ",
+               device.str(), " has no graphs; accepted there: \"auto\" (eager there) or \"off\"");
+    if (can_capture(device)) s.graph = std::make_shared<StepGraph>(graph);
+  }
   s.accumulate = o.accumulate;
   s.clip_grad_norm = o.clip_grad_norm;
   s.sync = o.sync;
@@ -67,16 +74,16 @@ StepSetup make_step_setup(const StepOptions& o, Device device, const Optimizer& 
   return s;
 }
 
-StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, const StepSetup& setup,
-                      const std::function<void(const MicroBatchOut&)>& on_micro) {
+namespace {
+
+// zero_grad, then each micro-batch's forward, loss and backward; the loss summed into *loss_sum
+// (read_loss) and each micro-batch's outputs handed to `on_micro`.
+void micro_batches(Module& model, Optimizer& opt, const StepBatch& batch, const StepSetup& setup,
+                   const std::function<void(const MicroBatchOut&)>& on_micro, double* loss_sum, Tensor* last_loss) {
   const int64_t n = batch.images.size(0);
-  KILN_CHECK(n > 0 && batch.labels.numel() == n, "train_step: ", n, " images and ", batch.labels.numel(), " labels");
-  KILN_CHECK(setup.accumulate >= 1, "train_step: accumulate = ", setup.accumulate, "; accepted: >= 1");
-  StepResult r;
   opt.zero_grad();
   const std::vector<int64_t> micro = micro_batch_sizes(n, setup.accumulate);
   const bool whole = micro.size() == 1;
-  double loss_sum = 0;
   int64_t start = 0;
   for (size_t k = 0; k < micro.size(); start += micro[k], ++k) {
     const int64_t m = micro[k];
@@ -93,13 +100,16 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
     Tensor part = whole ? loss : ops::mul_scalar(loss, share);
     if (setup.sync) setup.sync->set_deferred(k + 1 < micro.size());
     (setup.scaler ? setup.scaler->scale_loss(part) : part).backward();
-    if (setup.read_loss) loss_sum += loss.item() * share;
+    if (setup.read_loss) *loss_sum += loss.item() * share;
     if (on_micro) on_micro(MicroBatchOut{loss, logits, logits32, y, m, share, static_cast<int64_t>(k)});
-    r.last_loss = loss;
+    *last_loss = loss;
   }
   if (setup.sync) setup.sync->finish();
-  r.loss = loss_sum;
-  const bool loss_finite = !setup.read_loss || std::isfinite(loss_sum);
+}
+
+// The step's update once the gradients are in .grad (see train_step.h).
+StepResult update(Optimizer& opt, const StepSetup& setup, StepResult r) {
+  const bool loss_finite = !setup.read_loss || std::isfinite(r.loss);
   if (!setup.update) {
     r.finite = loss_finite;
     return r;
@@ -139,6 +149,44 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
   opt.step();
   r.stepped = true;
   return r;
+}
+
+}  // namespace
+
+StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, const StepSetup& setup,
+                      const std::function<void(const MicroBatchOut&)>& on_micro) {
+  const int64_t n = batch.images.size(0);
+  KILN_CHECK(n > 0 && batch.labels.numel() == n, "train_step: ", n, " images and ", batch.labels.numel(), " labels");
+  KILN_CHECK(setup.accumulate >= 1, "train_step: accumulate = ", setup.accumulate, "; accepted: >= 1");
+  StepResult r;
+  if (setup.graph) {
+    // train.cuda_graph (cuda_graph.h): the micro-batches replayed from a graph, the update eagerly.
+    std::vector<Tensor> params;
+    for (const ParamRef& p : opt.params()) params.push_back(p.param);
+    auto capture = [&](const StepBatch& fixed) {
+      std::vector<StepGraph::MicroOut> outs;
+      double unused = 0;
+      Tensor last;
+      StepSetup s = setup;
+      s.read_loss = false;  // graph_refusal: a step that reads its loss is not captured
+      micro_batches(model, opt, fixed, s, [&](const MicroBatchOut& mo) {
+        outs.push_back({mo.loss.detach(), mo.logits.detach(), mo.logits32.detach(), mo.labels, mo.size, mo.share});
+      }, &unused, &last);
+      return outs;
+    };
+    if (setup.graph->run(batch, setup, model, params, capture)) {
+      const auto& outs = setup.graph->outs();
+      for (size_t k = 0; k < outs.size(); ++k) {
+        const auto& o = outs[k];
+        if (on_micro) on_micro(MicroBatchOut{o.loss, o.logits, o.logits32, o.labels, o.size, o.share,
+                                             static_cast<int64_t>(k)});
+      }
+      if (!outs.empty()) r.last_loss = outs.back().loss;
+      return update(opt, setup, r);
+    }
+  }
+  micro_batches(model, opt, batch, setup, on_micro, &r.loss, &r.last_loss);
+  return update(opt, setup, r);
 }
 
 }  // namespace kiln

@@ -12,6 +12,8 @@
 //     class weights), weighted by the micro-batch's share of the batch; backward, scaled by the fp16
 //     loss scaler when there is one; GradSync (several ranks) defers its all-reduce until the last
 //     micro-batch, then finish();
+//   (with setup.graph, train.cuda_graph: those micro-batches replayed from a CUDA graph captured once
+//   per batch shape, cuda_graph.h; the rest below runs eagerly either way)
 //   then (setup.update): with a loss scaler, unscale and check the gradients (and the loss, when read)
 //   and skip a non-finite step; clip the gradient norm; optimizer step; scaler update. With
 //   setup.scaler_on_device the check and the skip happen on the device (nothing is read back).
@@ -40,6 +42,7 @@
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
 #include "tools/deploy/train_options.h"
+#include "tools/engine/cuda_graph.h"
 
 namespace kiln {
 
@@ -67,6 +70,9 @@ struct StepSetup {
   GradSync* sync = nullptr;      // data-parallel gradient all-reduce
   bool read_loss = true;         // read each micro-batch's loss to the host (StepResult::loss)
   bool update = true;            // false: forward and backward only (AutoBatch's probe)
+  // train.cuda_graph (cuda_graph.h): the micro-batches captured once per batch shape and replayed,
+  // the update eager after them; null: every step eager (off, the CPU, the probe). Shared by copies.
+  std::shared_ptr<StepGraph> graph;
 };
 
 // How a caller uses the step: the one place where the trainer, the benches and the probe differ.
@@ -89,6 +95,7 @@ struct StepOptions {
   bool ema = false;                // train.ema is on: it updates after a step taken, so the verdict is read
   LossScalerOptions loss_scaler;   // train.loss_scaler
   GradSync* sync = nullptr;        // several ranks: the gradients' all-reduce
+  std::string cuda_graph = "off";  // train.cuda_graph: "auto", "on" or "off" (cuda_graph.h)
   StepUse use = StepUse::train;
 };
 
@@ -100,7 +107,9 @@ StepOptions step_options(const TrainOptions& train);
 // precision; with f16 (and an update) a loss scaler of options.loss_scaler whose verdict stays on
 // the device where nothing would otherwise be read back there (a device whose reads block, an
 // optimizer that can skip its step on the device, no clipping, no EMA), with the reason in
-// verdict_reason; the loss read each micro-batch only by StepUse::train where reading is free.
+// verdict_reason; the loss read each micro-batch only by StepUse::train where reading is free; a
+// StepGraph where options.cuda_graph is not "off" and the device has graphs ("on" on a device
+// without them, the CPU, is an error).
 StepSetup make_step_setup(const StepOptions& options, Device device, const Optimizer& opt);
 
 // What a micro-batch produced, for the caller's statistics (on_micro).

@@ -1,0 +1,213 @@
+// train.cuda_graph on a GPU (tools/engine/cuda_graph.h, docs/cuda_backend.md "CUDA graphs"): the same
+// model built three times from one seed (a CIFAR ResNet: conv, batch norm, ReLU, shortcut, pooling,
+// linear) trains the same batches with train_step: twice eagerly, once with cuda_graph = "on".
+// The captured copy must equal the eager one bit for bit (parameters, batch-norm statistics and
+// counters, the loss each step, the loss scaler's state) when the two eager copies are equal bit for
+// bit (deterministic kernels), else within 1e-5 of the largest value, and prints which. Cases:
+//  - f32 SGD, with a partial batch between replays (eager next to the graph, which then replays again);
+//  - fp16 with the scaler's verdict on the device, inf in some batches: skips inside replays, the
+//    scale's growth and backoff read by the graph from the device;
+//  - fp16 with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's scale,
+//    which is frozen in a capture, so the step runs eagerly and is captured again;
+//  - replayed steps do not wait for the host (host_wait_stats' calls unchanged).
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/host_wait.h"
+#include "core/rng.h"
+#include "models/registry.h"
+#include "optim/ema.h"
+#include "optim/param.h"
+#include "optim/sgd.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tools/engine/train_step.h"
+
+using namespace kiln;
+using kiln::gputest::gpu;
+using kiln::gputest::rand_cpu;
+
+namespace {
+
+struct Trainee {
+  std::shared_ptr<Module> model;
+  std::vector<ParamRef> params;
+  std::unique_ptr<SGD> opt;
+  StepSetup setup;
+  std::unique_ptr<WeightEma> ema;
+  std::vector<Tensor> ema_w;   // the EMA's averages (updated in place by WeightEma)
+  std::vector<double> losses;  // each step's loss, through on_micro (weighted by share)
+};
+
+Trainee make_run(StepOptions o, const std::string& graph, bool ema = false) {
+  manual_seed(7);
+  Trainee r;
+  r.model = models::build_model({{"name", "resnet_cifar"}, {"depth", 8}, {"width", 4}, {"shortcut", "A"},
+                                 {"in_channels", 3}, {"num_classes", 10}},
+                                "model");
+  r.model->to(gpu());
+  r.model->train();
+  for (auto& [name, p] : r.model->named_parameters()) r.params.push_back({name, p, false});
+  mark_no_decay_1d(r.params);
+  SGDOptions so;
+  so.lr = 0.05;
+  so.momentum = 0.9;
+  so.nesterov = true;
+  so.weight_decay = 5e-4;
+  r.opt = std::make_unique<SGD>(r.params, so);
+  o.cuda_graph = graph;
+  o.ema = ema;
+  r.setup = make_step_setup(o, gpu(), *r.opt);
+  if (r.setup.graph) r.setup.graph->log = [](const std::string& l) { std::printf("path: %s\n", l.c_str()); };
+  if (ema) {
+    EmaOptions eo;
+    eo.enabled = true;
+    eo.decay = 0.9;
+    std::vector<WeightEma::Entry> es;
+    for (auto& p : r.params) {
+      r.ema_w.push_back(p.param.detach().clone());
+      es.push_back({p.name, p.param, r.ema_w.back(), true});
+    }
+    r.ema = std::make_unique<WeightEma>(eo, es);
+  }
+  return r;
+}
+
+Tensor batch_x(int step, int64_t n, bool bad) {
+  Tensor x = rand_cpu({n, 16, 16, 3}, 500 + static_cast<uint64_t>(step));
+  if (!bad) return x;
+  std::vector<float> v = x.to_float_vector();
+  v[11] = std::numeric_limits<float>::infinity();
+  return Tensor::from_vector(v, x.shape());
+}
+
+Tensor batch_y(int64_t n) {
+  std::vector<int64_t> y;
+  for (int64_t i = 0; i < n; ++i) y.push_back((i * 3 + 1) % 10);
+  return Tensor::from_vector(y, {n}, DType::i64);
+}
+
+void step(Trainee& r, int i, int64_t n, bool bad, int64_t t) {
+  double loss = 0;
+  Tensor x = batch_x(i, n, bad).to(gpu()), y = batch_y(n).to(gpu());
+  StepResult res = train_step(*r.model, *r.opt, StepBatch{x, y, Tensor()}, r.setup, [&](const MicroBatchOut& mo) {
+    loss += mo.loss.item() * mo.share;
+  });
+  if (r.ema && res.stepped) r.ema->update(t);
+  r.losses.push_back(loss);
+}
+
+// Everything a step changes: parameters, buffers, the EMA's averages, the losses, the scaler's state.
+std::vector<double> state_of(const Trainee& r) {
+  std::vector<double> s;
+  for (auto& [name, p] : r.model->named_parameters())
+    for (double v : p.to_double_vector()) s.push_back(v);
+  for (auto& [name, b] : r.model->named_buffers())
+    for (double v : b.to_double_vector()) s.push_back(v);
+  for (const Tensor& w : r.ema_w)
+    for (double v : w.to_double_vector()) s.push_back(v);
+  for (double v : r.losses) s.push_back(v);
+  if (r.setup.scaler)
+    for (auto& [k, v] : r.setup.scaler->state_dict()) s.push_back(v);
+  return s;
+}
+
+// graph == eager bit for bit where eager == eager bit for bit; else within 1e-5 of the largest value.
+void expect_same(const std::vector<double>& graph, const std::vector<double>& eager, const std::vector<double>& eager2,
+                 const std::string& what) {
+  ASSERT_EQ(graph.size(), eager.size());
+  ASSERT_EQ(eager2.size(), eager.size());
+  if (eager == eager2) {
+    std::printf("path: %s: eager steps deterministic: captured steps compared bit for bit\n", what.c_str());
+    size_t first = 0;
+    while (first < eager.size() && (graph[first] == eager[first] || (graph[first] != graph[first] && eager[first] != eager[first])))
+      ++first;
+    EXPECT_EQ(first, eager.size()) << what << ": first difference at value " << first << ": "
+                                   << (first < eager.size() ? graph[first] : 0) << " vs "
+                                   << (first < eager.size() ? eager[first] : 0);
+    return;
+  }
+  double m = 0;
+  for (double v : eager) m = std::max(m, std::fabs(v));
+  std::printf("path: %s: eager steps not deterministic: captured steps within 1e-5 * %g\n", what.c_str(), m);
+  kiln::testing::expect_close(graph, eager, 1e-5 * m, 1e-5, what);
+}
+
+class CudaGraph : public gputest::Tf32OffTest {};
+
+}  // namespace
+
+TEST_F(CudaGraph, F32ReplaysEqualEagerStepsWithAPartialBatchBetween) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  const std::vector<int64_t> sizes = {8, 8, 8, 8, 8, 5, 8, 8};
+  Trainee a = make_run({}, "off"), b = make_run({}, "off"), g = make_run({}, "on");
+  ASSERT_NE(g.setup.graph, nullptr);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    for (Trainee* r : {&a, &b, &g}) step(*r, static_cast<int>(i), sizes[i], false, static_cast<int64_t>(i));
+  const GraphCounts& c = g.setup.graph->counts();
+  EXPECT_EQ(c.failed_captures, 0) << "the capture failed: see the path: lines";
+  EXPECT_EQ(c.captures, 1);
+  EXPECT_EQ(c.replays, 5);  // steps 2, 3, 4, 6, 7
+  EXPECT_EQ(c.eager, 3);    // 0, 1 (warm-up) and the partial batch
+  expect_same(state_of(g), state_of(a), state_of(b), "f32 sgd");
+}
+
+TEST_F(CudaGraph, Fp16SkipsInsideReplaysWithTheVerdictOnTheDevice) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  StepOptions o;
+  o.precision = "fp16";
+  o.loss_scaler.growth_interval = 2;  // the scale grows and backs off inside the replays
+  Trainee a = make_run(o, "off"), b = make_run(o, "off"), g = make_run(o, "on");
+  ASSERT_TRUE(g.setup.scaler_on_device) << g.setup.verdict_reason;
+  const std::vector<bool> bad = {false, false, false, true, false, false, true, false, false};  // 3: the capture's
+  for (size_t i = 0; i < bad.size(); ++i)
+    for (Trainee* r : {&a, &b, &g}) step(*r, static_cast<int>(i), 8, bad[i], static_cast<int64_t>(i));
+  const GraphCounts& c = g.setup.graph->counts();
+  EXPECT_EQ(c.failed_captures, 0) << "the capture failed: see the path: lines";
+  EXPECT_EQ(c.captures, 1);
+  // step 0 scales on the host (the scaler's device state is made by its first unscale), so the key
+  // changes once: steps 1 and 2 warm up, step 3 is captured (with inf in it) and replayed.
+  EXPECT_EQ(c.replays, static_cast<int64_t>(bad.size()) - 3);
+  EXPECT_EQ(g.setup.scaler->skipped_steps(), 2);
+  EXPECT_EQ(g.setup.scaler->state_dict(), a.setup.scaler->state_dict());
+  expect_same(state_of(g), state_of(a), state_of(b), "fp16 sgd, verdict on the device");
+}
+
+TEST_F(CudaGraph, Fp16AccumulateTwoAndEmaRecaptureAfterTheHostScaleChanges) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  StepOptions o;
+  o.precision = "fp16";
+  o.accumulate = 2;
+  Trainee a = make_run(o, "off", true), b = make_run(o, "off", true), g = make_run(o, "on", true);
+  ASSERT_FALSE(g.setup.scaler_on_device);  // the EMA reads the verdict
+  const std::vector<bool> bad = {false, false, false, true, false, false, false, false};
+  for (size_t i = 0; i < bad.size(); ++i)
+    for (Trainee* r : {&a, &b, &g}) step(*r, static_cast<int>(i), 8, bad[i], static_cast<int64_t>(i));
+  const GraphCounts& c = g.setup.graph->counts();
+  EXPECT_EQ(c.failed_captures, 0) << "the capture failed: see the path: lines";
+  // captured at step 2, replayed at 3 (skipped: the scale halves), eager at 4 and 5, captured at 6
+  EXPECT_EQ(c.captures, 2);
+  EXPECT_EQ(c.replays, 4);
+  EXPECT_EQ(g.setup.scaler->skipped_steps(), 1);
+  expect_same(state_of(g), state_of(a), state_of(b), "fp16 accumulate 2 with EMA");
+}
+
+TEST_F(CudaGraph, ReplayedStepsDoNotWaitForTheHost) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  StepOptions o;
+  o.precision = "fp16";  // the verdict on the device: nothing in the step reads back
+  Trainee g = make_run(o, "on");
+  ASSERT_TRUE(g.setup.scaler_on_device) << g.setup.verdict_reason;
+  for (int i = 0; i < 10; ++i) {
+    Tensor x = batch_x(i, 8, i == 6).to(gpu()), y = batch_y(8).to(gpu());  // uploads wait: before the count
+    const HostWaitStats before = host_wait_stats();
+    train_step(*g.model, *g.opt, StepBatch{x, y, Tensor()}, g.setup);
+    if (i >= 4) EXPECT_EQ(host_wait_stats().calls, before.calls) << "replayed step " << i << " waited for the GPU";
+  }
+  EXPECT_EQ(g.setup.graph->counts().captures, 1);
+  EXPECT_EQ(g.setup.graph->counts().replays, 7);  // 0: host-side scale; 1, 2: warm-up; 3: captured
+  EXPECT_EQ(g.setup.scaler->skipped_steps(), 1);
+}
