@@ -18,7 +18,7 @@
 
 Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 128] [--steps 20]
                                         [--amp-batch 256] [--skip-amp] [--skip-matmul] [--summary FILE]
-                                        [--kiln-ab NAME=VALUE ...] [--skip-graph]
+                                        [--kiln-ab NAME=VALUE ...] [--skip-graph] [--compile fp16,bf16]
        --kiln-ab runs each kiln ResNet-50 figure again with that environment variable set (an A/B of one
        kiln switch, e.g. KILN_CUDNN_BATCH_NORM=0: kiln's own batch-norm kernels instead of cuDNN's;
        KILN_FUSED_BN_RELU=0: batch norm, add and ReLU as three ops); repeat it for several switches
@@ -26,6 +26,9 @@ Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 
        each kiln ResNet-50 figure is also taken with cuda_graph=on (train.cuda_graph: the step's forward
        and backward replayed from a CUDA graph, the update eager; the default run is cuda_graph=off);
        --skip-graph leaves that run out
+  (d) PyTorch's strongest: the same torch step with the model wrapped in torch.compile (default mode) in
+      the --compile precisions (fp16,bf16 by default; '' for none), timed after its compilation (about a
+      minute each, said in the log); the line compares kiln's best (graph off or on) with it and eager
 Prints one table per part (and one line per figure to --summary); exits non-zero when a kiln run fails
 (the other side's figure is still shown). kiln's share of the step that the host spent blocked is the
 `host_blocked` column of `kiln bench train`, and the host's own time to issue a step its `host_ms`
@@ -163,9 +166,10 @@ def torch_resnet50(num_classes):
     return nn.Sequential(*layers), "ResNet-50 defined in bench_gpu.py (no torchvision)"
 
 
-def torch_step(batch, precision="fp32", quiet=False):
+def torch_step(batch, precision="fp32", quiet=False, compile=False):
     """PyTorch's ResNet-50 training step on one synthetic batch (the one both bench_gpu.py and
-    profile_gpu.py time): returns step(), which runs forward + cross-entropy + backward + SGD."""
+    profile_gpu.py time): returns step(), which runs forward + cross-entropy + backward + SGD.
+    compile: the model wrapped in torch.compile (default mode, inductor), as its users speed it up."""
     import torch
     import torch.nn as nn
     amp_dtype = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}[precision]
@@ -182,6 +186,8 @@ def torch_step(batch, precision="fp32", quiet=False):
     y = torch.randint(0, 1000, (batch,), device="cuda")
     loss_fn = nn.CrossEntropyLoss()
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    if compile:
+        model = torch.compile(model)
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -198,11 +204,15 @@ def torch_step(batch, precision="fp32", quiet=False):
     return step
 
 
-def torch_train(batch, steps, warmup, precision="fp32"):
+def torch_train(batch, steps, warmup, precision="fp32", compile=False):
     import torch
-    step = torch_step(batch, precision)
-    for _ in range(warmup):
+    step = torch_step(batch, precision, compile=compile)
+    t0 = time.perf_counter()
+    for _ in range(max(warmup, 3) if compile else warmup):  # compile: the first steps compile and recompile
         step()
+    torch.cuda.synchronize()
+    if compile:
+        print(f"  torch.compile {precision}: warm-up (compilation) took {time.perf_counter() - t0:.0f} s", flush=True)
     torch.cuda.synchronize()
     t = time.perf_counter()
     for _ in range(steps):
@@ -231,6 +241,8 @@ def main():
     p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
     p.add_argument("--summary", help="also write one line per figure to this file")
     p.add_argument("--skip-graph", action="store_true", help="no cuda_graph=on run beside each kiln figure")
+    p.add_argument("--compile", default="fp16,bf16", metavar="PRECISIONS",
+                   help="also time torch.compile'd PyTorch in these precisions ('' for none; each compiles for ~1 min)")
     p.add_argument("--kiln-ab", metavar="NAME=VALUE", action="append", default=[],
                    help="also time each kiln ResNet-50 run with this variable set (repeatable)")
     a = p.parse_args()
@@ -287,6 +299,7 @@ def part_resnet50(a, have_torch, fig):
     rows, ok = [], True
     for prec, batch in runs:
         k, blocked, host = kiln_train(a.kiln, batch, a.steps, a.warmup, prec)
+        kg = None
         if not a.skip_graph:
             kg, gblocked, ghost = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, graph="on")
             ok &= kg is not None
@@ -307,6 +320,16 @@ def part_resnet50(a, have_torch, fig):
                 t = torch_train(batch, a.steps, a.warmup, prec)
             except Exception as e:  # noqa: BLE001 -- the kiln figure still counts
                 print(f"  torch {prec} failed: {e}")
+        tc = None
+        if have_torch and prec in a.compile.split(","):
+            try:
+                tc = torch_train(batch, a.steps, a.warmup, prec, compile=True)
+            except Exception as e:  # noqa: BLE001 -- the kiln figure still counts
+                print(f"  torch.compile {prec} failed: {type(e).__name__}: {str(e)[:300]}")
+            best_k = max(x for x in (k, kg if not a.skip_graph else None) if x) if k else None
+            fig(f"resnet50 {prec} batch {batch}: torch.compile {fmt(tc)} img/s, torch eager {fmt(t)}; kiln best "
+                f"{fmt(best_k)} img/s: kiln/compile {f'{best_k / tc:.2f}' if best_k and tc else '-'}, "
+                f"kiln/eager {f'{best_k / t:.2f}' if best_k and t else '-'}")
         ok &= k is not None
         rows.append((prec, batch, k, t, blocked))
         ratio = f"{k / t:.2f}" if k and t else "-"
