@@ -21,7 +21,7 @@ Each PyTorch run is its own process (its workers and GPU memory end with it). --
 run (a small folder, a few steps, no GPU): the same code paths, figures meaningless.
 
 Usage: e2e_gpu.py KILN --folder DIR --configs DIR [--device cuda|cpu] [--precisions fp16,bf16,fp32]
-                  [--batch 256] [--fp32-batch 128] [--warmup 20] [--steps 60] [--log-every 10]
+                  [--batch 256] [--fp32-batch 128] [--warmup 10] [--steps 50] [--log-every 10]
                   [--workers N] [--torch-workers N] [--runs DIR] [--summary FILE] [--timeout 120]
                   [--skip-torch] [--model resnet50]
 Prints a table and one line per precision to --summary; exits non-zero when a kiln run fails (the
@@ -281,8 +281,8 @@ def main():
     p.add_argument("--precision", default="fp32")  # --torch-one's
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--fp32-batch", type=int, default=128)
-    p.add_argument("--warmup", type=int, default=20)
-    p.add_argument("--steps", type=int, default=60)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--steps", type=int, default=50)
     p.add_argument("--log-every", type=int, default=10)
     p.add_argument("--workers", type=int, default=max(1, cores() - 1))
     p.add_argument("--torch-workers", type=int, default=cores())
