@@ -129,21 +129,8 @@ void LARS::run(const Tensor& skip) {
   lars_step_kernel.get(device(), "LARS")(entries, {options_.momentum, options_.eta, options_.epsilon, options_.nesterov, skip});
 }
 
-OptimizerState LARS::state_dict() const {
-  OptimizerState s;
-  s.type = type();
-  for (size_t k = 0; k < params_.size(); ++k)
-    if (momentum_[k].defined()) s.tensors[params_[k].name + ".momentum_buffer"] = host_copy(momentum_[k]);
-  return s;
-}
+OptimizerState LARS::state_dict() const { return per_param_state(momentum_, "momentum_buffer"); }
 
-void LARS::load_state_dict(const OptimizerState& state) {
-  auto tensors = split_tensors(state, {"momentum_buffer"});
-  split_scalars(state, {});
-  for (size_t k = 0; k < params_.size(); ++k) {
-    auto it = tensors[k].find("momentum_buffer");
-    momentum_[k] = it == tensors[k].end() ? Tensor() : device_copy(it->second);
-  }
-}
+void LARS::load_state_dict(const OptimizerState& state) { load_per_param_state(state, "momentum_buffer", momentum_); }
 
 }  // namespace kiln

@@ -122,6 +122,24 @@ std::vector<std::map<std::string, double>> Optimizer::split_scalars(const Optimi
   return split_by_param(type_, params_, state.scalars, slots, "scalar");
 }
 
+OptimizerState Optimizer::per_param_state(const std::vector<Tensor>& tensors, const std::string& slot) const {
+  OptimizerState s;
+  s.type = type_;
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (tensors[k].defined()) s.tensors[params_[k].name + "." + slot] = host_copy(tensors[k]);
+  return s;
+}
+
+void Optimizer::load_per_param_state(const OptimizerState& state, const std::string& slot,
+                                     std::vector<Tensor>& tensors) const {
+  auto split = split_tensors(state, {slot});
+  split_scalars(state, {});
+  for (size_t k = 0; k < params_.size(); ++k) {
+    auto it = split[k].find(slot);
+    tensors[k] = it == split[k].end() ? Tensor() : device_copy(it->second);
+  }
+}
+
 void Optimizer::step_unless(const Tensor&) {
   KILN_FAIL(type_, ": the step cannot be skipped on the device (its state counts steps on the host); read the "
             "flag and call step()");

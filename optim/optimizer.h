@@ -91,6 +91,10 @@ class Optimizer {
   Tensor device_copy(const Tensor& t) const {
     return t.device() == device() ? t.detach().clone() : t.detach().to(device());
   }
+  // One state tensor per parameter (SGD's and LARS's momentum buffers) as "<param>.<slot>", the
+  // undefined ones (no step yet) left out; and back, checked as split_tensors does.
+  OptimizerState per_param_state(const std::vector<Tensor>& tensors, const std::string& slot) const;
+  void load_per_param_state(const OptimizerState& state, const std::string& slot, std::vector<Tensor>& tensors) const;
   // Weight decay for parameter i: 0 when it is no_decay and `no_decay_bn_bias` is on.
   double decay_for(size_t i, double weight_decay, bool no_decay_bn_bias) const {
     return no_decay_bn_bias && params_[i].no_decay ? 0.0 : weight_decay;

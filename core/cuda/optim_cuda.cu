@@ -284,6 +284,15 @@ Entry param_entry(const char* op, Table& t, const Tensor& param, const Tensor& g
 
 }  // namespace
 
+// The loss scaler's device-side skip flag (i32 [] on the parameters' GPU), or null without one.
+const int32_t* skip_flag(const char* op, const Tensor& skip, int device) {
+  if (!skip.defined()) return nullptr;
+  KILN_CHECK(skip.dtype() == DType::i32 && skip.numel() == 1, op, ": skip must be i32 [], got ", skip.str());
+  KILN_CHECK(skip.device() == Device::cuda(device), op, ": skip ", skip.str(), " must be on ",
+             Device::cuda(device).str(), " with the parameters");
+  return static_cast<const int32_t*>(skip.raw_data());
+}
+
 void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
   const char* op = "sgd_step";
   KILN_CHECK(opt.momentum >= 0.0 && opt.dampening >= 0.0, op, ": momentum and dampening must be >= 0");
@@ -303,13 +312,7 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     t.add(e);
   }
   if (t.chunks == 0) return;
-  const int32_t* skip = nullptr;
-  if (opt.skip.defined()) {
-    KILN_CHECK(opt.skip.dtype() == DType::i32 && opt.skip.numel() == 1, op, ": skip must be i32 [], got ", opt.skip.str());
-    KILN_CHECK(opt.skip.device() == Device::cuda(t.device), op, ": skip ", opt.skip.str(), " must be on ",
-               Device::cuda(t.device).str(), " with the parameters");
-    skip = static_cast<const int32_t*>(opt.skip.raw_data());
-  }
+  const int32_t* skip = skip_flag(op, opt.skip, t.device);
   t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip});
 }
 
@@ -329,13 +332,7 @@ void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
     t.add(e);
   }
   if (t.chunks == 0) return;
-  const int32_t* skip = nullptr;
-  if (opt.skip.defined()) {
-    KILN_CHECK(opt.skip.dtype() == DType::i32 && opt.skip.numel() == 1, op, ": skip must be i32 [], got ", opt.skip.str());
-    KILN_CHECK(opt.skip.device() == Device::cuda(t.device), op, ": skip ", opt.skip.str(), " must be on ",
-               Device::cuda(t.device).str(), " with the parameters");
-    skip = static_cast<const int32_t*>(opt.skip.raw_data());
-  }
+  const int32_t* skip = skip_flag(op, opt.skip, t.device);
   // NOTE: the norms stay on the device (partials, then one trust ratio per tensor): nothing is read
   // back, so the step queues behind the backward pass without the host waiting for it.
   DeviceGuard guard(t.device);
