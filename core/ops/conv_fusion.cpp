@@ -1,0 +1,66 @@
+// The fused BN-affine + ReLU + conv + statistics op (see conv_fusion.h): checks, then the device's
+// fused kernel when it has one and no input needs a gradient, else the chain of public ops.
+#include "core/ops/conv_fusion.h"
+
+#include "core/autograd.h"
+#include "core/ops/dispatch.h"
+#include "core/ops/elementwise.h"
+#include "core/ops/reduce.h"
+
+namespace kiln {
+KILN_DEFINE_KERNEL_SLOT(conv_bn_stats_forward);
+}  // namespace kiln
+
+namespace kiln::ops {
+namespace {
+constexpr const char* kOp = "conv_scale_bias_relu_stats";
+
+void check_args(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w, const Conv2dParams& p) {
+  KILN_CHECK(x.defined() && scale.defined() && bias.defined() && w.defined(), kOp,
+             ": x, scale, bias and w must be defined tensors");
+  const DType dt = x.dtype();
+  KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16 || dt == DType::f64, kOp, ": x ", x.str(),
+             ": accepted dtypes are f16, bf16, f32 (f64 on the CPU)");
+  KILN_CHECK(scale.dtype() == dt && bias.dtype() == dt && w.dtype() == dt, kOp, ": x ", x.str(), ", scale ",
+             scale.str(), ", bias ", bias.str(), " and w ", w.str(), " must share one dtype");
+  KILN_CHECK(x.dim() == 4 && w.dim() == 4, kOp, ": x must be (N, H, W, Cin) and w (Cout, KH, KW, Cin), got x ",
+             x.str(), " and w ", w.str());
+  const int64_t cin = x.shape()[3];
+  KILN_CHECK(scale.dim() == 1 && bias.dim() == 1 && scale.shape()[0] == cin && bias.shape()[0] == cin, kOp,
+             ": scale ", scale.str(), " and bias ", bias.str(), " must be (Cin) = (", cin, ") for x ", x.str());
+  KILN_CHECK(p.groups == 1 && w.shape()[3] == cin, kOp, ": w ", w.str(), " must be (Cout, KH, KW, ", cin,
+             ") with groups 1 for x ", x.str(), " (groups ", p.groups, ")");
+}
+}  // namespace
+
+ConvBnStats conv_scale_bias_relu_stats_unfused(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                               const Tensor& w, const Conv2dParams& p) {
+  check_args(x, scale, bias, w, p);
+  Tensor a = relu(add(mul(x, scale), bias));  // (Cin) broadcasts over NHWC's last dim
+  Tensor y = conv2d(a, w, Tensor(), p);
+  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  Tensor yf = y.dtype() == acc ? y : y.to(acc);
+  Tensor s = sum(yf, {0, 1, 2}), q = sum(square(yf), {0, 1, 2});
+  if (acc != DType::f32) s = s.to(DType::f32), q = q.to(DType::f32);
+  return {y, s, q};
+}
+
+ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
+                                       const Conv2dParams& p, ConvFusionChoice* how) {
+  const Device d = op_device(kOp, {x, scale, bias, w});
+  check_args(x, scale, bias, w, p);
+  conv2d_output_shape(x.shape(), w.shape(), p);  // conv2d's own shape checks, before any kernel
+  const bool recording =
+      grad_enabled() && (x.requires_grad() || scale.requires_grad() || bias.requires_grad() || w.requires_grad());
+  const auto fused = conv_bn_stats_forward_kernel.find(d, kOp);
+  if (how) *how = ConvFusionChoice{};
+  if (recording || fused == nullptr || x.shape()[0] == 0) {
+    if (how) how->why = recording ? "autograd records the unfused ops" : fused ? "empty batch" : "no fused kernel on " + d.str();
+    return conv_scale_bias_relu_stats_unfused(x, scale, bias, w, p);
+  }
+  const Tensor xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach();
+  const ConvFusionUnfused unfused = [&] { return conv_scale_bias_relu_stats_unfused(xd, sd, bd, wd, p); };
+  return fused(xd, sd, bd, wd, p, unfused, how);
+}
+
+}  // namespace kiln::ops
