@@ -266,7 +266,6 @@ ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, con
 #if !KILN_CUDNN_FRONTEND
   return unfused_because(unfused, how, "built without cuDNN's frontend headers (KILN_CUDNN_FRONTEND_DIR)");
 #else
-  if (x.dtype() == DType::f64) return unfused_because(unfused, how, "f64 is not fused");
   const int device = checked_index(x.device(), "conv_scale_bias_relu_stats");
   DeviceGuard guard(device);
   const Key key{x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[1], w.shape()[2],

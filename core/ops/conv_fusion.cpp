@@ -19,8 +19,8 @@ void check_args(const Tensor& x, const Tensor& scale, const Tensor& bias, const 
   KILN_CHECK(x.defined() && scale.defined() && bias.defined() && w.defined(), kOp,
              ": x, scale, bias and w must be defined tensors");
   const DType dt = x.dtype();
-  KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16 || dt == DType::f64, kOp, ": x ", x.str(),
-             ": accepted dtypes are f16, bf16, f32 (f64 on the CPU)");
+  KILN_CHECK(dt == DType::f32 || dt == DType::f16 || dt == DType::bf16, kOp, ": x ", x.str(),
+             ": accepted dtypes are f16, bf16 and f32 (conv2d's)");
   KILN_CHECK(scale.dtype() == dt && bias.dtype() == dt && w.dtype() == dt, kOp, ": x ", x.str(), ", scale ",
              scale.str(), ", bias ", bias.str(), " and w ", w.str(), " must share one dtype");
   KILN_CHECK(x.dim() == 4 && w.dim() == 4, kOp, ": x must be (N, H, W, Cin) and w (Cout, KH, KW, Cin), got x ",
@@ -38,11 +38,8 @@ ConvBnStats conv_scale_bias_relu_stats_unfused(const Tensor& x, const Tensor& sc
   check_args(x, scale, bias, w, p);
   Tensor a = relu(add(mul(x, scale), bias));  // (Cin) broadcasts over NHWC's last dim
   Tensor y = conv2d(a, w, Tensor(), p);
-  const DType acc = x.dtype() == DType::f64 ? DType::f64 : DType::f32;
-  Tensor yf = y.dtype() == acc ? y : y.to(acc);
-  Tensor s = sum(yf, {0, 1, 2}), q = sum(square(yf), {0, 1, 2});
-  if (acc != DType::f32) s = s.to(DType::f32), q = q.to(DType::f32);
-  return {y, s, q};
+  Tensor yf = y.dtype() == DType::f32 ? y : y.to(DType::f32);
+  return {y, sum(yf, {0, 1, 2}), sum(square(yf), {0, 1, 2})};
 }
 
 ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,

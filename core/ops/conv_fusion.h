@@ -5,7 +5,7 @@
 //   y     = conv2d(relu(x * scale[c] + bias[c]), w)      (N, OH, OW, Cout), x's dtype
 //   sum   = sum of y over (N, OH, OW)                     (Cout), f32
 //   sumsq = sum of y*y over (N, OH, OW)                   (Cout), f32
-// x, scale, bias and w share one dtype: f16, bf16 or f32 (f64 on the CPU too).
+// x, scale, bias and w share one dtype: f16, bf16 or f32 (conv2d's dtypes).
 // On a GPU the kernel of the slot below may run it as ONE cuDNN graph (scale-bias-ReLU-conv-genstats,
 // core/cuda/conv_fusion_cuda.cu), chosen per shape by timing it against the unfused chain the first
 // time a shape is seen; every cuDNN refusal runs the unfused chain. Everywhere else (the CPU, a build
