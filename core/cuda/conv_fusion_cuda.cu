@@ -69,15 +69,14 @@ std::string init_frontend() {
   static std::once_flag once;
   static std::string error;
   std::call_once(once, [] {
+    // The libcudnn.so.<major> already loaded (kiln links it), else the file its cudnnGetVersion is in.
+    const std::string soname = "libcudnn.so." + std::to_string(CUDNN_MAJOR);
+    void* h = dlopen(soname.c_str(), RTLD_NOW | RTLD_NOLOAD);
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&cudnnGetVersion), &info) == 0 || info.dli_fname == nullptr) {
-      error = "cannot locate the loaded cuDNN library (dladdr)";
-      return;
-    }
-    void* h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
-    if (h == nullptr) h = dlopen(info.dli_fname, RTLD_NOW);
+    if (h == nullptr && dladdr(reinterpret_cast<void*>(&cudnnGetVersion), &info) != 0 && info.dli_fname != nullptr)
+      h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     if (h == nullptr) {
-      error = std::string("cannot dlopen ") + info.dli_fname;
+      error = "cannot find the loaded cuDNN library (" + soname + ") for the frontend";
       return;
     }
     fe::cudnn_dlhandle = h;
@@ -203,8 +202,12 @@ std::string run_fused(Entry& e, int device, const Tensor& x, const Tensor& scale
   std::unordered_map<int64_t, void*> pack = {{kX, x.raw_data()},      {kScale, scale.raw_data()}, {kBias, bias.raw_data()},
                                              {kW, w.raw_data()},      {kY, r.y.raw_data()},       {kSum, r.sum.raw_data()},
                                              {kSumSq, r.sumsq.raw_data()}};
-  auto st = e.graph->execute(cudnn_handle(device), pack, ws.raw_data());
-  if (st.is_bad()) return "execute: " + st.get_message();
+  try {
+    auto st = e.graph->execute(cudnn_handle(device), pack, ws.raw_data());
+    if (st.is_bad()) return "execute: " + st.get_message();
+  } catch (const std::exception& ex) {  // the frontend's own exceptions (its dynamic loading)
+    return std::string("execute: the frontend threw: ") + ex.what();
+  }
   *out = std::move(r);
   return "";
 }
@@ -287,10 +290,11 @@ ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, con
     std::string err;
     try {
       err = build(e, device, x, w, p);
-      if (err.empty()) err = run_fused(e, device, x, scale, bias, w, p, &out);
-    } catch (const std::exception& ex) {
+    } catch (const std::exception& ex) {  // the frontend's own exceptions (its dynamic loading)
       err = std::string("the frontend threw: ") + ex.what();
     }
+    // (outside the try: an out-of-memory error of kiln's allocator propagates as from any op)
+    if (err.empty()) err = run_fused(e, device, x, scale, bias, w, p, &out);
     if (!err.empty()) {
       refuse(e, what, err);
       fill(false, "refused: " + e.reason);

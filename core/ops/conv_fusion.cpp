@@ -55,7 +55,9 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
     if (how) how->why = recording ? "autograd records the unfused ops" : fused ? "empty batch" : "no fused kernel on " + d.str();
     return conv_scale_bias_relu_stats_unfused(x, scale, bias, w, p);
   }
-  const Tensor xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach();
+  // The fused graph reads dense NHWC / KRSC buffers.
+  const Tensor xd = x.detach().contiguous(), sd = scale.detach().contiguous(), bd = bias.detach().contiguous(),
+               wd = w.detach().contiguous();
   const ConvFusionUnfused unfused = [&] { return conv_scale_bias_relu_stats_unfused(xd, sd, bd, wd, p); };
   return fused(xd, sd, bd, wd, p, unfused, how);
 }

@@ -645,7 +645,7 @@ int bench_conv_fusion(const Args& in) {
                  cuda_device_count() == 0 ? "this machine has none visible" : "device= named none; use device=0");
     return 1;
   }
-  // (H = W of the input, Cin, Cout, kernel, stride, how many of the 53 convolutions have this shape)
+  // (H = W of the input, Cin, Cout, kernel, stride, how many of the 48 bottleneck convolutions have this shape)
   struct S { int64_t hw, cin, cout, k, stride, count; };
   const std::vector<S> shapes = {
       {56, 64, 64, 1, 1, 1},     {56, 64, 64, 3, 1, 3},    {56, 64, 256, 1, 1, 3},   {56, 256, 64, 1, 1, 2},
@@ -707,7 +707,7 @@ int bench_conv_fusion(const Args& in) {
       }
       std::fflush(stdout);
     }
-    std::printf("# %s: the 53 convolutions' forward (with their statistics): unfused %.2f ms, with the choices "
+    std::printf("# %s: the 48 bottleneck convolutions' forward (with their statistics): unfused %.2f ms, with the choices "
                 "%.2f ms (%.2fx)\n",
                 d.str().c_str(), total_unfused, total_chosen, total_chosen > 0 ? total_unfused / total_chosen : 0.0);
   }
