@@ -42,6 +42,21 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
 ConvBnStats conv_scale_bias_relu_stats_unfused(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                                const Tensor& w, const Conv2dParams& p);
 
+// A training batch norm's finalize from per-channel sums over `count` values (count >= 2): the step
+// that turns a fused conv's sum and sumsq into the next fused conv's scale and bias (stage 2's
+// building block; composed of public ops, no autograd). In f32: mean = sum / count,
+// var = max(sumsq / count - mean^2, 0) (biased; no shift, so precision drops where mean^2 >> var),
+// invstd = 1 / sqrt(var + eps), scale = gamma * invstd, bias = beta - mean * scale (gamma, beta
+// undefined: 1 and 0), scale and bias returned in `out` (the next conv's dtype). running_mean and
+// running_var (f32, (C), both defined or both undefined) are updated in place as batch_norm does:
+// running = (1 - momentum) * running + momentum * batch, the variance unbiased by count / (count - 1).
+struct BnFinalized {
+  Tensor scale, bias;   // (C) in `out`
+  Tensor mean, invstd;  // (C) f32: what the batch norm's backward needs
+};
+BnFinalized bn_finalize(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma, const Tensor& beta,
+                        const Tensor& running_mean, const Tensor& running_var, double momentum, double eps, DType out);
+
 }  // namespace kiln::ops
 
 namespace kiln {

@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/ops/batch_norm.h"
 #include "core/ops/conv_fusion.h"
+#include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
 #include "tests/expect_error.h"
 #include "tests/gradcheck.h"
@@ -148,4 +150,33 @@ TEST(ConvFusion, BadArgumentsNameTheOpAndTheTensors) {
   Tensor i = Tensor::from_vector(std::vector<int64_t>(48, 1), {1, 4, 4, 3});
   kiln::testing::expect_error([&] { ops::conv_scale_bias_relu_stats(i, s, b, w, p); },
                         {"conv_scale_bias_relu_stats", "accepted dtypes"});
+}
+
+// Stage 2's finalize: the batch norm of y computed from the fused op's sums equals ops::batch_norm on y
+// in training (its output as y * scale + bias, and the running statistics it updates).
+TEST(ConvFusion, BnFinalizeFromTheSumsIsTheBatchNormOfY) {
+  Tensor x = randn({3, 6, 5, 8}, 21), s = randn({8}, 22, DType::f32, 0.5), b = randn({8}, 23, DType::f32, 0.5);
+  Tensor w = randn({6, 3, 3, 8}, 24, DType::f32, 0.3);
+  ops::Conv2dParams p;
+  p.pad_h = p.pad_w = 1;
+  ops::ConvBnStats r = ops::conv_scale_bias_relu_stats(x, s, b, w, p);
+  Tensor gamma = randn({6}, 25, DType::f32, 0.2), beta = randn({6}, 26, DType::f32, 0.2);
+  gamma = ops::add_scalar(gamma, 1.0);
+  Tensor rm = randn({6}, 27, DType::f32, 0.1), rv = ops::add_scalar(randn({6}, 28, DType::f32, 0.1), 1.0);
+  Tensor rm2 = rm.clone(), rv2 = rv.clone();
+  const int64_t count = 3 * 6 * 5;
+  ops::BnFinalized f = ops::bn_finalize(r.sum, r.sumsq, count, gamma, beta, rm, rv, 0.1, 1e-5, DType::f32);
+  Tensor want = ops::batch_norm(r.y, gamma, beta, rm2, rv2, /*training=*/true, 0.1, 1e-5);
+  Tensor got = ops::add(ops::mul(r.y, f.scale), f.bias);
+  kiln::testing::expect_close(got, want.to_double_vector(), 2e-5, 2e-5, "y * scale + bias vs batch_norm(y)");
+  kiln::testing::expect_close(rm, rm2.to_double_vector(), 1e-6, 1e-5, "running mean");
+  kiln::testing::expect_close(rv, rv2.to_double_vector(), 1e-6, 1e-5, "running var");
+  EXPECT_EQ(ops::bn_finalize(r.sum, r.sumsq, count, gamma, beta, Tensor(), Tensor(), 0.1, 1e-5, DType::bf16).scale.dtype(),
+            DType::bf16);
+  kiln::testing::expect_error(
+      [&] { ops::bn_finalize(r.sum, r.sumsq, 1, gamma, beta, Tensor(), Tensor(), 0.1, 1e-5, DType::f32); },
+      {"bn_finalize", "count 1"});
+  kiln::testing::expect_error(
+      [&] { ops::bn_finalize(r.sum, r.sumsq, count, randn({5}, 1), beta, Tensor(), Tensor(), 0.1, 1e-5, DType::f32); },
+      {"bn_finalize", "must be (6)"});
 }
