@@ -29,9 +29,10 @@ if ! "$py" -m pip download -q --no-deps --only-binary=:all: --platform manylinux
   echo "kiln: cuDNN frontend headers not fetched: pip download nvidia-cudnn-frontend==$version failed ($(tail -1 "$tmp/log")); the cuDNN runtime fusion will not be built"
   exit 0
 fi
-whl="$(ls "$tmp"/nvidia_cudnn_frontend-*.whl 2>/dev/null | head -1)"
+whls=("$tmp"/nvidia_cudnn_frontend-*.whl)
+whl=${whls[0]}
 mkdir -p "$tmp/x"
-if [[ -z "$whl" ]] || ! "$py" - "$whl" "$tmp/x" <<'PY'
+if [[ ! -f "$whl" ]] || ! "$py" - "$whl" "$tmp/x" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z:
     names = [n for n in z.namelist() if n.startswith("include/") or ".dist-info/licenses/" in n or n.endswith("LICENSE.txt")]
