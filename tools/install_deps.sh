@@ -22,4 +22,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+# cuDNN's frontend headers (PyPI, header-only; optional): only where the CUDA backend can be built.
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  "$(dirname "$0")/fetch_cudnn_frontend.sh"
+fi
 echo "kiln: dependencies present"

@@ -11,6 +11,7 @@
 #include "core/kernel_slot.h"
 #include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/conv_fusion.h"
 #include "core/ops/dropout.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/linear.h"
@@ -33,6 +34,11 @@ Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cuda/silu_cuda.cu
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+
+// core/cuda/conv_fusion_cuda.cu: cuDNN's fused scale-bias-ReLU-conv-genstats, or the op's unfused chain
+ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
+                                       const ops::Conv2dParams& p, const ConvFusionUnfused& unfused,
+                                       ops::ConvFusionChoice* how);
 
 // core/cuda/conv2d_cuda.cu: conv2d_backward_data, conv2d_backward_weight and the bias gradient in one entry
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
@@ -92,6 +98,7 @@ void register_kernels() {
   conv2d_forward_kernel.set(gpu, [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
                                     std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); });
   conv2d_backward_kernel.set(gpu, conv2d_backward);
+  conv_bn_stats_forward_kernel.set(gpu, conv_bn_stats_forward);
   matmul_kernel.set(gpu, matmul);
 
   batch_norm_forward_kernel.set(gpu, batch_norm_forward);

@@ -12,6 +12,8 @@
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
 // (core/conv_policy.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
+// `kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=]`: per ResNet-50 conv shape, cuDNN's
+// fused scale-bias-ReLU-conv-genstats against the unfused ops and the timed choice (GPU only).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/cli/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -21,10 +23,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -33,6 +38,7 @@
 #include "core/dnnl_context.h"
 #include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
+#include "core/ops/conv_fusion.h"
 #include "core/ops/elementwise.h"
 #include "core/conv_policy.h"
 #include "core/ops/linear.h"
@@ -624,6 +630,104 @@ int bench_bn_relu(const Args& in) {
   return 0;
 }
 
+// `kiln bench conv_fusion`: per ResNet-50 convolution shape (224x224 input), the cuDNN runtime fusion
+// (core/ops/conv_fusion.h: conv of relu(x * scale + bias) with the output's per-channel sums) against
+// today's unfused chain (mul, add, relu, conv2d, two sums), and the choice the timed mode makes. The
+// bench sets KILN_CUDNN_FUSION itself (1 for the choice, force and 0 for the two timings) and restores it.
+int bench_conv_fusion(const Args& in) {
+  static const char* kUsage =
+      "usage: kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=0|cuda:N]\n"
+      "  per ResNet-50 conv shape: ms of cuDNN's fused scale-bias-ReLU-conv-genstats graph vs the unfused ops,\n"
+      "  and which the first-sight timing chooses (GPU only)\n";
+  if (wants_help(in, kUsage)) return 0;
+  Args args = in;
+  std::vector<Device> devices = bench_devices(args);
+  const KeyValueArgs kv("bench conv_fusion", args, {{"batch", "32"}, {"dtype", "bf16"}, {"iters", "20"}});
+  const int64_t batch = kv.integer("batch", 1), iters = kv.integer("iters", 1);
+  const std::string dts = kv.str("dtype");
+  KILN_CHECK(dts == "bf16" || dts == "fp16" || dts == "f16", "bench conv_fusion: 'dtype=", dts,
+             "': accepted values are bf16 and fp16");
+  const DType t = dts == "bf16" ? DType::bf16 : DType::f16;
+  std::vector<Device> gpus;
+  for (const Device& d : devices)
+    if (d.is_cuda()) gpus.push_back(d);
+  if (gpus.empty()) {
+    std::fprintf(stderr,
+                 "kiln bench conv_fusion: needs a CUDA GPU (it times cuDNN's fused graph); %s\n",
+                 cuda_device_count() == 0 ? "this machine has none visible" : "device= named none; use device=0");
+    return 1;
+  }
+  // (H = W of the input, Cin, Cout, kernel, stride, how many of the 48 bottleneck convolutions have this shape)
+  struct S { int64_t hw, cin, cout, k, stride, count; };
+  const std::vector<S> shapes = {
+      {56, 64, 64, 1, 1, 1},     {56, 64, 64, 3, 1, 3},    {56, 64, 256, 1, 1, 3},   {56, 256, 64, 1, 1, 2},
+      {56, 256, 128, 1, 1, 1},   {56, 128, 128, 3, 2, 1},  {28, 128, 512, 1, 1, 4},  {28, 512, 128, 1, 1, 3},
+      {28, 128, 128, 3, 1, 3},   {28, 512, 256, 1, 1, 1},  {28, 256, 256, 3, 2, 1},  {14, 256, 1024, 1, 1, 6},
+      {14, 1024, 256, 1, 1, 5},  {14, 256, 256, 3, 1, 5},  {14, 1024, 512, 1, 1, 1}, {14, 512, 512, 3, 2, 1},
+      {7, 512, 2048, 1, 1, 3},   {7, 2048, 512, 1, 1, 2},  {7, 512, 512, 3, 1, 2}};
+  std::optional<std::string> old;
+  if (const char* v = std::getenv("KILN_CUDNN_FUSION")) old = v;
+  auto set_mode = [](const char* v) { setenv("KILN_CUDNN_FUSION", v, 1); };
+  std::printf("# kiln bench conv_fusion: ResNet-50's conv shapes, batch %lld, %s, NHWC; %lld timed iterations "
+              "after 3 untimed; y = conv(relu(x * scale + bias)) with sum(y), sum(y^2) per channel\n",
+              static_cast<long long>(batch), dtype_name(t), static_cast<long long>(iters));
+  std::printf("%-7s %-30s %5s %10s %11s %8s %-8s %s\n", "device", "x -> conv", "count", "fused ms", "unfused ms",
+              "speedup", "chosen", "note");
+  int rc = 0;
+  for (const Device& d : gpus) {
+    double total_unfused = 0, total_chosen = 0;
+    for (const S& c : shapes) {
+      Generator gen(7);
+      Tensor x = rand_normal({batch, c.hw, c.hw, c.cin}, 0, 1, t, d, &gen);
+      Tensor sc = rand_normal({c.cin}, 1, 0.25, t, d, &gen), bi = rand_normal({c.cin}, 0, 0.5, t, d, &gen);
+      Tensor w = rand_normal({c.cout, c.k, c.k, c.cin}, 0, 1.0 / std::sqrt(double(c.cin * c.k * c.k)), t, d, &gen);
+      ops::Conv2dParams p;
+      p.stride_h = p.stride_w = c.stride;
+      p.pad_h = p.pad_w = c.k / 2;
+      char name[64];
+      std::snprintf(name, sizeof name, "%lldx%lldx%lld %lldx%lld/%lld ->%lld", static_cast<long long>(c.hw),
+                    static_cast<long long>(c.hw), static_cast<long long>(c.cin), static_cast<long long>(c.k),
+                    static_cast<long long>(c.k), static_cast<long long>(c.stride), static_cast<long long>(c.cout));
+      try {
+        NoGradGuard ng;
+        ops::ConvFusionChoice how, forced;
+        ops::ConvBnStats r;
+        set_mode("1");
+        r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p, &how);  // first sight: build, check, time, choose
+        set_mode("force");
+        r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p, &forced);
+        double fused_ms = -1;
+        if (forced.fused)
+          fused_ms = time_ms([&] { r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p); }, [&] { sync_on(r.sumsq); },
+                             3, iters);
+        set_mode("0");
+        const double unfused_ms = time_ms([&] { r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p); },
+                                          [&] { sync_on(r.sumsq); }, 3, iters);
+        total_unfused += unfused_ms * double(c.count);
+        total_chosen += (how.fused && fused_ms > 0 ? fused_ms : unfused_ms) * double(c.count);
+        char fms[16] = "-", sp[16] = "-";
+        if (fused_ms > 0) {
+          std::snprintf(fms, sizeof fms, "%.3f", fused_ms);
+          std::snprintf(sp, sizeof sp, "%.2f", unfused_ms / fused_ms);
+        }
+        std::printf("%-7s %-30s %5lld %10s %11.3f %8s %-8s %s\n", d.str().c_str(), name,
+                    static_cast<long long>(c.count), fms, unfused_ms, sp, how.fused ? "fused" : "unfused",
+                    how.why == "timed" ? "" : how.why.c_str());
+      } catch (const Error& e) {
+        std::printf("# %s on %s skipped: %s\n", name, d.str().c_str(), e.what());
+        rc = 1;
+      }
+      std::fflush(stdout);
+    }
+    std::printf("# %s: the 48 bottleneck convolutions' forward (with their statistics): unfused %.2f ms, with the choices "
+                "%.2f ms (%.2fx)\n",
+                d.str().c_str(), total_unfused, total_chosen, total_chosen > 0 ? total_unfused / total_chosen : 0.0);
+  }
+  if (old) setenv("KILN_CUDNN_FUSION", old->c_str(), 1);
+  else unsetenv("KILN_CUDNN_FUSION");
+  return rc;
+}
+
 // `kiln bench conv_algo`: the same table under the name of what it shows.
 int bench_conv_algo(const Args& in) {
   static const char* kUsage =
@@ -648,6 +752,8 @@ const std::vector<Command>& bench_commands() {
       {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_conv_algo},
       {"bn_relu", "[batch=128] [size=32] [channels=64]", "fused batch norm + ReLU backward against the two kernels",
        bench_bn_relu},
+      {"conv_fusion", "[batch=32] [dtype=bf16|fp16]", "cuDNN's fused BN-ReLU-conv-stats vs the unfused ops (GPU)",
+       bench_conv_fusion},
       {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
        bench_data_cmd},  // tools/cli/data_cmd.cpp
   };
