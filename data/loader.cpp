@@ -9,6 +9,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <charconv>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -47,8 +48,17 @@ bool read_auto(JsonReader& r, const std::string& key, int64_t& out) {
     r.read(key, out);
     return false;
   }
-  KILN_CHECK(v->get<std::string>() == "auto", r.path_of(key), " must be an integer or \"auto\", not a string ", v->dump());
-  return true;
+  const std::string text = v->get<std::string>();
+  if (text == "auto") return true;
+  // A number typed over a config's "auto" on the command line (data.workers=4: the override keeps a
+  // string key's text) arrives as the string "4": read as the number.
+  int64_t n = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, n);
+  KILN_CHECK(!text.empty() && ec == std::errc() && ptr == end, r.path_of(key),
+             " must be an integer or \"auto\", not a string ", v->dump());
+  out = n;
+  return false;
 }
 }  // namespace
 

@@ -14,6 +14,7 @@
 #include "data/config.h"
 #include "data/pipeline.h"
 #include "models/registry.h"
+#include "tools/deploy/config.h"
 #include "optim/optimizer.h"
 #include "optim/lr_schedule.h"
 #include "tests/expect_error.h"
@@ -194,4 +195,17 @@ TEST(ConfigSchema, DocgenExtractsFieldComments) {
   EXPECT_EQ(out.find("from_json"), std::string::npos) << out;
   EXPECT_NE(out.find(R"({"AOptions", "Base"})"), std::string::npos) << out;
   fs::remove_all(dir);
+}
+
+// The ImageNet configs say data.workers "auto"; data.workers=4 on the command line (which keeps the text
+// of a key the file holds as a string) must still give 4 workers, not an error.
+TEST(ConfigSchema, ANumberOverAnAutoKeyOnTheCommandLine) {
+  json c = minimal();
+  c["data"]["workers"] = "auto";
+  apply_overrides(c, {"data.workers=4", "data.prefetch=6"});
+  const json r = resolve_config(c);
+  EXPECT_EQ(r["data"]["workers"], 4) << r["data"].dump();
+  EXPECT_EQ(r["data"]["prefetch"], 6);
+  apply_overrides(c, {"workers=auto"});
+  EXPECT_GE(resolve_config(c)["data"]["workers"].get<int64_t>(), 1);
 }

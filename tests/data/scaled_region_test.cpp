@@ -252,6 +252,14 @@ TEST(LoaderSizing, WorkersAutoIsTheCoresMinusOne) {
   EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"workers": -1})")); }),
              "loader.workers: must be in [0, 256] or \"auto\", got -1");
   EXPECT_EQ(LoaderOptions::from_json(Json::parse(R"({"workers": 3, "prefetch": 0})")).prefetch, 5) << "0 is auto";
+  // A number typed over "auto" on the command line arrives as text (tools/deploy/config.h keeps a
+  // string key's text): read as the number, checked as one.
+  EXPECT_EQ(LoaderOptions::from_json(Json::parse(R"({"workers": "3", "prefetch": "4"})")).workers, 3);
+  EXPECT_EQ(LoaderOptions::from_json(Json::parse(R"({"workers": "3", "prefetch": "4"})")).prefetch, 4);
+  EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"workers": "-1"})")); }),
+             "loader.workers: must be in [0, 256] or \"auto\", got -1");
+  EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"workers": "4x"})")); }),
+             "loader.workers must be an integer or \"auto\", not a string \"4x\"");
   EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"prefetch": -1})")); }),
              "loader.prefetch: must be at least 1, or 0 or \"auto\" (workers + 2), got -1");
   EXPECT_HAS(kt::error_of([] { LoaderOptions::from_json(Json::parse(R"({"prefetch": "deep"})")); }),
