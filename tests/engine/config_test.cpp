@@ -228,6 +228,11 @@ TEST(LoaderMemory, HugeSizesAreRefusedNamingTheKeyAndTheMemory) {
                                "more than the 59.6 GiB of memory available", "data.prefetch = 4"});
   d.loader.prefetch = 100'000'000;
   kiln::testing::expect_error([&] { check_loader_memory(d, shape, 64, 64e9); }, {"data.prefetch = 100000000:", "GiB"});
+  // "auto" (0 in code) counts as workers + 2 buffers ahead, and u8 batches a byte a pixel.
+  d.loader.prefetch = 0;
+  d.loader.dtype = "u8";
+  EXPECT_DOUBLE_EQ(loader_buffer_bytes(d, shape, 64), 128.0 * (784 + 8) * 5);
+  d.loader.dtype = "f32";
   d.loader.prefetch = 4;
   d.val_batch_size = 2'000'000'000;
   kiln::testing::expect_error([&] { check_loader_memory(d, shape, 64, 64e9); }, {"data.val_batch_size = 2000000000:"});

@@ -267,7 +267,12 @@ int bench_data_cmd(const Args& args) {
   apply_overrides(config, a.overrides);
   KILN_CHECK(config.contains("data"), args[0], ": no \"data\" section");
   DataConfig dc = DataConfig::from_json(config["data"], "data");
-  if (a.own.count("threads")) dc.loader.workers = parse_count("threads", a.own["threads"], 0);
+  if (a.own.count("threads")) {
+    dc.loader.workers = parse_count("threads", a.own["threads"], 0);
+    // An "auto" prefetch (absent, "auto" or 0) follows the threads asked for, not the config's workers.
+    const json& d = config["data"];
+    if (!d.contains("prefetch") || d["prefetch"] == "auto" || d["prefetch"] == 0) dc.loader.prefetch = 0;
+  }
   const int64_t batches = a.own.count("batches") ? parse_count("batches", a.own["batches"], 1) : 50;
   const int64_t warmup = a.own.count("warmup") ? parse_count("warmup", a.own["warmup"], 0) : 3;
   const Split split = parse_splits(a.own.count("split") ? a.own["split"] : "train", false)[0];

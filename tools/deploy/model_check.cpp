@@ -25,8 +25,10 @@ std::string bytes_str(double b) {
 
 double loader_buffer_bytes(const DataConfig& data, ImageShape shape, int64_t batch) {
   // In doubles: 1e9 samples x 224x224x3 x 4 bytes x 5 buffers overflows int64_t.
-  const double image = static_cast<double>(shape.numel()) * (data.loader.dtype == "bf16" ? 2 : 4) + 8;  // + label
-  const double buffers = data.loader.workers > 0 ? static_cast<double>(data.loader.prefetch) + 1 : 1;
+  const double pixel = data.loader.dtype == "u8" ? 1 : data.loader.dtype == "bf16" ? 2 : 4;
+  const double image = static_cast<double>(shape.numel()) * pixel + 8;  // + label
+  // prefetch_depth(): "auto" (0 in a LoaderOptions made in code) is workers + 2.
+  const double buffers = data.loader.workers > 0 ? static_cast<double>(data.loader.prefetch_depth()) + 1 : 1;
   const double val_batch = data.val_batch_size > 0 ? static_cast<double>(data.val_batch_size) : static_cast<double>(batch);
   return (static_cast<double>(batch) + val_batch) * image * buffers;
 }
@@ -43,13 +45,13 @@ void check_loader_memory(const DataConfig& data, ImageShape shape, int64_t batch
     double ratio;
   };
   std::vector<Key> keys = {{"data.batch_size", batch, batch / 64.0},
-                           {"data.prefetch", data.loader.prefetch, data.loader.prefetch / 4.0}};
+                           {"data.prefetch", data.loader.prefetch_depth(), data.loader.prefetch_depth() / 4.0}};
   if (data.val_batch_size > 0) keys.push_back({"data.val_batch_size", data.val_batch_size, data.val_batch_size / 64.0});
   std::stable_sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) { return a.ratio > b.ratio; });
   std::string others;
   for (size_t i = 1; i < keys.size(); ++i) others += (i > 1 ? ", " : "") + keys[i].name + " = " + std::to_string(keys[i].value);
   KILN_FAIL(keys[0].name, " = ", keys[0].value, ": the data loaders' batch buffers would take ", bytes_str(need), " (",
-            shape.str(), " ", data.loader.dtype, " images, ", data.loader.workers > 0 ? data.loader.prefetch + 1 : 1,
+            shape.str(), " ", data.loader.dtype, " images, ", data.loader.workers > 0 ? data.loader.prefetch_depth() + 1 : 1,
             " buffers per loader), more than the ", bytes_str(have), " of memory available; lower ", keys[0].name,
             " (with ", others, ")");
 }
