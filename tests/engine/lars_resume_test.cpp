@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "tests/resume_util.h"
+#include "tests/tiny_net.h"
 
 using namespace kiln;
 
@@ -15,19 +16,14 @@ TEST(LarsTraining, PolyScheduleTrainsAndResumesExactly) {
   std::filesystem::remove_all(runs);
   auto config = [&](const std::string& name) {
     json c = json::parse(R"({
-      "model": {"layers": [
-        {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-        {"type": "batch_norm2d", "num_features": 8},
-        {"type": "relu"},
-        {"type": "max_pool2d", "kernel_size": 2},
-        {"type": "flatten"},
-        {"type": "linear", "in_features": 128, "out_features": 4}]},
+      "model": {},
       "data": {"source": "synthetic", "synthetic": {"size": 192, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
                "batch_size": 32, "workers": 2},
       "optim": {"name": "lars", "lr": 5.0, "momentum": 0.9, "weight_decay": 5e-5, "eta": 0.01},
       "schedule": {"name": "poly", "warmup_epochs": 0.5, "warmup_start_factor": 0, "end_lr": 1e-3},
       "train": {"epochs": 3, "seed": 5, "plots": false, "label_smoothing": 0.1}
     })");
+    c["model"]["layers"] = kiln::testing::tiny_conv_layers();
     c["name"] = name;
     c["train"]["runs_dir"] = runs;
     return c;

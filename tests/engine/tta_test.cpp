@@ -6,6 +6,7 @@
 
 #include "../expect_error.h"
 #include "../resume_util.h"
+#include "../tiny_net.h"
 
 #include <cmath>
 #include <filesystem>
@@ -50,19 +51,14 @@ std::string fresh_dir(const std::string& name) {
 json tiny_config(const std::string& runs) {
   json c = json::parse(R"({
     "name": "tiny",
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-      {"type": "batch_norm2d", "num_features": 8},
-      {"type": "relu"},
-      {"type": "max_pool2d", "kernel_size": 2},
-      {"type": "flatten"},
-      {"type": "linear", "in_features": 128, "out_features": 4}]},
+    "model": {},
     "data": {"source": "synthetic", "synthetic": {"size": 192, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
              "batch_size": 32, "workers": 2},
     "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
     "schedule": {"name": "cosine", "warmup_epochs": 0.5},
     "train": {"epochs": 2, "seed": 3, "plots": false}
   })");
+  c["model"]["layers"] = kiln::testing::tiny_conv_layers();
   c["train"]["runs_dir"] = runs;
   return c;
 }

@@ -10,6 +10,7 @@
 #include "core/io/safetensors.h"
 #include "tools/engine/batch_images.h"
 #include "tools/engine/trainer.h"
+#include "../tiny_net.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;
@@ -18,13 +19,7 @@ namespace {
 
 json tiny_config(const std::string& runs, const std::string& name, const std::string& upload) {
   json c = json::parse(R"({
-    "model": {"layers": [
-      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
-      {"type": "batch_norm2d", "num_features": 8},
-      {"type": "relu"},
-      {"type": "max_pool2d", "kernel_size": 2},
-      {"type": "flatten"},
-      {"type": "linear", "in_features": 128, "out_features": 4}]},
+    "model": {},
     "data": {"source": "synthetic", "synthetic": {"size": 96, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
              "train_transforms": [{"type": "horizontal_flip"},
                                   {"type": "normalize", "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}],
@@ -33,6 +28,7 @@ json tiny_config(const std::string& runs, const std::string& name, const std::st
     "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
     "train": {"epochs": 2, "seed": 3, "plots": false}
   })");
+  c["model"]["layers"] = kiln::testing::tiny_conv_layers();
   c["name"] = name;
   c["data"]["upload"] = upload;
   c["train"]["runs_dir"] = runs;
