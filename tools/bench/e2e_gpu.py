@@ -144,6 +144,8 @@ def torch_one(a):
     import torch
     import torchvision
     from torchvision import datasets, transforms
+    if os.environ.get("E2E_TORCH_SHARING"):  # the retry after a worker died of a small /dev/shm
+        torch.multiprocessing.set_sharing_strategy(os.environ["E2E_TORCH_SHARING"])
     dev = torch.device("cuda:0" if a.device == "cuda" else "cpu")
     torch.backends.cudnn.benchmark = True
     if a.precision == "fp32":
@@ -221,6 +223,15 @@ def torch_run(a, prec, batch, synthetic):
     t0 = time.time()
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+        text = out.stdout + out.stderr
+        if out.returncode != 0 and not synthetic and ("shared memory" in text or "Bus error" in text
+                                                       or "DataLoader worker" in text):
+            # A container's small /dev/shm kills DataLoader workers: once more with the file_system
+            # sharing strategy (said in the log and the result).
+            print(f"{label}: DataLoader workers failed ({text.strip().splitlines()[-1][:200]}); "
+                  "again with torch.multiprocessing's file_system sharing strategy", flush=True)
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout,
+                                 env={**os.environ, "E2E_TORCH_SHARING": "file_system"})
     except subprocess.TimeoutExpired:
         print(f"{label}: timed out after {a.timeout} s")
         return None
