@@ -1,6 +1,9 @@
 #include "layers/blocks.h"
 
+#include "core/ops/batch_norm.h"
+#include "core/ops/conv_fusion.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
 #include "layers/options.h"
 
@@ -15,14 +18,17 @@ BlockOptions BlockOptions::from_json(const json& j, const std::string& path, con
   o.shortcut = type == "bottleneck" ? r.get_choice("shortcut", o.shortcut, {"B"})
                                     : r.get_choice("shortcut", o.shortcut, {"A", "B"});
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
+  if (type == "bottleneck") o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);
   r.finish();
   return o;
 }
 
 json BlockOptions::to_json(const std::string& type) const {
-  return {{"type", type},         {"in_channels", in_channels},
-          {"planes", planes},     {"stride", stride},
-          {"shortcut", shortcut}, {"zero_init_residual", zero_init_residual}};
+  json j = {{"type", type},         {"in_channels", in_channels},
+            {"planes", planes},     {"stride", stride},
+            {"shortcut", shortcut}, {"zero_init_residual", zero_init_residual}};
+  if (type == "bottleneck") j["fused_bn_conv"] = fused_bn_conv;
+  return j;
 }
 
 ResidualBlock::ResidualBlock(const std::string& type, const BlockOptions& o, int64_t expansion)
@@ -31,6 +37,7 @@ ResidualBlock::ResidualBlock(const std::string& type, const BlockOptions& o, int
              o.planes, " and stride ", o.stride, " must be positive");
   KILN_CHECK(o.shortcut == "B" || (o.shortcut == "A" && expansion == 1), type, ": shortcut '", o.shortcut,
              "' is not accepted; accepted: ", expansion == 1 ? "A, B" : "B");
+  KILN_CHECK(!o.fused_bn_conv || expansion == 4, type, ": fused_bn_conv is accepted by bottleneck blocks only");
   KILN_CHECK(o.shortcut != "A" || o.planes >= o.in_channels, type, ": shortcut A cannot reduce channels (",
              o.in_channels, " -> ", o.planes, ")");
 }
@@ -104,9 +111,53 @@ Bottleneck::Bottleneck(const BlockOptions& o) : ResidualBlock("bottleneck", o, k
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
+  if (opts_.fused_bn_conv && is_training() && !bn1->is_frozen() && !bn2->is_frozen()) return forward_fused(x);
   Tensor out = bn1->forward_relu(conv1->forward(x));
   out = bn2->forward_relu(conv2->forward(out));
   return finish(conv3->forward(out), *bn3, x);
+}
+
+namespace {
+
+ops::Conv2dParams params_of(const Conv2d& c) {
+  const Conv2dOptions& o = c.options();
+  ops::Conv2dParams p;
+  p.stride_h = p.stride_w = o.stride;
+  p.pad_h = p.pad_w = o.padding;
+  p.dilation_h = p.dilation_w = o.dilation;
+  p.groups = o.groups;
+  return p;
+}
+
+// bn's training step from the sums of its input y (count values per channel): scale and bias in
+// `out` (recorded: the gradient reaches the sums, gamma and beta), the running statistics updated
+// (not in a recomputation, which must not update them twice) and num_batches_tracked counted, as
+// BatchNorm2d::forward does.
+ops::BnFinalized finalize(BatchNorm2d& bn, const Tensor& sum, const Tensor& sumsq, int64_t count, DType out) {
+  const bool recompute = is_recomputing();
+  const BatchNormOptions& o = bn.options();
+  ops::BnFinalized f = ops::bn_finalize(sum, sumsq, count, bn.weight, bn.bias, recompute ? Tensor() : bn.running_mean,
+                                        recompute ? Tensor() : bn.running_var, o.momentum, o.eps, out);
+  if (!recompute) increment_i64_kernel.get(bn.num_batches_tracked.device(), bn.type().c_str())(bn.num_batches_tracked, 1);
+  return f;
+}
+
+}  // namespace
+
+Tensor Bottleneck::forward_fused(const Tensor& x) {
+  // conv1's input may hold negative values (the block is not told it follows a ReLU): a plain conv
+  // and its sums as public ops.
+  Tensor y1 = conv1->forward(x);
+  Tensor y1f = y1.dtype() == DType::f32 ? y1 : y1.to(DType::f32);
+  const DType dt = y1.dtype();
+  ops::BnFinalized f1 = finalize(*bn1, ops::sum(y1f, {0, 1, 2}), ops::sum(ops::square(y1f), {0, 1, 2}),
+                                 y1.numel() / y1.size(3), dt);
+  ops::ConvBnStats s2 = ops::conv_scale_bias_relu_stats_train(y1, f1.scale, f1.bias, param_for_input(conv2->weight, y1),
+                                                              params_of(*conv2));
+  ops::BnFinalized f2 = finalize(*bn2, s2.sum, s2.sumsq, s2.y.numel() / s2.y.size(3), dt);
+  ops::ConvBnStats s3 = ops::conv_scale_bias_relu_stats_train(s2.y, f2.scale, f2.bias,
+                                                              param_for_input(conv3->weight, s2.y), params_of(*conv3));
+  return finish(s3.y, *bn3, x);
 }
 
 }  // namespace kiln

@@ -23,6 +23,7 @@ struct BlockOptions {
   int64_t stride = 1;       /// stride of the block (default 1)
   std::string shortcut = "B";       /// "B" projection or "A" zero-padding identity (default "B")
   bool zero_init_residual = false;  /// start the last BN's weight at 0, so the block starts as identity (default false)
+  bool fused_bn_conv = false;  /// bottleneck only: in training, run conv -> BN -> ReLU -> conv through the fused op (default false)
 
   // `type` is "basic_block" or "bottleneck".
   static BlockOptions from_json(const json& j, const std::string& path, const std::string& type);
@@ -61,14 +62,25 @@ class BasicBlock : public ResidualBlock {
   std::shared_ptr<BatchNorm2d> bn1, bn2;
 };
 
+// With `fused_bn_conv` (opt-in, kiln issue #36 section 2, docs/cuda_backend.md "cuDNN runtime
+// fusion") a training forward whose bn1 and bn2 are not frozen runs conv1 with its output's per-channel
+// sums, bn1 as ops::bn_finalize (batch statistics from the sums -> scale, bias; running statistics),
+// conv2 and conv3 through ops::conv_scale_bias_relu_stats_train (bn1's/bn2's affine + ReLU fused into
+// the conv, the sums of its output with it), then bn3 + shortcut + ReLU as without it. Same values,
+// gradients and running statistics as the plain path up to f32 rounding (var = E[y^2] - mean^2);
+// eval mode, frozen BNs and the default take the plain path.
 class Bottleneck : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 4;
   explicit Bottleneck(const BlockOptions& o);
   Tensor forward(const Tensor& x) override;
+  bool fused_bn_conv() const { return opts_.fused_bn_conv; }
 
   std::shared_ptr<Conv2d> conv1, conv2, conv3;
   std::shared_ptr<BatchNorm2d> bn1, bn2, bn3;
+
+ private:
+  Tensor forward_fused(const Tensor& x);
 };
 
 }  // namespace kiln

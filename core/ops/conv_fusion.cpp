@@ -1,5 +1,6 @@
 // The fused BN-affine + ReLU + conv + statistics op (see conv_fusion.h): checks, then the device's
-// fused kernel when it has one and no input needs a gradient, else the chain of public ops.
+// fused kernel when it has one and no input needs a gradient, else the chain of public ops; the
+// training op (the same forward, its own backward) and bn_finalize.
 #include "core/ops/conv_fusion.h"
 
 #include "core/autograd.h"
@@ -62,6 +63,61 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
   return fused(xd, sd, bd, wd, p, unfused, how);
 }
 
+ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                             const Tensor& w, const Conv2dParams& p, ConvFusionChoice* how) {
+  const Device d = op_device(kOp, {x, scale, bias, w});
+  check_args(x, scale, bias, w, p);
+  KILN_CHECK(x.shape()[0] > 0, kOp, ": x ", x.str(), ": training needs a non-empty batch");
+  ConvBnStats r;
+  {
+    NoGradGuard ng;  // nothing records: the device's fused kernel may run
+    r = conv_scale_bias_relu_stats(x.detach(), scale.detach(), bias.detach(), w.detach(), p, how);
+  }
+  if (!needs_record({x, scale, bias, w})) return r;
+  const auto conv_backward = conv2d_backward_kernel.get(d, kOp);
+  Conv2dBackwardArgs args;
+  args.x_shape = x.shape();
+  args.w_shape = w.shape();
+  args.p = p;
+  args.dtype = x.dtype();
+  args.need_x = x.requires_grad() || scale.requires_grad() || bias.requires_grad();  // da
+  args.need_w = w.requires_grad();
+  const bool need_x = x.requires_grad(), need_scale = scale.requires_grad(), need_bias = bias.requires_grad();
+  Tensor y = record("conv_scale_bias_relu", {x, scale, bias, w}, r.y,
+                    [conv_backward, args, xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach(),
+                     need_x, need_scale, need_bias](const Tensor& gy) {
+                      NoGradGuard ng;
+                      const Tensor a = relu(add(mul(xd, sd), bd));  // recomputed, rounded as the forward's
+                      const Conv2dGrads cg = conv_backward(gy.contiguous(), args.need_w ? a : Tensor(),
+                                                           args.need_x ? wd : Tensor(), args);
+                      grads out{Tensor(), Tensor(), Tensor(), args.need_w ? cg.dw : Tensor()};
+                      if (!args.need_x) return out;
+                      const Tensor da = relu_backward(cg.dx, a);  // 0 where a <= 0
+                      const DType dt = xd.dtype();
+                      auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : t.to(DType::f32); };
+                      auto back = [dt](const Tensor& t) { return t.dtype() == dt ? t : t.to(dt); };
+                      if (need_x) out[0] = mul(da, sd);
+                      if (need_scale) out[1] = back(sum(mul(f32(da), f32(xd)), {0, 1, 2}));
+                      if (need_bias) out[2] = back(sum(f32(da), {0, 1, 2}));
+                      return out;
+                    });
+  // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y.
+  const Shape ys = r.y.shape();
+  const DType yt = r.y.dtype();
+  const Tensor sum_out = record("conv_bn_stats_sum", {y}, r.sum, [ys, yt, d](const Tensor& g) {
+    NoGradGuard ng;
+    Tensor dy = add(Tensor::zeros(ys, DType::f32, d), g);  // (C) broadcast over (N, OH, OW, C)
+    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
+  });
+  const Tensor sumsq_out = record("conv_bn_stats_sumsq", {y}, r.sumsq, [yd = r.y.detach(), yt](const Tensor& g) {
+    NoGradGuard ng;
+    Tensor yf = yd.dtype() == DType::f32 ? yd : yd.to(DType::f32);
+    Tensor dy = mul(yf, mul_scalar(g, 2.0));
+    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
+  });
+  return {y, sum_out, sumsq_out};
+}
+
 BnFinalized bn_finalize(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma, const Tensor& beta,
                         const Tensor& running_mean, const Tensor& running_var, double momentum, double eps, DType out) {
   constexpr const char* op = "bn_finalize";
@@ -77,18 +133,20 @@ BnFinalized bn_finalize(const Tensor& sum, const Tensor& sumsq, int64_t count, c
                ") like sum ", sum.str());
   KILN_CHECK(!running_mean.defined() || (running_mean.dtype() == DType::f32 && running_var.dtype() == DType::f32), op,
              ": running statistics must be f32, got ", running_mean.str(), " and ", running_var.str());
-  NoGradGuard ng;
-  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t.detach() : t.detach().to(DType::f32); };
+  // Recorded where an input needs a gradient (the batch norm's backward through its statistics).
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : t.to(DType::f32); };
   const double n = static_cast<double>(count);
   Tensor mean = mul_scalar(f32(sum), 1.0 / n);
   Tensor var = relu(sub(mul_scalar(f32(sumsq), 1.0 / n), square(mean)));
-  Tensor invstd = div(add_scalar(mul_scalar(var, 0.0), 1.0), sqrt(add_scalar(var, eps)));
+  Tensor invstd = div(Tensor::ones({C}, DType::f32, sum.device()), sqrt(add_scalar(var, eps)));
   Tensor scale = gamma.defined() ? mul(f32(gamma), invstd) : invstd;
-  Tensor bias = sub(beta.defined() ? f32(beta) : mul_scalar(mean, 0.0), mul(mean, scale));
+  Tensor bias = sub(beta.defined() ? f32(beta) : Tensor::zeros({C}, DType::f32, sum.device()), mul(mean, scale));
   if (running_mean.defined()) {
-    copy_tensor(running_mean, add(mul_scalar(running_mean.detach(), 1.0 - momentum), mul_scalar(mean, momentum)));
+    NoGradGuard ng;
+    const Tensor m = mean.detach(), v = var.detach();
+    copy_tensor(running_mean, add(mul_scalar(running_mean.detach(), 1.0 - momentum), mul_scalar(m, momentum)));
     copy_tensor(running_var,
-                add(mul_scalar(running_var.detach(), 1.0 - momentum), mul_scalar(var, momentum * n / (n - 1.0))));
+                add(mul_scalar(running_var.detach(), 1.0 - momentum), mul_scalar(v, momentum * n / (n - 1.0))));
   }
   return {scale.dtype() == out ? scale : scale.to(out), bias.dtype() == out ? bias : bias.to(out), mean, invstd};
 }
