@@ -180,3 +180,73 @@ TEST(ConvFusion, BnFinalizeFromTheSumsIsTheBatchNormOfY) {
       [&] { ops::bn_finalize(r.sum, r.sumsq, count, randn({5}, 1), beta, Tensor(), Tensor(), 0.1, 1e-5, DType::f32); },
       {"bn_finalize", "must be (6)"});
 }
+
+// Stage 2's training op: the same values as the op, and through its own backward (recomputed affine +
+// ReLU, conv2d's backward kernel, the sums' nodes folded into dy) the same gradients for x, scale,
+// bias and w as autograd through the unfused chain, with a loss that reads y, sum and sumsq. f32;
+// tolerance 1e-5 relative to each gradient's largest element (the two sum the same terms in a
+// different order).
+TEST(ConvFusion, TrainingOpGradientsEqualTheUnfusedChains) {
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE("stride " + std::to_string(stride));
+    ops::Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    p.stride_h = p.stride_w = stride;
+    const Tensor x0 = randn({3, 7, 6, 5}, 31), s0 = randn({5}, 32, DType::f32, 0.5), b0 = randn({5}, 33, DType::f32, 0.5);
+    const Tensor w0 = randn({4, 3, 3, 5}, 34, DType::f32, 0.3);
+    auto run = [&](bool train, std::vector<Tensor>& in) {
+      in = {x0.clone(), s0.clone(), b0.clone(), w0.clone()};
+      for (Tensor& t : in) t.set_requires_grad(true);
+      ops::ConvBnStats r = train ? ops::conv_scale_bias_relu_stats_train(in[0], in[1], in[2], in[3], p)
+                                 : ops::conv_scale_bias_relu_stats_unfused(in[0], in[1], in[2], in[3], p);
+      const Tensor ry = randn(r.y.shape(), 35), rs = randn({4}, 36), rq = randn({4}, 37, DType::f32, 0.1);
+      ops::add(ops::add(ops::sum(ops::mul(r.y, ry)), ops::sum(ops::mul(r.sum, rs))), ops::sum(ops::mul(r.sumsq, rq)))
+          .backward();
+      return r;
+    };
+    std::vector<Tensor> a, b;
+    const ops::ConvBnStats want = run(false, a), got = run(true, b);
+    EXPECT_EQ(got.y.to_double_vector(), want.y.to_double_vector());
+    kiln::testing::expect_close(got.sum, want.sum.to_double_vector(), 1e-5, 1e-5, "sum");
+    kiln::testing::expect_close(got.sumsq, want.sumsq.to_double_vector(), 1e-4, 1e-5, "sumsq");
+    const char* names[] = {"dx", "dscale", "dbias", "dw"};
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(b[i].grad().defined()) << names[i];
+      const std::vector<double> w = a[i].grad().to_double_vector();
+      double m = 0;
+      for (double v : w) m = std::max(m, std::fabs(v));
+      kiln::testing::expect_close(b[i].grad(), w, 1e-5 * m, 1e-5, names[i]);
+    }
+  }
+  // Only the gradients asked for: w alone.
+  ops::Conv2dParams p;
+  Tensor x = randn({2, 3, 3, 2}, 41), s = randn({2}, 42), b = randn({2}, 43), w = randn({3, 1, 1, 2}, 44);
+  w.set_requires_grad(true);
+  ops::sum(ops::conv_scale_bias_relu_stats_train(x, s, b, w, p).sumsq).backward();
+  EXPECT_TRUE(w.grad().defined());
+  EXPECT_FALSE(x.grad().defined());
+  kiln::testing::expect_error([&] { ops::conv_scale_bias_relu_stats_train(randn({0, 3, 3, 2}, 1), s, b, w, p); },
+                              {"conv_scale_bias_relu_stats", "non-empty batch"});
+}
+
+// bn_finalize records: its scale and bias carry gradients to the sums, gamma and beta (finite
+// differences in f32, gradcheck's tolerances), the running statistics stay unrecorded.
+TEST(ConvFusion, BnFinalizeGradients) {
+  std::vector<double> sv = randn({3}, 51).to_double_vector(), qv(3);
+  for (size_t c = 0; c < 3; ++c) qv[c] = sv[c] * sv[c] / 10.0 + 5.0 + c;  // var = sumsq/10 - mean^2 > 0
+  Tensor sum = Tensor::from_vector(sv, {3}, DType::f32).set_requires_grad(true);
+  Tensor sumsq = Tensor::from_vector(qv, {3}, DType::f32).set_requires_grad(true);
+  Tensor gamma = ops::add_scalar(randn({3}, 52, DType::f32, 0.2), 1.0).set_requires_grad(true);
+  Tensor beta = randn({3}, 53).set_requires_grad(true);
+  // scale alone does not depend on beta: a mix of both outputs.
+  kiln::testing::gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        ops::BnFinalized f = ops::bn_finalize(in[0], in[1], 10, in[2], in[3], Tensor(), Tensor(), 0.1, 1e-5, DType::f32);
+        return ops::add(ops::mul_scalar(f.scale, 3.0), f.bias);
+      },
+      {sum, sumsq, gamma, beta}, "bn_finalize scale and bias");
+  Tensor rm = Tensor::zeros({3}), rv = Tensor::ones({3});
+  ops::bn_finalize(sum, sumsq, 10, gamma, beta, rm, rv, 0.1, 1e-5, DType::f32);
+  EXPECT_FALSE(rm.requires_grad());
+  EXPECT_FALSE(rv.requires_grad());
+}
