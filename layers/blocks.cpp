@@ -138,7 +138,8 @@ ops::BnFinalized finalize(BatchNorm2d& bn, const Tensor& sum, const Tensor& sums
   const BatchNormOptions& o = bn.options();
   ops::BnFinalized f = ops::bn_finalize(sum, sumsq, count, bn.weight, bn.bias, recompute ? Tensor() : bn.running_mean,
                                         recompute ? Tensor() : bn.running_var, o.momentum, o.eps, out);
-  if (!recompute) increment_i64_kernel.get(bn.num_batches_tracked.device(), bn.type().c_str())(bn.num_batches_tracked, 1);
+  if (!recompute)
+    increment_i64_kernel.get(bn.num_batches_tracked.device(), bn.type().c_str())(bn.num_batches_tracked, 1);
   return f;
 }
 

@@ -13,8 +13,11 @@
 // without cuDNN's frontend headers, KILN_CUDNN_FUSION=0, and whenever autograd must record the op)
 // the op is the unfused chain of public ops: mul, add, relu, conv2d, sum (the sums of the values of
 // y as rounded to its dtype, accumulated in f32). This op records only the unfused chain; the fused
-// kernel runs when no input needs a gradient, and in training through conv_scale_bias_relu_stats_train. docs/cuda_backend.md, "cuDNN runtime fusion".
-// Tests: tests/core/conv_fusion_test.cpp (the op's contract on the CPU), tests/gpu/conv_fusion_test.cpp.
+// kernel runs when no input needs a gradient, and in training through conv_scale_bias_relu_stats_train.
+// docs/cuda_backend.md, "cuDNN runtime fusion".
+// Tests: tests/core/conv_fusion_test.cpp (the ops' contracts on the CPU), tests/gpu/conv_fusion_test.cpp; the
+// training path: tests/layers/fused_bottleneck_test.cpp, tests/models/fused_resnet_test.cpp,
+// tests/gpu/fused_bottleneck_test.cpp.
 #pragma once
 #include <functional>
 #include <string>

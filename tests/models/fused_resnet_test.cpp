@@ -145,3 +145,22 @@ TEST(FusedResNet, SwitchIsForBottleneckResNetsOnly) {
   // false is accepted everywhere a ResNet is.
   EXPECT_NO_THROW(models::build_model(json::parse(R"({"name": "resnet18", "fused_bn_conv": false})")));
 }
+
+// Gradient checkpointing over the blocks re-runs each fused block's forward in backward: the same
+// gradients bit for bit as without checkpointing, and the running statistics and num_batches_tracked
+// updated once (the recomputation leaves them alone).
+TEST(FusedResNet, CheckpointedBlocksRecomputeWithoutUpdatingStatisticsTwice) {
+  auto plain = models::build_model(json::parse(R"({"name": "resnet50", "num_classes": 10, "fused_bn_conv": true})"));
+  auto ckpt = copy_of(*plain, R"({"name": "resnet50", "num_classes": 10, "fused_bn_conv": true, "checkpoint": "blocks"})");
+  plain->train();
+  ckpt->train();
+  const Tensor x = randn({2, 64, 64, 3}, 90), r = randn({2, 10}, 91);
+  ops::sum(ops::mul(plain->forward(x), r)).backward();
+  ops::sum(ops::mul(ckpt->forward(x), r)).backward();
+  auto cp = by_name(ckpt->named_parameters()), cb = by_name(ckpt->named_buffers());
+  for (auto& [name, t] : plain->named_parameters())
+    EXPECT_EQ(cp.at(name).grad().to_double_vector(), t.grad().to_double_vector()) << name;
+  for (auto& [name, t] : plain->named_buffers())
+    EXPECT_EQ(cb.at(name).to_double_vector(), t.to_double_vector()) << name;
+  EXPECT_EQ(cb.at("layer1.0.bn1.num_batches_tracked").to_double_vector(), std::vector<double>{1});
+}
