@@ -62,13 +62,13 @@ void make_image(const Image& photo, const Size& size, double grain, SampleRng& r
   out.resize(size.h, size.w, 3);
   const uint64_t key = rng.next_u64();
   for (int64_t y = 0; y < size.h; ++y) {
-    const uint8_t* src = scratch.data() + y * size.w * scratch.c;
+    const uint8_t* src = scratch.data() + y * size.w * 3;  // the photos are decoded as RGB (load_photos)
     uint8_t* dst = out.data() + y * size.w * 3;
     for (int64_t x = 0; x < size.w; ++x) {
       const int64_t sx = flip ? size.w - 1 - x : x;
       const uint64_t bits = mix64(key ^ static_cast<uint64_t>(y * size.w + x) * 0x9e3779b97f4a7c15ull);
       for (int c = 0; c < 3; ++c) {
-        const float v = src[sx * scratch.c + (scratch.c == 3 ? c : 0)];
+        const float v = src[sx * 3 + c];
         const float u1 = static_cast<float>((bits >> (c * 20)) & 0x3ff) * (1.0f / 1024);
         const float u2 = static_cast<float>((bits >> (c * 20 + 10)) & 0x3ff) * (1.0f / 1024);
         const float n = (u1 + u2 - 1.0f) * k;

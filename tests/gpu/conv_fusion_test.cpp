@@ -24,23 +24,6 @@ using kiln::gputest::rand_cpu;
 
 namespace {
 
-// Sets KILN_CUDNN_FUSION for the scope (nullptr: unset) and restores it after.
-class FusionEnv {
- public:
-  explicit FusionEnv(const char* v) {
-    if (const char* old = std::getenv("KILN_CUDNN_FUSION")) old_ = old;
-    if (v) setenv("KILN_CUDNN_FUSION", v, 1);
-    else unsetenv("KILN_CUDNN_FUSION");
-  }
-  ~FusionEnv() {
-    if (old_) setenv("KILN_CUDNN_FUSION", old_->c_str(), 1);
-    else unsetenv("KILN_CUDNN_FUSION");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
-
 struct ConvCase {
   int64_t n, hw, cin, cout, k, stride;
   std::string str() const {
@@ -104,7 +87,7 @@ TEST(CudaConvFusion, FusedMatchesTheUnfusedOpsOnResNet50Shapes) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   gputest::Watchdog dog(300, "CudaConvFusion.FusedMatchesTheUnfusedOpsOnResNet50Shapes");
   EXPECT_NE(conv_bn_stats_forward_kernel.find(gpu()), nullptr);  // registered by cuda::register_kernels
-  FusionEnv env("force");
+  gputest::FusionEnv env("force");
   for (DType t : {DType::f16, DType::bf16})
     for (const ConvCase& c : kResNet50) {
       const std::string what = std::string(dtype_name(t)) + " " + c.str();
@@ -125,7 +108,7 @@ TEST(CudaConvFusion, FusedMatchesTheUnfusedOpsOnResNet50Shapes) {
 
 TEST(CudaConvFusion, AShapeCudnnRefusesFallsBackAndMatches) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env("force");
+  gputest::FusionEnv env("force");
   // Odd channel counts (cuDNN's fused engines want multiples of 8): fused or not, the values match.
   for (const ConvCase& c : {ConvCase{2, 16, 3, 8, 3, 1}, ConvCase{2, 15, 5, 7, 3, 2}, ConvCase{3, 9, 7, 13, 1, 1}})
     for (DType t : {DType::f16, DType::bf16}) {
@@ -142,7 +125,7 @@ TEST(CudaConvFusion, AShapeCudnnRefusesFallsBackAndMatches) {
 
 TEST(CudaConvFusion, F32IsFusedOrFallsBackAndMatches) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env("force");
+  gputest::FusionEnv env("force");
   const ConvCase c{2, 14, 64, 64, 3, 1};
   Inputs in = make(c, DType::f32, 31);
   ops::ConvFusionChoice how;
@@ -157,7 +140,7 @@ TEST(CudaConvFusion, F32IsFusedOrFallsBackAndMatches) {
 
 TEST(CudaConvFusion, SwitchOffRunsTheUnfusedOps) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env("0");
+  gputest::FusionEnv env("0");
   Inputs in = make({4, 28, 128, 128, 3, 1}, DType::bf16, 41);
   ops::ConvFusionChoice how;
   ops::ConvBnStats got = ops::conv_scale_bias_relu_stats(in.x, in.scale, in.bias, in.w, in.p, &how);
@@ -169,7 +152,7 @@ TEST(CudaConvFusion, SwitchOffRunsTheUnfusedOps) {
 
 TEST(CudaConvFusion, TheTimedChoiceIsMadeOnceAndKept) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env(nullptr);  // the default: timed
+  gputest::FusionEnv env(nullptr);  // the default: timed
   const ConvCase c{6, 28, 128, 128, 3, 1};  // a batch no other test uses: a new cache entry
   Inputs in = make(c, DType::f16, 51);
   ops::ConvFusionChoice first, second;
@@ -191,7 +174,7 @@ TEST(CudaConvFusion, TheTimedChoiceIsMadeOnceAndKept) {
 
 TEST(CudaConvFusion, ABadSwitchValueIsAnErrorNamingTheAcceptedOnes) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env("yes");
+  gputest::FusionEnv env("yes");
   Inputs in = make({1, 8, 8, 8, 1, 1}, DType::f16, 61);
   try {
     ops::conv_scale_bias_relu_stats(in.x, in.scale, in.bias, in.w, in.p);
@@ -205,7 +188,7 @@ TEST(CudaConvFusion, ABadSwitchValueIsAnErrorNamingTheAcceptedOnes) {
 
 TEST(CudaConvFusion, RecordingAutogradRunsTheUnfusedOps) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  FusionEnv env("force");
+  gputest::FusionEnv env("force");
   Inputs in = make({2, 14, 64, 64, 3, 1}, DType::bf16, 71);
   in.w.set_requires_grad(true);
   ops::ConvFusionChoice how;

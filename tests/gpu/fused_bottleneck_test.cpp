@@ -33,21 +33,6 @@ using kiln::gputest::rand_cpu;
 
 namespace {
 
-class ForceFusion {
- public:
-  ForceFusion() {
-    if (const char* old = std::getenv("KILN_CUDNN_FUSION")) old_ = old;
-    setenv("KILN_CUDNN_FUSION", "force", 1);
-  }
-  ~ForceFusion() {
-    if (old_) setenv("KILN_CUDNN_FUSION", old_->c_str(), 1);
-    else unsetenv("KILN_CUDNN_FUSION");
-  }
-
- private:
-  std::optional<std::string> old_;
-};
-
 double rel_l2(const Tensor& got, const Tensor& want) {
   const std::vector<double> g = got.to_double_vector(), w = want.to_double_vector();
   double d = 0, n = 0;
@@ -127,7 +112,7 @@ class CudaFusedBottleneck : public gputest::Tf32OffTest {};
 TEST_F(CudaFusedBottleneck, TrainsAsThePlainBlockThroughTheFusedOp) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
   gputest::Watchdog dog(300, "CudaFusedBottleneck.TrainsAsThePlainBlockThroughTheFusedOp");
-  ForceFusion force;
+  gputest::FusionEnv force("force");
   // Which path the training op takes for the block's conv2/conv3 shapes (stride 1 block).
   for (DType dt : {DType::f32, DType::bf16}) {
     const Tensor y1 = rand_cpu({8, 14, 14, 64}, 1, dt).to(gpu());

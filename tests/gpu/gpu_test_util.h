@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,23 @@
 namespace kiln::gputest {
 
 inline Device gpu() { return Device::cuda(0); }
+
+// Sets KILN_CUDNN_FUSION for the scope (nullptr: unset) and restores it after.
+class FusionEnv {
+ public:
+  explicit FusionEnv(const char* v) {
+    if (const char* old = std::getenv("KILN_CUDNN_FUSION")) old_ = old;
+    if (v) setenv("KILN_CUDNN_FUSION", v, 1);
+    else unsetenv("KILN_CUDNN_FUSION");
+  }
+  ~FusionEnv() {
+    if (old_) setenv("KILN_CUDNN_FUSION", old_->c_str(), 1);
+    else unsetenv("KILN_CUDNN_FUSION");
+  }
+
+ private:
+  std::optional<std::string> old_;
+};
 
 // Normal(0, std) values rounded to `dtype`, on the CPU.
 inline Tensor rand_cpu(const Shape& s, uint64_t seed, DType dtype = DType::f32, double std = 1.0, double mean = 0.0) {
