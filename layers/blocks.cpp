@@ -146,13 +146,26 @@ ops::BnFinalized finalize(BatchNorm2d& bn, const Tensor& sum, const Tensor& sums
 }  // namespace
 
 Tensor Bottleneck::forward_fused(const Tensor& x) {
-  // conv1's input may hold negative values (the block is not told it follows a ReLU): a plain conv
-  // and its sums as public ops.
-  Tensor y1 = conv1->forward(x);
-  Tensor y1f = y1.dtype() == DType::f32 ? y1 : y1.to(DType::f32);
+  Tensor y1, sum1, sumsq1;
+  if (opts_.input_after_relu) {
+    // x >= 0, so relu(x * 1 + 0) = x: conv1 and its sums from the fused op.
+    const Tensor w1 = param_for_input(conv1->weight, x);
+    const int64_t cin = x.size(3);
+    ops::ConvBnStats s1 = ops::conv_scale_bias_relu_stats_train(
+        x, Tensor::ones({cin}, x.dtype(), x.device()), Tensor::zeros({cin}, x.dtype(), x.device()), w1,
+        params_of(*conv1));
+    y1 = s1.y;
+    sum1 = s1.sum;
+    sumsq1 = s1.sumsq;
+  } else {
+    // conv1's input may hold negative values: a plain conv and its sums as public ops.
+    y1 = conv1->forward(x);
+    Tensor y1f = y1.dtype() == DType::f32 ? y1 : y1.to(DType::f32);
+    sum1 = ops::sum(y1f, {0, 1, 2});
+    sumsq1 = ops::sum(ops::square(y1f), {0, 1, 2});
+  }
   const DType dt = y1.dtype();
-  ops::BnFinalized f1 = finalize(*bn1, ops::sum(y1f, {0, 1, 2}), ops::sum(ops::square(y1f), {0, 1, 2}),
-                                 y1.numel() / y1.size(3), dt);
+  ops::BnFinalized f1 = finalize(*bn1, sum1, sumsq1, y1.numel() / y1.size(3), dt);
   ops::ConvBnStats s2 = ops::conv_scale_bias_relu_stats_train(y1, f1.scale, f1.bias, param_for_input(conv2->weight, y1),
                                                               params_of(*conv2));
   ops::BnFinalized f2 = finalize(*bn2, s2.sum, s2.sumsq, s2.y.numel() / s2.y.size(3), dt);

@@ -24,6 +24,10 @@ struct BlockOptions {
   std::string shortcut = "B";       /// "B" projection or "A" zero-padding identity (default "B")
   bool zero_init_residual = false;  /// start the last BN's weight at 0, so the block starts as identity (default false)
   bool fused_bn_conv = false;  /// bottleneck only: in training, run conv -> BN -> ReLU -> conv through the fused op (default false)
+  // Not a JSON key: the builder's promise that every input of the block is >= 0 (it follows a ReLU, as
+  // in every ResNet), which lets fused_bn_conv run conv1 through the fused op too (identity scale and
+  // bias: relu(x) = x) and take its output's sums from the convolution's epilogue.
+  bool input_after_relu = false;
 
   // `type` is "basic_block" or "bottleneck".
   static BlockOptions from_json(const json& j, const std::string& path, const std::string& type);
@@ -66,7 +70,10 @@ class BasicBlock : public ResidualBlock {
 // fusion") a training forward whose bn1 and bn2 are not frozen runs conv1 with its output's per-channel
 // sums, bn1 as ops::bn_finalize (batch statistics from the sums -> scale, bias; running statistics),
 // conv2 and conv3 through ops::conv_scale_bias_relu_stats_train (bn1's/bn2's affine + ReLU fused into
-// the conv, the sums of its output with it), then bn3 + shortcut + ReLU as without it. Same values,
+// the conv, the sums of its output with it), then bn3 + shortcut + ReLU as without it. With
+// input_after_relu (the ResNet builder), conv1 runs through the same op with scale 1 and bias 0, so its
+// sums come from the fused kernel too; its input's gradient is then 0 where x = 0, which changes
+// nothing after the ReLU that made x (its gradient is 0 there). Same values,
 // gradients and running statistics as the plain path up to f32 rounding (var = E[y^2] - mean^2);
 // eval mode, frozen BNs and the default take the plain path.
 class Bottleneck : public ResidualBlock {

@@ -107,6 +107,7 @@ ResNet::ResNet(const ResNetOptions& o) : Module(o.name), opts_(o), policy_(o.com
       bo.shortcut = o.cifar ? o.shortcut : "B";
       bo.zero_init_residual = o.zero_init_residual;
       bo.fused_bn_conv = bottleneck && o.fused_bn_conv;
+      bo.input_after_relu = true;  // the stem's and every block's output end in a ReLU (max-pooled or not)
       std::shared_ptr<ResidualBlock> block;
       if (bottleneck) block = std::make_shared<Bottleneck>(bo);
       else block = std::make_shared<BasicBlock>(bo);

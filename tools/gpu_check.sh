@@ -15,8 +15,9 @@
 #        `device=0,1` (one more GPU than the machine has) refused cleanly, naming the GPUs.
 # bench: ResNet-50 224x224 training images/s, kiln against PyTorch (channels_last; AMP for fp16/bf16) on the
 #        same GPU: fp32 batch 128, fp16 and bf16 batch 256, with the share of each kiln step the host spent
-#        blocked (bench/bench_gpu.py); each kiln figure again with train.cuda_graph on; torch.compile in fp16
-#        and bf16 (PyTorch's strongest); BENCH_AB="KILN_CUDNN_BATCH_NORM=0 KILN_FUSED_BN_RELU=0" adds an
+#        blocked (bench/bench_gpu.py); each kiln figure again with train.cuda_graph on; fp16 and bf16 once more
+#        with every switch on (model.fused_bn_conv + the graph); torch.compile in fp16 and bf16 (PyTorch's
+#        strongest); BENCH_AB="KILN_CUDNN_BATCH_NORM=0 KILN_FUSED_BN_RELU=0" adds an
 #        A/B kiln run per variable (what each switch is worth; not by default: the part must stay within 5
 #        minutes); AutoBatch (batch=-1)
 #        on ResNet-50: what it measured and chose, and the training peak against its target; `kiln bench
@@ -246,7 +247,7 @@ fi
 if [[ "$part" == bench ]]; then
   section "ResNet-50 training: kiln vs PyTorch on this GPU (bench/bench_gpu.py)"
   py=${PYTHON:-python3}
-  PYTHONUNBUFFERED=1 timeout -k 10 "${BENCH_TIMEOUT:-280}" "$py" "$here/bench/bench_gpu.py" "$kiln" \
+  PYTHONUNBUFFERED=1 timeout -k 10 "${BENCH_TIMEOUT:-300}" "$py" "$here/bench/bench_gpu.py" "$kiln" \
     --skip-matmul --summary "$runs/bench_summary.txt" ${BENCH_AB:+$(printf -- '--kiln-ab %s ' $BENCH_AB)}
   rc=$?
   [[ -f "$runs/bench_summary.txt" ]] && cat "$runs/bench_summary.txt" >>"$summary"

@@ -258,3 +258,22 @@ TEST(BenchBnRelu, RowsForEachDtypeAndResidual) {
     EXPECT_NE(out.find(row), std::string::npos) << row << "\n" << out;
   EXPECT_THROW(cli::cmd_bench({"bn_relu", "batchsize=2"}), Error);
 }
+
+// fused_bn_conv=1 is model.fused_bn_conv (tools/bench/bench_gpu.py times ResNet-50 with every switch
+// on): a bottleneck ResNet trains with it and says so; other values, and models without the key, are
+// one-line errors naming it.
+TEST(BenchTrain, FusedBnConvSetsTheModelKey) {
+  ::testing::internal::CaptureStdout();
+  int rc = -1;
+  EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=resnet50", "size=32", "channels=3", "classes=10", "batch=2",
+                                       "steps=1", "warmup=0", "device=cpu", "fused_bn_conv=1"}));
+  std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\nresnet50   cpu     fp32       2"), std::string::npos) << out;
+  EXPECT_NE(out.find("# fused_bn_conv=1: the bottlenecks' conv-BN-ReLU chain through the fused op"), std::string::npos)
+      << out;
+  kiln::testing::expect_error([] { cli::cmd_bench({"train", "model=resnet50", "fused_bn_conv=yes"}); },
+                              {"bench train: 'fused_bn_conv=yes': accepted: 0 or 1 (model.fused_bn_conv)"});
+  kiln::testing::expect_error([] { cli::cmd_bench({"train", "model=resnet_cifar", "depth=8", "fused_bn_conv=1"}); },
+                              {"unknown key model.fused_bn_conv"});
+}

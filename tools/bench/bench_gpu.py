@@ -26,6 +26,9 @@ Usage: python3 tools/bench/bench_gpu.py [kiln-gpu/bin/kiln] [--n 8192] [--batch 
        each kiln ResNet-50 figure is also taken with cuda_graph=on (train.cuda_graph: the step's forward
        and backward replayed from a CUDA graph, the update eager; the default run is cuda_graph=off);
        --skip-graph leaves that run out
+       --fused PRECISIONS (fp16,bf16 by default; '' for none): kiln once more in those precisions with
+       fused_bn_conv=1 (model.fused_bn_conv: cuDNN's fused conv-BN-ReLU-statistics graphs in the
+       bottlenecks) and cuda_graph=on: every switch on; its figure counts in "kiln best"
   (d) PyTorch's strongest: the same torch step with the model wrapped in torch.compile (default mode) in
       the --compile precisions (fp16,bf16 by default; '' for none), timed after its compilation (about a
       minute each, said in the log); the line compares kiln's best (graph off or on) with it and eager
@@ -112,12 +115,14 @@ def parse_table(out, first_column):
     return rows
 
 
-def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None, graph="off"):
+def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None, graph="off", fused=False):
     """images/s, the share of the step the host spent blocked, and the host's own ms to issue one step
-    against the step's ms (None where kiln does not print them). graph: kiln's cuda_graph= (off, on)."""
+    against the step's ms (None where kiln does not print them). graph: kiln's cuda_graph= (off, on);
+    fused: model.fused_bn_conv (the bottlenecks through cuDNN's fused conv-BN-ReLU-stats graphs)."""
     out = run_kiln([kiln, "bench", "train", "model=resnet50", f"batch={batch}", "size=224", "channels=3",
                     "classes=1000", f"steps={steps}", f"warmup={warmup}", "device=cuda:0", "cudnn_benchmark=1",
-                    f"precision={precision}", f"cuda_graph={graph}"], timeout, env)
+                    f"precision={precision}", f"cuda_graph={graph}", f"fused_bn_conv={1 if fused else 0}"],
+                   timeout, env)
     # run_kiln shows the "# cuda_graph..." lines: captured, or why the steps ran eagerly
     rows = parse_table(out, "resnet50")
     if not rows:
@@ -241,6 +246,9 @@ def main():
     p.add_argument("--skip-matmul", action="store_true", help="skip part (a) (gpu_check.sh's tests part times matmul)")
     p.add_argument("--summary", help="also write one line per figure to this file")
     p.add_argument("--skip-graph", action="store_true", help="no cuda_graph=on run beside each kiln figure")
+    p.add_argument("--fused", default="fp16,bf16", metavar="PRECISIONS",
+                   help="also time kiln with fused_bn_conv=1 (and cuda_graph=on unless --skip-graph) in these "
+                        "precisions ('' for none)")
     p.add_argument("--compile", default="fp16,bf16", metavar="PRECISIONS",
                    help="also time torch.compile'd PyTorch in these precisions ('' for none; each compiles for ~1 min)")
     p.add_argument("--kiln-ab", metavar="NAME=VALUE", action="append", default=[],
@@ -307,6 +315,16 @@ def part_resnet50(a, have_torch, fig):
             fig(f"resnet50 {prec} batch {batch}: kiln cuda_graph=off {fmt(k)} img/s, cuda_graph=on {fmt(kg)} img/s "
                 f"(on/off {gain}), host blocked {fmt(gblocked, '{:.2f}%', 'n/a')}" +
                 (f", host issues a step in {ghost[0]:.2f} of its {ghost[1]:.2f} ms" if ghost else ""))
+        kf = None
+        if prec in a.fused.split(","):
+            fgraph = "off" if a.skip_graph else "on"
+            kf, fblocked, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, graph=fgraph, fused=True,
+                                         timeout=180)  # + cuDNN's per-shape build and timing of the fused graphs
+            ok &= kf is not None
+            base = kg if kg else k
+            fig(f"resnet50 {prec} batch {batch}: kiln fused_bn_conv=1 cuda_graph={fgraph} {fmt(kf)} img/s "
+                f"(against fused_bn_conv=0 with the same graph setting: "
+                f"{f'{kf / base:.2f}' if kf and base else '-'}), host blocked {fmt(fblocked, '{:.2f}%', 'n/a')}")
         for ab in a.kiln_ab:
             name, value = ab.split("=", 1)
             kb, _, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
@@ -326,7 +344,7 @@ def part_resnet50(a, have_torch, fig):
                 tc = torch_train(batch, a.steps, a.warmup, prec, compile=True)
             except Exception as e:  # noqa: BLE001 -- the kiln figure still counts
                 print(f"  torch.compile {prec} failed: {type(e).__name__}: {str(e)[:300]}")
-            best_k = max(x for x in (k, kg if not a.skip_graph else None) if x) if k else None
+            best_k = max(x for x in (k, kg if not a.skip_graph else None, kf) if x) if k else None
             fig(f"resnet50 {prec} batch {batch}: torch.compile {fmt(tc)} img/s, torch eager {fmt(t)}; kiln best "
                 f"{fmt(best_k)} img/s: kiln/compile {f'{best_k / tc:.2f}' if best_k and tc else '-'}, "
                 f"kiln/eager {f'{best_k / t:.2f}' if best_k and t else '-'}")
