@@ -1,6 +1,7 @@
 #include "layers/blocks.h"
 
 #include "core/ops/batch_norm.h"
+#include "core/ops/channel_moments.h"
 #include "core/ops/conv_fusion.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
@@ -160,9 +161,9 @@ Tensor Bottleneck::forward_fused(const Tensor& x) {
   } else {
     // conv1's input may hold negative values: a plain conv and its sums as public ops.
     y1 = conv1->forward(x);
-    Tensor y1f = y1.dtype() == DType::f32 ? y1 : y1.to(DType::f32);
-    sum1 = ops::sum(y1f, {0, 1, 2});
-    sumsq1 = ops::sum(ops::square(y1f), {0, 1, 2});
+    ops::ChannelMoments m1 = ops::channel_moments(y1);
+    sum1 = m1.sum;
+    sumsq1 = m1.sumsq;
   }
   const DType dt = y1.dtype();
   ops::BnFinalized f1 = finalize(*bn1, sum1, sumsq1, y1.numel() / y1.size(3), dt);

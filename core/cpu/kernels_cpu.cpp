@@ -16,6 +16,7 @@
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
+#include "core/ops/channel_moments.h"
 #include "core/optim_kernels.h"
 #include "core/step_stats.h"
 
@@ -52,6 +53,8 @@ Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
 // core/cpu/silu.cpp
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+// core/cpu/channel_moments.cpp
+Tensor channel_moments_backward(const Tensor& y, const Tensor& g_sum, const Tensor& g_sumsq);
 
 // core/cpu/conv2d.cpp, core/cpu/linear.cpp
 Tensor conv2d_forward(const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
@@ -104,6 +107,7 @@ void register_kernels() {
   dropout_backward_kernel.set(cpu, dropout_backward);
   silu_forward_kernel.set(cpu, silu_forward);
   silu_backward_kernel.set(cpu, silu_backward);
+  channel_moments_backward_kernel.set(cpu, channel_moments_backward);
   lrn_forward_kernel.set(cpu, lrn_forward);
   lrn_backward_kernel.set(cpu, lrn_backward);
   normalize_u8_kernel.set(cpu, normalize_u8);

@@ -21,6 +21,7 @@
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
+#include "core/ops/channel_moments.h"
 #include "core/optim_kernels.h"
 #include "core/pinned.h"
 #include "core/step_stats.h"
@@ -34,6 +35,8 @@ Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cuda/silu_cuda.cu
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+// core/cuda/channel_moments_cuda.cu
+Tensor channel_moments_backward(const Tensor& y, const Tensor& g_sum, const Tensor& g_sumsq);
 
 // core/cuda/conv_fusion_cuda.cu: cuDNN's fused scale-bias-ReLU-conv-genstats, or the op's unfused chain
 ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
@@ -74,6 +77,7 @@ void register_kernels() {
   dropout_backward_kernel.set(gpu, dropout_backward);
   silu_forward_kernel.set(gpu, silu_forward);
   silu_backward_kernel.set(gpu, silu_backward);
+  channel_moments_backward_kernel.set(gpu, channel_moments_backward);
   lrn_forward_kernel.set(gpu, lrn_forward);
   normalize_u8_kernel.set(gpu, normalize_u8);
   max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);
