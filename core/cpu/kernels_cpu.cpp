@@ -16,6 +16,7 @@
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
+#include "core/ops/bn_finalize.h"
 #include "core/ops/channel_moments.h"
 #include "core/optim_kernels.h"
 #include "core/step_stats.h"
@@ -53,6 +54,11 @@ Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
 // core/cpu/silu.cpp
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+// core/cpu/bn_finalize.cpp
+BnFinalizeForward bn_finalize_forward(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                      double momentum, double eps, DType out);
+Tensor bn_finalize_backward(const Tensor& grad, const Tensor& saved, const Tensor& gamma, int64_t count);
 // core/cpu/channel_moments.cpp
 Tensor channel_moments_backward(const Tensor& y, const Tensor& g_sum, const Tensor& g_sumsq);
 
@@ -108,6 +114,8 @@ void register_kernels() {
   silu_forward_kernel.set(cpu, silu_forward);
   silu_backward_kernel.set(cpu, silu_backward);
   channel_moments_backward_kernel.set(cpu, channel_moments_backward);
+  bn_finalize_forward_kernel.set(cpu, bn_finalize_forward);
+  bn_finalize_backward_kernel.set(cpu, bn_finalize_backward);
   lrn_forward_kernel.set(cpu, lrn_forward);
   lrn_backward_kernel.set(cpu, lrn_backward);
   normalize_u8_kernel.set(cpu, normalize_u8);

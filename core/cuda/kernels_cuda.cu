@@ -21,6 +21,7 @@
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/silu.h"
+#include "core/ops/bn_finalize.h"
 #include "core/ops/channel_moments.h"
 #include "core/optim_kernels.h"
 #include "core/pinned.h"
@@ -35,6 +36,11 @@ Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cuda/silu_cuda.cu
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
+// core/cuda/bn_finalize_cuda.cu
+BnFinalizeForward bn_finalize_forward(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                      double momentum, double eps, DType out);
+Tensor bn_finalize_backward(const Tensor& grad, const Tensor& saved, const Tensor& gamma, int64_t count);
 // core/cuda/channel_moments_cuda.cu
 Tensor channel_moments_backward(const Tensor& y, const Tensor& g_sum, const Tensor& g_sumsq);
 
@@ -78,6 +84,8 @@ void register_kernels() {
   silu_forward_kernel.set(gpu, silu_forward);
   silu_backward_kernel.set(gpu, silu_backward);
   channel_moments_backward_kernel.set(gpu, channel_moments_backward);
+  bn_finalize_forward_kernel.set(gpu, bn_finalize_forward);
+  bn_finalize_backward_kernel.set(gpu, bn_finalize_backward);
   lrn_forward_kernel.set(gpu, lrn_forward);
   normalize_u8_kernel.set(gpu, normalize_u8);
   max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);

@@ -118,37 +118,6 @@ ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scal
   return {y, sum_out, sumsq_out};
 }
 
-BnFinalized bn_finalize(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma, const Tensor& beta,
-                        const Tensor& running_mean, const Tensor& running_var, double momentum, double eps, DType out) {
-  constexpr const char* op = "bn_finalize";
-  KILN_CHECK(sum.defined() && sumsq.defined() && sum.dim() == 1 && sumsq.shape() == sum.shape(), op,
-             ": sum and sumsq must be (C) tensors of one shape, got ", sum.defined() ? sum.str() : "undefined", " and ",
-             sumsq.defined() ? sumsq.str() : "undefined");
-  KILN_CHECK(count >= 2, op, ": count ", count, ": needs at least 2 values per channel (the unbiased variance)");
-  KILN_CHECK(running_mean.defined() == running_var.defined(), op,
-             ": running_mean and running_var must both be defined or both undefined");
-  const int64_t C = sum.shape()[0];
-  for (const Tensor* t : {&gamma, &beta, &running_mean, &running_var})
-    KILN_CHECK(!t->defined() || (t->dim() == 1 && t->shape()[0] == C), op, ": ", t->str(), " must be (", C,
-               ") like sum ", sum.str());
-  KILN_CHECK(!running_mean.defined() || (running_mean.dtype() == DType::f32 && running_var.dtype() == DType::f32), op,
-             ": running statistics must be f32, got ", running_mean.str(), " and ", running_var.str());
-  // Recorded where an input needs a gradient (the batch norm's backward through its statistics).
-  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : t.to(DType::f32); };
-  const double n = static_cast<double>(count);
-  Tensor mean = mul_scalar(f32(sum), 1.0 / n);
-  Tensor var = relu(sub(mul_scalar(f32(sumsq), 1.0 / n), square(mean)));
-  Tensor invstd = div(Tensor::ones({C}, DType::f32, sum.device()), sqrt(add_scalar(var, eps)));
-  Tensor scale = gamma.defined() ? mul(f32(gamma), invstd) : invstd;
-  Tensor bias = sub(beta.defined() ? f32(beta) : Tensor::zeros({C}, DType::f32, sum.device()), mul(mean, scale));
-  if (running_mean.defined()) {
-    NoGradGuard ng;
-    const Tensor m = mean.detach(), v = var.detach();
-    copy_tensor(running_mean, add(mul_scalar(running_mean.detach(), 1.0 - momentum), mul_scalar(m, momentum)));
-    copy_tensor(running_var,
-                add(mul_scalar(running_var.detach(), 1.0 - momentum), mul_scalar(v, momentum * n / (n - 1.0))));
-  }
-  return {scale.dtype() == out ? scale : scale.to(out), bias.dtype() == out ? bias : bias.to(out), mean, invstd};
-}
+// bn_finalize: core/ops/bn_finalize.cpp (its kernels: core/ops/bn_finalize.h).
 
 }  // namespace kiln::ops
