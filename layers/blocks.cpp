@@ -19,7 +19,7 @@ BlockOptions BlockOptions::from_json(const json& j, const std::string& path, con
   o.shortcut = type == "bottleneck" ? r.get_choice("shortcut", o.shortcut, {"B"})
                                     : r.get_choice("shortcut", o.shortcut, {"A", "B"});
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
-  if (type == "bottleneck") o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);
+  o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);
   r.finish();
   return o;
 }
@@ -28,7 +28,7 @@ json BlockOptions::to_json(const std::string& type) const {
   json j = {{"type", type},         {"in_channels", in_channels},
             {"planes", planes},     {"stride", stride},
             {"shortcut", shortcut}, {"zero_init_residual", zero_init_residual}};
-  if (type == "bottleneck") j["fused_bn_conv"] = fused_bn_conv;
+  j["fused_bn_conv"] = fused_bn_conv;
   return j;
 }
 
@@ -38,7 +38,6 @@ ResidualBlock::ResidualBlock(const std::string& type, const BlockOptions& o, int
              o.planes, " and stride ", o.stride, " must be positive");
   KILN_CHECK(o.shortcut == "B" || (o.shortcut == "A" && expansion == 1), type, ": shortcut '", o.shortcut,
              "' is not accepted; accepted: ", expansion == 1 ? "A, B" : "B");
-  KILN_CHECK(!o.fused_bn_conv || expansion == 4, type, ": fused_bn_conv is accepted by bottleneck blocks only");
   KILN_CHECK(o.shortcut != "A" || o.planes >= o.in_channels, type, ": shortcut A cannot reduce channels (",
              o.in_channels, " -> ", o.planes, ")");
 }
@@ -95,6 +94,7 @@ BasicBlock::BasicBlock(const BlockOptions& o) : ResidualBlock("basic_block", o, 
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
+  if (opts_.fused_bn_conv && is_training() && !bn1->is_frozen()) return forward_fused(x);
   Tensor out = bn1->forward_relu(conv1->forward(x));
   return finish(conv2->forward(out), *bn2, x);
 }
@@ -144,35 +144,42 @@ ops::BnFinalized finalize(BatchNorm2d& bn, const Tensor& sum, const Tensor& sums
   return f;
 }
 
+// A block's first convolution with its output's per-channel sums (for bn1): through the fused op with
+// scale 1 and bias 0 when the input is known to be >= 0 (relu(x) = x; the sums from the kernel's
+// epilogue), else a plain convolution and ops::channel_moments.
+ops::ConvBnStats first_conv_with_sums(Conv2d& conv, const Tensor& x, bool input_after_relu) {
+  if (input_after_relu && !conv.bias.defined()) {
+    const int64_t cin = x.size(3);
+    return ops::conv_scale_bias_relu_stats_train(x, Tensor::ones({cin}, x.dtype(), x.device()),
+                                                 Tensor::zeros({cin}, x.dtype(), x.device()),
+                                                 param_for_input(conv.weight, x), params_of(conv));
+  }
+  Tensor y = conv.forward(x);
+  ops::ChannelMoments m = ops::channel_moments(y);
+  return {y, m.sum, m.sumsq};
+}
+
 }  // namespace
 
 Tensor Bottleneck::forward_fused(const Tensor& x) {
-  Tensor y1, sum1, sumsq1;
-  if (opts_.input_after_relu) {
-    // x >= 0, so relu(x * 1 + 0) = x: conv1 and its sums from the fused op.
-    const Tensor w1 = param_for_input(conv1->weight, x);
-    const int64_t cin = x.size(3);
-    ops::ConvBnStats s1 = ops::conv_scale_bias_relu_stats_train(
-        x, Tensor::ones({cin}, x.dtype(), x.device()), Tensor::zeros({cin}, x.dtype(), x.device()), w1,
-        params_of(*conv1));
-    y1 = s1.y;
-    sum1 = s1.sum;
-    sumsq1 = s1.sumsq;
-  } else {
-    // conv1's input may hold negative values: a plain conv and its sums as public ops.
-    y1 = conv1->forward(x);
-    ops::ChannelMoments m1 = ops::channel_moments(y1);
-    sum1 = m1.sum;
-    sumsq1 = m1.sumsq;
-  }
+  const ops::ConvBnStats s1 = first_conv_with_sums(*conv1, x, opts_.input_after_relu);
+  const Tensor& y1 = s1.y;
   const DType dt = y1.dtype();
-  ops::BnFinalized f1 = finalize(*bn1, sum1, sumsq1, y1.numel() / y1.size(3), dt);
+  ops::BnFinalized f1 = finalize(*bn1, s1.sum, s1.sumsq, y1.numel() / y1.size(3), dt);
   ops::ConvBnStats s2 = ops::conv_scale_bias_relu_stats_train(y1, f1.scale, f1.bias, param_for_input(conv2->weight, y1),
                                                               params_of(*conv2));
   ops::BnFinalized f2 = finalize(*bn2, s2.sum, s2.sumsq, s2.y.numel() / s2.y.size(3), dt);
   ops::ConvBnStats s3 = ops::conv_scale_bias_relu_stats_train(s2.y, f2.scale, f2.bias,
                                                               param_for_input(conv3->weight, s2.y), params_of(*conv3));
   return finish(s3.y, *bn3, x);
+}
+
+Tensor BasicBlock::forward_fused(const Tensor& x) {
+  const ops::ConvBnStats s1 = first_conv_with_sums(*conv1, x, opts_.input_after_relu);
+  ops::BnFinalized f1 = finalize(*bn1, s1.sum, s1.sumsq, s1.y.numel() / s1.y.size(3), s1.y.dtype());
+  ops::ConvBnStats s2 = ops::conv_scale_bias_relu_stats_train(s1.y, f1.scale, f1.bias,
+                                                              param_for_input(conv2->weight, s1.y), params_of(*conv2));
+  return finish(s2.y, *bn2, x);
 }
 
 }  // namespace kiln

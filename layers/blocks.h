@@ -23,7 +23,7 @@ struct BlockOptions {
   int64_t stride = 1;       /// stride of the block (default 1)
   std::string shortcut = "B";       /// "B" projection or "A" zero-padding identity (default "B")
   bool zero_init_residual = false;  /// start the last BN's weight at 0, so the block starts as identity (default false)
-  bool fused_bn_conv = false;  /// bottleneck only: in training, run conv -> BN -> ReLU -> conv through the fused op (default false)
+  bool fused_bn_conv = false;  /// in training, run conv -> BN -> ReLU -> conv through the fused op (default false)
   // Not a JSON key: the builder's promise that every input of the block is >= 0 (it follows a ReLU, as
   // in every ResNet), which lets fused_bn_conv run conv1 through the fused op too (identity scale and
   // bias: relu(x) = x) and take its output's sums from the convolution's epilogue.
@@ -56,14 +56,21 @@ class ResidualBlock : public Module {
   std::shared_ptr<Sequential> downsample_;  // "B" when the shape changes
 };
 
+// With `fused_bn_conv` (as the Bottleneck's, below) a training forward whose bn1 is not frozen runs
+// conv1 with its output's sums, bn1 as ops::bn_finalize, conv2 through the fused op (bn1's affine +
+// ReLU in its prologue), then bn2 + shortcut + ReLU as without it.
 class BasicBlock : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 1;
   explicit BasicBlock(const BlockOptions& o);
   Tensor forward(const Tensor& x) override;
+  bool fused_bn_conv() const { return opts_.fused_bn_conv; }
 
   std::shared_ptr<Conv2d> conv1, conv2;
   std::shared_ptr<BatchNorm2d> bn1, bn2;
+
+ private:
+  Tensor forward_fused(const Tensor& x);
 };
 
 // With `fused_bn_conv` (opt-in, kiln issue #36 section 2, docs/cuda_backend.md "cuDNN runtime

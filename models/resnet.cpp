@@ -49,15 +49,13 @@ ResNetOptions ResNetOptions::from_json(const json& j, const std::string& path, c
   o.common.read(r);
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
   if (!o.cifar) o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);  // CIFAR layouts: an unknown key
-  KILN_CHECK(!o.fused_bn_conv || d >= 50, "config: ", r.path_of("fused_bn_conv"), " = true is not accepted for ",
-             name, ": accepted for the bottleneck ResNets only (resnet50, resnet101, resnet152)");
   r.finish();
   return o;
 }
 
 json ResNetOptions::to_json() const {
   json j = {{"name", name}, {"zero_init_residual", zero_init_residual}};
-  if (!cifar && depth >= 50) j["fused_bn_conv"] = fused_bn_conv;
+  if (!cifar) j["fused_bn_conv"] = fused_bn_conv;
   if (cifar) {
     if (name == "resnet_cifar") j["depth"] = depth;
     j["width"] = width;
@@ -106,7 +104,7 @@ ResNet::ResNet(const ResNetOptions& o) : Module(o.name), opts_(o), policy_(o.com
       bo.stride = (s > 0 && b == 0) ? 2 : 1;
       bo.shortcut = o.cifar ? o.shortcut : "B";
       bo.zero_init_residual = o.zero_init_residual;
-      bo.fused_bn_conv = bottleneck && o.fused_bn_conv;
+      bo.fused_bn_conv = o.fused_bn_conv;
       bo.input_after_relu = true;  // the stem's and every block's output end in a ReLU (max-pooled or not)
       std::shared_ptr<ResidualBlock> block;
       if (bottleneck) block = std::make_shared<Bottleneck>(bo);

@@ -28,7 +28,7 @@ struct ResNetOptions {
   int64_t width = 64;               /// CIFAR only: channels of the first stage (default 16)
   std::string shortcut = "B";       /// CIFAR only: "A" (default) or "B"; ImageNet always "B"
   bool zero_init_residual = false;  /// start each block's last BN weight at 0 (default false)
-  bool fused_bn_conv = false;       /// resnet50/101/152 only: in training, each block's conv -> BN -> ReLU -> conv through the fused op (default false)
+  bool fused_bn_conv = false;       /// ImageNet layouts (resnet18..resnet152), not the CIFAR ones: in training, each block's conv -> BN -> ReLU -> conv through the fused op (default false)
   CommonOptions common{3, 1000, "none"};  // keys in_channels (default 3), num_classes (1000 ImageNet, 10 CIFAR), checkpoint
 
   static ResNetOptions from_json(const json& j, const std::string& path, const std::string& name);

@@ -39,21 +39,24 @@ void expect_near_all(const Tensor& got, const Tensor& want, const std::string& w
 
 std::map<std::string, Tensor> by_name(const NamedTensors& v) { return {v.begin(), v.end()}; }
 
+template <typename Block = Bottleneck>
 struct Pair {
-  std::shared_ptr<Bottleneck> plain, fused;
+  std::shared_ptr<Block> plain, fused;
 };
 
-// Two blocks, the second with fused_bn_conv, sharing weights; BN weights ~ 1 + N(0, 0.3^2), biases
-// ~ N(0, 0.3^2), running statistics away from their defaults.
-Pair make_pair(int64_t in, int64_t planes, int64_t stride) {
+// Two blocks, the second with fused_bn_conv (and input_after_relu when asked), sharing weights; BN
+// weights ~ 1 + N(0, 0.3^2), biases ~ N(0, 0.3^2), running statistics away from their defaults.
+template <typename Block = Bottleneck>
+Pair<Block> make_pair(int64_t in, int64_t planes, int64_t stride, bool after_relu = false) {
   BlockOptions o;
   o.in_channels = in;
   o.planes = planes;
   o.stride = stride;
-  Pair p;
-  p.plain = std::make_shared<Bottleneck>(o);
+  Pair<Block> p;
+  p.plain = std::make_shared<Block>(o);
   o.fused_bn_conv = true;
-  p.fused = std::make_shared<Bottleneck>(o);
+  o.input_after_relu = after_relu;
+  p.fused = std::make_shared<Block>(o);
   EXPECT_TRUE(p.fused->fused_bn_conv());
   EXPECT_FALSE(p.plain->fused_bn_conv());
   uint64_t seed = 1000;
@@ -80,21 +83,30 @@ void sgd(Module& m, double lr) {
   m.zero_grad();
 }
 
-// 3 training steps on both blocks, comparing everything a user relies on after each.
-void train_and_compare(int64_t in, int64_t planes, int64_t stride, int64_t hw) {
-  Pair p = make_pair(in, planes, stride);
+// 3 training steps on both blocks, comparing everything a user relies on after each. after_relu: the
+// input is relu(noise) and the fused block is told so (conv1 through the fused op with an identity
+// prologue), and the input gradient is compared where x > 0 (where x = 0 the ReLU that made x zeroes
+// it in a network).
+template <typename Block = Bottleneck>
+void train_and_compare(int64_t in, int64_t planes, int64_t stride, int64_t hw, bool after_relu = false) {
+  Pair<Block> p = make_pair<Block>(in, planes, stride, after_relu);
   p.plain->train();
   p.fused->train();
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
-    const Tensor x0 = randn({4, hw, hw, in}, 50 + step);
+    const Tensor x0 = after_relu ? ops::relu(randn({4, hw, hw, in}, 50 + step)) : randn({4, hw, hw, in}, 50 + step);
     Tensor xa = x0.clone().set_requires_grad(true), xb = x0.clone().set_requires_grad(true);
     Tensor ya = p.plain->forward(xa), yb = p.fused->forward(xb);
     expect_near_all(yb, ya, "output");
     const Tensor r = randn(ya.shape(), 77 + step);
     ops::sum(ops::mul(ya, r)).backward();
     ops::sum(ops::mul(yb, r)).backward();
-    expect_near_all(xb.grad(), xa.grad(), "input gradient");
+    if (after_relu) {
+      const Tensor positive = ops::relu_backward(Tensor::ones(x0.shape()), x0);  // 1 where x > 0, else 0
+      expect_near_all(ops::mul(xb.grad(), positive), ops::mul(xa.grad(), positive), "input gradient where x > 0");
+    } else {
+      expect_near_all(xb.grad(), xa.grad(), "input gradient");
+    }
     auto fp = by_name(p.fused->named_parameters());
     for (auto& [name, t] : p.plain->named_parameters()) expect_near_all(fp.at(name).grad(), t.grad(), name + ".grad");
     auto fb = by_name(p.fused->named_buffers());
@@ -118,6 +130,13 @@ TEST(FusedBottleneck, TrainingMatchesPlainPathWithProjectionShortcut) { train_an
 
 TEST(FusedBottleneck, TrainingMatchesPlainPathWithIdentityShortcut) { train_and_compare(32, 8, 1, 6); }
 
+TEST(FusedBottleneck, InputAfterReluRunsConv1FusedAndMatches) { train_and_compare(16, 8, 2, 8, true); }
+
+TEST(FusedBasicBlock, TrainingMatchesPlainPath) {
+  train_and_compare<BasicBlock>(8, 16, 2, 8);
+  train_and_compare<BasicBlock>(16, 16, 1, 6, true);
+}
+
 TEST(FusedBottleneck, EvalModeIsThePlainPathBitForBit) {
   Pair p = make_pair(16, 8, 1);
   p.plain->eval();
@@ -126,14 +145,17 @@ TEST(FusedBottleneck, EvalModeIsThePlainPathBitForBit) {
   EXPECT_EQ(p.fused->forward(x).to_double_vector(), p.plain->forward(x).to_double_vector());
 }
 
-TEST(FusedBottleneck, OptionIsBottleneckOnlyAndRoundTripsThroughJson) {
+TEST(FusedBottleneck, OptionRoundTripsThroughJson) {
   BlockOptions o;
   o.in_channels = 8;
   o.planes = 8;
   o.fused_bn_conv = true;
-  EXPECT_THROW(BasicBlock{o}, Error);
-  json j = o.to_json("bottleneck");
-  EXPECT_EQ(j.at("fused_bn_conv"), true);
-  EXPECT_TRUE(BlockOptions::from_json(j, "model.layers[0]", "bottleneck").fused_bn_conv);
+  EXPECT_TRUE(BasicBlock{o}.fused_bn_conv());
+  for (const char* type : {"bottleneck", "basic_block"}) {
+    json j = o.to_json(type);
+    EXPECT_EQ(j.at("fused_bn_conv"), true);
+    EXPECT_TRUE(BlockOptions::from_json(j, "model.layers[0]", type).fused_bn_conv) << type;
+  }
+  o.fused_bn_conv = false;
   EXPECT_FALSE(BlockOptions::from_json(o.to_json("basic_block"), "model.layers[0]", "basic_block").fused_bn_conv);
 }
