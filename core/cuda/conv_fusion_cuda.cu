@@ -490,15 +490,18 @@ struct DgradOut {
   Tensor da;
 };
 
-// The guard for the dgrad side: dx's relative L2 error within 5% (da_m checked through it), and each
-// channel's dscale and dbias within 5% of the sums of |da_m * x| and |da_m| (the largest they can be).
+// The guard for the dgrad side: dx's relative L2 error within 20% (da_m checked through it; the graph's
+// ReLU mask is of the pre-activation in f32, the unfused chain's of it rounded to the dtype, so in bf16
+// about 0.1% of the elements, those within a rounding of 0, differ by their whole value: a few percent
+// of the norm; a wrong engine is off by 100%), and each channel's dscale and dbias within 5% of the sums
+// of |da_m * x| and |da_m| (the largest they can be).
 std::string compare_dgrad(const DgradOut& f, const ops::ConvBnGrads& u, const Tensor& x) {
   double norm = 0;
   const std::vector<double> fdx = f.g.dx.to_double_vector();
   for (double v : fdx)
     if (!std::isfinite(v)) return "the fused dx has non-finite values";
   const double err = rel_l2_error(fdx, u.dx.to_double_vector(), &norm);
-  if (!(err <= 0.05 * norm + 1e-3))
+  if (!(err <= 0.2 * norm + 1e-3))
     return ::kiln::detail::cat("the fused dx disagrees with the unfused ops (L2 error ", err, " of a norm ", norm, ")");
   const std::vector<double> da = f.da.to_double_vector(), xv = x.to_double_vector();
   const size_t C = static_cast<size_t>(x.shape()[3]);
