@@ -304,8 +304,10 @@ std::shared_ptr<fe::graph::Tensor_attributes> affine(fe::graph::Graph& g, std::s
       fe::graph::Tensor_attributes().set_name("scale").set_uid(kScale).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}));
   auto B = g.tensor(
       fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}));
-  auto scaled = g.pointwise(X, S, fe::graph::Pointwise_attributes().set_name("scale").set_mode(fe::PointwiseMode_t::MUL));
-  return g.pointwise(scaled, B, fe::graph::Pointwise_attributes().set_name("bias").set_mode(fe::PointwiseMode_t::ADD));
+  auto scaled =
+      g.pointwise(X, S, fe::graph::Pointwise_attributes().set_name("mul_scale").set_mode(fe::PointwiseMode_t::MUL));
+  return g.pointwise(scaled, B,
+                     fe::graph::Pointwise_attributes().set_name("add_bias").set_mode(fe::PointwiseMode_t::ADD));
 }
 
 std::shared_ptr<fe::graph::Graph> new_graph(DType t) {
