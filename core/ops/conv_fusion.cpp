@@ -64,41 +64,6 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
   return fused(xd, sd, bd, wd, p, unfused, how);
 }
 
-ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
-                                             const Tensor& w, const Conv2dParams& p, ConvFusionChoice* how) {
-  const Device d = op_device(kOp, {x, scale, bias, w});
-  check_args(x, scale, bias, w, p);
-  KILN_CHECK(x.shape()[0] > 0, kOp, ": x ", x.str(), ": training needs a non-empty batch");
-  ConvBnStats r;
-  {
-    NoGradGuard ng;  // nothing records: the device's fused kernel may run
-    r = conv_scale_bias_relu_stats(x.detach(), scale.detach(), bias.detach(), w.detach(), p, how);
-  }
-  if (!needs_record({x, scale, bias, w})) return r;
-  const ConvFusionNeeds need{x.requires_grad(), scale.requires_grad(), bias.requires_grad(), w.requires_grad()};
-  Tensor y = record("conv_scale_bias_relu", {x, scale, bias, w}, r.y,
-                    [need, p, xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach()](const Tensor& gy) {
-                      NoGradGuard ng;
-                      const ConvBnGrads g = conv_scale_bias_relu_backward(gy, xd, sd, bd, wd, p, need);
-                      return grads{g.dx, g.dscale, g.dbias, g.dw};
-                    });
-  // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y.
-  const Shape ys = r.y.shape();
-  const DType yt = r.y.dtype();
-  const Tensor sum_out = record("conv_bn_stats_sum", {y}, r.sum, [ys, yt, d](const Tensor& g) {
-    NoGradGuard ng;
-    Tensor dy = add(Tensor::zeros(ys, DType::f32, d), g);  // (C) broadcast over (N, OH, OW, C)
-    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
-  });
-  const Tensor sumsq_out = record("conv_bn_stats_sumsq", {y}, r.sumsq, [yd = r.y.detach(), yt](const Tensor& g) {
-    NoGradGuard ng;
-    Tensor yf = yd.dtype() == DType::f32 ? yd : yd.to(DType::f32);
-    Tensor dy = mul(yf, mul_scalar(g, 2.0));
-    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
-  });
-  return {y, sum_out, sumsq_out};
-}
-
 namespace {
 void check_backward_args(const Tensor& gy, const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
                          const Conv2dParams& p) {
@@ -173,6 +138,41 @@ ConvBnGrads conv_scale_bias_relu_backward(const Tensor& gy, const Tensor& x, con
   if (!need.bias) g.dbias = Tensor();
   if (!need.w) g.dw = Tensor();
   return g;
+}
+
+ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                             const Tensor& w, const Conv2dParams& p, ConvFusionChoice* how) {
+  const Device d = op_device(kOp, {x, scale, bias, w});
+  check_args(x, scale, bias, w, p);
+  KILN_CHECK(x.shape()[0] > 0, kOp, ": x ", x.str(), ": training needs a non-empty batch");
+  ConvBnStats r;
+  {
+    NoGradGuard ng;  // nothing records: the device's fused kernel may run
+    r = conv_scale_bias_relu_stats(x.detach(), scale.detach(), bias.detach(), w.detach(), p, how);
+  }
+  if (!needs_record({x, scale, bias, w})) return r;
+  const ConvFusionNeeds need{x.requires_grad(), scale.requires_grad(), bias.requires_grad(), w.requires_grad()};
+  Tensor y = record("conv_scale_bias_relu", {x, scale, bias, w}, r.y,
+                    [need, p, xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach()](const Tensor& gy) {
+                      NoGradGuard ng;
+                      const ConvBnGrads g = conv_scale_bias_relu_backward(gy, xd, sd, bd, wd, p, need);
+                      return grads{g.dx, g.dscale, g.dbias, g.dw};
+                    });
+  // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y.
+  const Shape ys = r.y.shape();
+  const DType yt = r.y.dtype();
+  const Tensor sum_out = record("conv_bn_stats_sum", {y}, r.sum, [ys, yt, d](const Tensor& g) {
+    NoGradGuard ng;
+    Tensor dy = add(Tensor::zeros(ys, DType::f32, d), g);  // (C) broadcast over (N, OH, OW, C)
+    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
+  });
+  const Tensor sumsq_out = record("conv_bn_stats_sumsq", {y}, r.sumsq, [yd = r.y.detach(), yt](const Tensor& g) {
+    NoGradGuard ng;
+    Tensor yf = yd.dtype() == DType::f32 ? yd : yd.to(DType::f32);
+    Tensor dy = mul(yf, mul_scalar(g, 2.0));
+    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
+  });
+  return {y, sum_out, sumsq_out};
 }
 
 BnFinalized bn_finalize(const Tensor& sum, const Tensor& sumsq, int64_t count, const Tensor& gamma, const Tensor& beta,
