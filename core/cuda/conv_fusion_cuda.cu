@@ -16,7 +16,14 @@
 // Built without cuDNN's frontend headers (CMake's KILN_CUDNN_FRONTEND OFF), this kernel only runs the
 // unfused chain. The frontend is used in its dynamic-loading mode: it resolves cuDNN's and CUDA's
 // functions with dlsym on the libraries kiln is already linked with (found with dladdr), so its
-// experimental NVRTC engines add no link dependency. Tests: tests/gpu/conv_fusion_test.cpp.
+// experimental NVRTC engines add no link dependency.
+// The backward (stage 3, the kernel of conv_bn_stats_backward_kernel): two more graphs per shape, each
+// with its own cache entry, check, timing and refusal as above: wgrad with the scale-bias-ReLU prologue
+// (dw = conv_wgrad(dy, relu(x*scale + bias)), a never in memory) and dgrad + dReLU (da_m =
+// relu_bwd(conv_dgrad(dy, w), x*scale + bias)), followed by one kiln kernel for dx = da_m*scale and the
+// f32 sums dscale = sum(da_m*x), dbias = sum(da_m). The cache holds at most kConvFusionCacheEntries
+// graphs per device (least recently used dropped; refused shapes kept apart, outside the bound).
+// Tests: tests/gpu/conv_fusion_test.cpp.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>  // the frontend uses std::strlen without including it when its JSON support is off
