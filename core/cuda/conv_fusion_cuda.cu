@@ -16,7 +16,14 @@
 // Built without cuDNN's frontend headers (CMake's KILN_CUDNN_FRONTEND OFF), this kernel only runs the
 // unfused chain. The frontend is used in its dynamic-loading mode: it resolves cuDNN's and CUDA's
 // functions with dlsym on the libraries kiln is already linked with (found with dladdr), so its
-// experimental NVRTC engines add no link dependency. Tests: tests/gpu/conv_fusion_test.cpp.
+// experimental NVRTC engines add no link dependency.
+// The backward (stage 3, the kernel of conv_bn_stats_backward_kernel): two more graphs per shape, each
+// with its own cache entry, check, timing and refusal as above: wgrad with the scale-bias-ReLU prologue
+// (dw = conv_wgrad(dy, relu(x*scale + bias)), a never in memory) and dgrad + dReLU (da_m =
+// relu_bwd(conv_dgrad(dy, w), x*scale + bias)), followed by one kiln kernel for dx = da_m*scale and the
+// f32 sums dscale = sum(da_m*x), dbias = sum(da_m). The cache holds at most kConvFusionCacheEntries
+// graphs per device (least recently used dropped; refused shapes kept apart, outside the bound).
+// Tests: tests/gpu/conv_fusion_test.cpp.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>  // the frontend uses std::strlen without including it when its JSON support is off
@@ -25,6 +32,7 @@
 #include <string>
 
 #include "core/cuda/cuda_ops.h"
+#include "core/cuda/kernel_util.cuh"
 #include "core/cuda/runtime.h"
 #include "core/ops/conv_fusion.h"
 
@@ -35,6 +43,7 @@
 #include <array>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -99,12 +108,24 @@ fe::DataType_t fe_type(DType t) {
   }
 }
 
-// N, H, W, Cin, Cout, KH, KW, stride h/w, pad h/w, dilation h/w, dtype
-using Key = std::array<int64_t, 14>;
+// N, H, W, Cin, Cout, KH, KW, stride h/w, pad h/w, dilation h/w, dtype, graph kind
+using Key = std::array<int64_t, 15>;
 
-enum Uid : int64_t { kX = 1, kScale, kBias, kW, kY, kSum, kSumSq };
+// Which graph: the forward (scale-bias-ReLU-conv-genstats), the backward's wgrad with the same
+// prologue, the backward's dgrad with the ReLU backward in its epilogue.
+enum class Kind : int64_t { fprop = 0, wgrad = 1, dgrad_drelu = 2 };
+
+Key make_key(Kind kind, const Tensor& x, const Tensor& w, const ops::Conv2dParams& p) {
+  return Key{x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[1], w.shape()[2],
+             p.stride_h,  p.stride_w,  p.pad_h,      p.pad_w,      p.dilation_h, p.dilation_w,
+             static_cast<int64_t>(x.dtype()), static_cast<int64_t>(kind)};
+}
+
+enum Uid : int64_t { kX = 1, kScale, kBias, kW, kY, kSum, kSumSq, kGy, kDw, kDa };
 
 struct Entry {
+  int device = 0;
+  Key key{};
   std::shared_ptr<fe::graph::Graph> graph;  // null until built; null for good when refused
   bool built = false, refused = false, timed = false, fused_faster = false;
   std::string reason;  // why refused
@@ -113,17 +134,29 @@ struct Entry {
   std::mutex mu;  // one thread builds or times a shape
 };
 
+// Per device: the entries, at most kConvFusionCacheEntries of them holding a graph (least recently
+// used dropped first: an entry in use stays alive through its shared_ptr), and the refused shapes,
+// kept outside the bound so that a refusal is printed once and holds for good.
 struct Cache {
   std::mutex mu;
-  std::map<Key, std::unique_ptr<Entry>> entries;
+  std::map<Key, std::shared_ptr<Entry>> entries;
+  ::kiln::detail::LruKeys<Key> lru{::kiln::detail::kConvFusionCacheEntries};
+  std::set<Key> refused;
 };
 
-Entry& entry_for(int device, const Key& k) {
+std::shared_ptr<Entry> entry_for(int device, const Key& k) {
   Cache& c = per_device<Cache>(device);
   std::lock_guard<std::mutex> lock(c.mu);
   auto& e = c.entries[k];
-  if (!e) e = std::make_unique<Entry>();
-  return *e;
+  if (!e) {
+    e = std::make_shared<Entry>();
+    e->device = device;
+    e->key = k;
+  }
+  std::shared_ptr<Entry> out = e;  // alive even if the touch below drops it (a capacity of 1)
+  if (c.refused.count(k) == 0)
+    for (const Key& gone : c.lru.touch(k)) c.entries.erase(gone);
+  return out;
 }
 
 std::string shape_text(const Tensor& x, const Tensor& w, const ops::Conv2dParams& p) {
@@ -135,6 +168,12 @@ void refuse(Entry& e, const std::string& what, const std::string& why) {
   e.refused = true;
   e.graph.reset();
   e.reason = why;
+  {  // outside the bound from now on (the caller holds e.mu; entry_for never takes it under c.mu)
+    Cache& c = per_device<Cache>(e.device);
+    std::lock_guard<std::mutex> lock(c.mu);
+    c.refused.insert(e.key);
+    c.lru.erase(e.key);
+  }
   std::fprintf(stderr, "kiln: cuDNN fusion: %s: %s; this shape runs the unfused ops\n", what.c_str(), why.c_str());
 }
 
@@ -143,6 +182,8 @@ void refuse(Entry& e, const std::string& what, const std::string& why) {
     auto kiln_st_ = (call);                                                   \
     if (kiln_st_.is_bad()) return std::string(step) + ": " + kiln_st_.get_message(); \
   } while (0)
+
+std::string finish(Entry& e, int device, std::shared_ptr<fe::graph::Graph> g);
 
 // Builds the graph into e; returns "" or cuDNN's reason for refusing.
 std::string build(Entry& e, int device, const Tensor& x, const Tensor& w, const ops::Conv2dParams& p) {
@@ -177,6 +218,11 @@ std::string build(Entry& e, int device, const Tensor& x, const Tensor& w, const 
   auto [SUM, SQ] = g->genstats(Y, fe::graph::Genstats_attributes().set_name("genstats"));
   SUM->set_output(true).set_uid(kSum).set_data_type(fe::DataType_t::FLOAT);
   SQ->set_output(true).set_uid(kSumSq).set_data_type(fe::DataType_t::FLOAT);
+  return finish(e, device, std::move(g));
+}
+
+// Validates and builds g's plans into e; "" or cuDNN's reason for refusing.
+std::string finish(Entry& e, int device, std::shared_ptr<fe::graph::Graph> g) {
   cudnnHandle_t handle = cudnn_handle(device);
   KILN_FE_STEP(g->validate(), "validate");
   KILN_FE_STEP(g->build_operation_graph(handle), "operation graph");
@@ -249,6 +295,327 @@ double time_ms(int device, F&& f, int reps = 3) {
   cudaEventDestroy(b);
   return best;
 }
+
+// --- the backward (stage 3) ---------------------------------------------------------------------------
+
+// The (N, C, H, W) tensor of NHWC memory, and (K, C, R, S) of KRSC memory (kiln's (Cout, KH, KW, Cin)).
+fe::graph::Tensor_attributes nhwc(const char* name, int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w) {
+  return fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim({n, c, h, w}).set_stride(
+      {h * w * c, 1, w * c, c});
+}
+
+// x * scale + bias in the graph (f32), the (1, C, 1, 1) scale and bias read from kScale and kBias.
+std::shared_ptr<fe::graph::Tensor_attributes> affine(fe::graph::Graph& g, std::shared_ptr<fe::graph::Tensor_attributes> X,
+                                                     int64_t c) {
+  auto S = g.tensor(
+      fe::graph::Tensor_attributes().set_name("scale").set_uid(kScale).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}));
+  auto B = g.tensor(
+      fe::graph::Tensor_attributes().set_name("bias").set_uid(kBias).set_dim({1, c, 1, 1}).set_stride({c, 1, c, c}));
+  auto scaled =
+      g.pointwise(X, S, fe::graph::Pointwise_attributes().set_name("mul_scale").set_mode(fe::PointwiseMode_t::MUL));
+  return g.pointwise(scaled, B,
+                     fe::graph::Pointwise_attributes().set_name("add_bias").set_mode(fe::PointwiseMode_t::ADD));
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph(DType t) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(fe_type(t))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
+}
+
+// dw = conv_wgrad(gy, relu(x*scale + bias)): cuDNN's "scale-bias-ReLU-wgrad" (ConvBNwgrad) pattern.
+// The ReLU's output, the convolution's X, is a virtual tensor of x's dtype (as the unfused chain
+// rounds a): it never reaches memory.
+std::string build_wgrad(Entry& e, int device, const Tensor& gy, const Tensor& x, const Tensor& w,
+                        const ops::Conv2dParams& p) {
+  const std::string init = init_frontend();
+  if (!init.empty()) return init;
+  const int64_t n = x.shape()[0], h = x.shape()[1], wd = x.shape()[2], c = x.shape()[3];
+  const int64_t k = w.shape()[0], r = w.shape()[1], s = w.shape()[2], oh = gy.shape()[1], ow = gy.shape()[2];
+  auto g = new_graph(x.dtype());
+  auto X = g->tensor(nhwc("x", kX, n, c, h, wd));
+  auto A = g->pointwise(affine(*g, X, c),
+                        fe::graph::Pointwise_attributes().set_name("relu").set_mode(fe::PointwiseMode_t::RELU_FWD));
+  A->set_data_type(fe_type(x.dtype()));
+  auto DY = g->tensor(nhwc("dy", kGy, n, k, oh, ow));
+  auto DW = g->conv_wgrad(DY, A,
+                          fe::graph::Conv_wgrad_attributes()
+                              .set_name("wgrad")
+                              .set_padding({p.pad_h, p.pad_w})
+                              .set_stride({p.stride_h, p.stride_w})
+                              .set_dilation({p.dilation_h, p.dilation_w}));
+  DW->set_output(true).set_uid(kDw).set_dim({k, c, r, s}).set_stride({r * s * c, 1, s * c, c}).set_data_type(
+      fe_type(x.dtype()));
+  return finish(e, device, std::move(g));
+}
+
+// da_m = relu_bwd(conv_dgrad(gy, w), x*scale + bias): cuDNN's "dgrad + dReLU" pattern, the
+// pre-activation recomputed in the graph (f32); da_m written in x's dtype (as the unfused chain's da).
+std::string build_dgrad(Entry& e, int device, const Tensor& gy, const Tensor& x, const Tensor& w,
+                        const ops::Conv2dParams& p) {
+  const std::string init = init_frontend();
+  if (!init.empty()) return init;
+  const int64_t n = x.shape()[0], h = x.shape()[1], wd = x.shape()[2], c = x.shape()[3];
+  const int64_t k = w.shape()[0], r = w.shape()[1], s = w.shape()[2], oh = gy.shape()[1], ow = gy.shape()[2];
+  auto g = new_graph(x.dtype());
+  auto DY = g->tensor(nhwc("dy", kGy, n, k, oh, ow));
+  auto W = g->tensor(fe::graph::Tensor_attributes().set_name("w").set_uid(kW).set_dim({k, c, r, s}).set_stride(
+      {r * s * c, 1, s * c, c}));
+  auto DG = g->conv_dgrad(DY, W,
+                          fe::graph::Conv_dgrad_attributes()
+                              .set_name("dgrad")
+                              .set_padding({p.pad_h, p.pad_w})
+                              .set_stride({p.stride_h, p.stride_w})
+                              .set_dilation({p.dilation_h, p.dilation_w}));
+  DG->set_dim({n, c, h, wd});  // (a strided dgrad cannot infer its output's size)
+  auto X = g->tensor(nhwc("x", kX, n, c, h, wd));
+  auto DA = g->pointwise(DG, affine(*g, X, c),
+                         fe::graph::Pointwise_attributes().set_name("drelu").set_mode(fe::PointwiseMode_t::RELU_BWD));
+  DA->set_output(true).set_uid(kDa).set_dim({n, c, h, wd}).set_stride({h * wd * c, 1, wd * c, c}).set_data_type(
+      fe_type(x.dtype()));
+  return finish(e, device, std::move(g));
+}
+
+// Runs e's built graph on the variant pack; "" or the failure.
+std::string execute(Entry& e, int device, const Device& d, std::unordered_map<int64_t, void*>& pack) {
+  Tensor ws = Tensor::empty({std::max<int64_t>(e.workspace, 1)}, DType::u8, d);
+  try {
+    auto st = e.graph->execute(cudnn_handle(device), pack, ws.raw_data());
+    if (st.is_bad()) return "execute: " + st.get_message();
+  } catch (const std::exception& ex) {  // the frontend's own exceptions (its dynamic loading)
+    return std::string("execute: the frontend threw: ") + ex.what();
+  }
+  return "";
+}
+
+// dx = da*scale[c] (x's dtype), and the per-channel partial sums of da*x and da (f32) of one block of
+// rows: threadIdx.x a channel of a 32-channel tile (coalesced), threadIdx.y every 8th row of the
+// block's `rows_per_block` rows. part: (blocks, 2, C).
+constexpr int kTileC = 32, kTileR = 8;
+
+template <typename T>
+__global__ void affine_grads_partial(const T* __restrict__ da, const T* __restrict__ x, const T* __restrict__ scale,
+                                     T* __restrict__ dx, float* __restrict__ part, int64_t rows, int64_t C,
+                                     int64_t rows_per_block) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileC + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_block;
+  const int64_t r1 = r0 + rows_per_block < rows ? r0 + rows_per_block : rows;
+  float ss = 0.f, sb = 0.f;
+  if (c < C) {
+    const float sc = to_float(scale[c]);
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileR) {
+      const int64_t i = r * C + c;
+      const float g = to_float(da[i]);
+      dx[i] = from_float<T>(g * sc);
+      ss += g * to_float(x[i]);
+      sb += g;
+    }
+  }
+  __shared__ float sh[2][kTileR][kTileC];
+  sh[0][threadIdx.y][threadIdx.x] = ss;
+  sh[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float a = 0.f, b = 0.f;
+    for (int j = 0; j < kTileR; ++j) {
+      a += sh[0][j][threadIdx.x];
+      b += sh[1][j][threadIdx.x];
+    }
+    part[static_cast<int64_t>(blockIdx.y) * 2 * C + c] = a;
+    part[static_cast<int64_t>(blockIdx.y) * 2 * C + C + c] = b;
+  }
+}
+
+// The partials summed in a fixed order (the same result every run, unlike atomics).
+__global__ void affine_grads_sum(const float* __restrict__ part, float* __restrict__ dscale, float* __restrict__ dbias,
+                                 int64_t blocks, int64_t C) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  float a = 0.f, b = 0.f;
+  for (int64_t j = 0; j < blocks; ++j) {
+    a += part[j * 2 * C + c];
+    b += part[j * 2 * C + C + c];
+  }
+  dscale[c] = a;
+  dbias[c] = b;
+}
+
+// dx, dscale and dbias (x's dtype) from da_m in one pass over da_m and x (plus a pass over the
+// (blocks, 2, C) partials); sums accumulated in f32.
+ops::ConvBnGrads affine_grads(int device, const Tensor& da, const Tensor& x, const Tensor& scale) {
+  const Device d = x.device();
+  const DType dt = x.dtype();
+  const int64_t C = x.shape()[3], rows = x.numel() / C;
+  const int64_t rows_per_block = std::max<int64_t>(256, (rows + 65534) / 65535);  // gridDim.y <= 65535
+  const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
+  ops::ConvBnGrads g;
+  g.dx = Tensor::empty(x.shape(), dt, d);
+  Tensor part = Tensor::empty({blocks, 2, C}, DType::f32, d);
+  Tensor ds = Tensor::empty({C}, DType::f32, d), db = Tensor::empty({C}, DType::f32, d);
+  cudaStream_t s = stream_of(device);
+  dispatch_float(dt, "conv_scale_bias_relu_stats backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const dim3 grid(static_cast<unsigned>((C + kTileC - 1) / kTileC), static_cast<unsigned>(blocks));
+    affine_grads_partial<T><<<grid, dim3(kTileC, kTileR), 0, s>>>(
+        static_cast<const T*>(da.raw_data()), static_cast<const T*>(x.raw_data()), static_cast<const T*>(scale.raw_data()),
+        static_cast<T*>(g.dx.raw_data()), part.data<float>(), rows, C, rows_per_block);
+  });
+  CUDA_CHECK_LAUNCH();
+  affine_grads_sum<<<static_cast<unsigned>((C + 255) / 256), 256, 0, s>>>(part.data<float>(), ds.data<float>(),
+                                                                           db.data<float>(), blocks, C);
+  CUDA_CHECK_LAUNCH();
+  g.dscale = dt == DType::f32 ? ds : ds.to(dt);
+  g.dbias = dt == DType::f32 ? db : db.to(dt);
+  return g;
+}
+
+double rel_l2_error(const std::vector<double>& f, const std::vector<double>& u, double* norm) {
+  double e = 0, n = 0;
+  for (size_t i = 0; i < u.size(); ++i) {
+    e += (f[i] - u[i]) * (f[i] - u[i]);
+    n += u[i] * u[i];
+  }
+  *norm = std::sqrt(n);
+  return std::sqrt(e);
+}
+
+// The guard against a wrong engine for dw: relative L2 error within 5%. "" or the disagreement.
+std::string compare_dw(const Tensor& f, const Tensor& u) {
+  double norm = 0;
+  const std::vector<double> fv = f.to_double_vector();
+  const double err = rel_l2_error(fv, u.to_double_vector(), &norm);
+  for (double v : fv)
+    if (!std::isfinite(v)) return "the fused dw has non-finite values";
+  if (!(err <= 0.05 * norm + 1e-3))
+    return ::kiln::detail::cat("the fused dw disagrees with the unfused ops (L2 error ", err, " of a norm ", norm, ")");
+  return "";
+}
+
+// The dgrad side's fused result: the gradients and da_m (for the guard).
+struct DgradOut {
+  ops::ConvBnGrads g;
+  Tensor da;
+};
+
+// The guard for the dgrad side: dx's relative L2 error within 20% (da_m checked through it; the graph's
+// ReLU mask is of the pre-activation in f32, the unfused chain's of it rounded to the dtype, so in bf16
+// about 0.1% of the elements, those within a rounding of 0, differ by their whole value: a few percent
+// of the norm; a wrong engine is off by 100%), and each channel's dscale and dbias within 5% of the sums
+// of |da_m * x| and |da_m| (the largest they can be).
+std::string compare_dgrad(const DgradOut& f, const ops::ConvBnGrads& u, const Tensor& x) {
+  double norm = 0;
+  const std::vector<double> fdx = f.g.dx.to_double_vector();
+  for (double v : fdx)
+    if (!std::isfinite(v)) return "the fused dx has non-finite values";
+  const double err = rel_l2_error(fdx, u.dx.to_double_vector(), &norm);
+  if (!(err <= 0.2 * norm + 1e-3))
+    return ::kiln::detail::cat("the fused dx disagrees with the unfused ops (L2 error ", err, " of a norm ", norm, ")");
+  const std::vector<double> da = f.da.to_double_vector(), xv = x.to_double_vector();
+  const size_t C = static_cast<size_t>(x.shape()[3]);
+  std::vector<double> bound_s(C, 0.0), bound_b(C, 0.0);
+  for (size_t i = 0; i < da.size(); ++i) {
+    bound_s[i % C] += std::abs(da[i] * xv[i]);
+    bound_b[i % C] += std::abs(da[i]);
+  }
+  const std::vector<double> fs = f.g.dscale.to_double_vector(), fb = f.g.dbias.to_double_vector();
+  const std::vector<double> us = u.dscale.to_double_vector(), ub = u.dbias.to_double_vector();
+  for (size_t c = 0; c < C; ++c)
+    if (!(std::abs(fs[c] - us[c]) <= 0.05 * bound_s[c] + 1e-3 && std::abs(fb[c] - ub[c]) <= 0.05 * bound_b[c] + 1e-3))
+      return ::kiln::detail::cat("the fused dscale/dbias disagree with the unfused ops at channel ", c, " (", fs[c], " vs ",
+                                 us[c], ", ", fb[c], " vs ", ub[c], ")");
+  return "";
+}
+
+// Whether e is settled on the unfused ops (refused, or timed slower); fills `how` if so.
+bool settled_unfused(Entry& e, FusionMode mode, ops::ConvFusionChoice* how) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  const bool settled = e.refused || (mode == FusionMode::automatic && e.timed && !e.fused_faster);
+  if (settled && how) *how = ops::ConvFusionChoice{false, e.refused ? "refused: " + e.reason : "timed", e.fused_ms, e.unfused_ms};
+  return settled;
+}
+
+// One backward graph's choice, as the forward's: first sight builds, runs both, compares; the timed
+// mode times both once (best of 3) and keeps the faster; force fuses wherever built and agreeing.
+// `build()` -> "" or why not; `run(Out*)` -> "" or why not; `unfused()` -> the unfused ops' Out (for the
+// first-sight comparison, `reference()`, which may compute more); `compare(fused, reference)` -> "" or
+// the disagreement. Returns the result (fused or not) in *out, and whether it is the fused one.
+template <typename Out, typename Ref, typename Build, typename Run, typename Unfused, typename Reference,
+          typename Compare, typename FromRef>
+bool choose(Entry& e, FusionMode mode, const std::string& what, Build&& build, Run&& run, Unfused&& unfused,
+            Reference&& reference, Compare&& compare, FromRef&& from_ref, Out* out, ops::ConvFusionChoice* how) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  auto fill = [&](bool fused, std::string why) {
+    if (how) *how = ops::ConvFusionChoice{fused, std::move(why), e.fused_ms, e.unfused_ms};
+  };
+  auto refused = [&](const std::string& why) {
+    refuse(e, what, why);
+    fill(false, "refused: " + e.reason);
+  };
+  if (e.refused) {
+    fill(false, "refused: " + e.reason);
+    *out = unfused();
+    return false;
+  }
+  Out fused_out;
+  bool have_fused = false;
+  if (!e.built) {
+    std::string err;
+    try {
+      err = build();
+    } catch (const std::exception& ex) {  // the frontend's own exceptions (its dynamic loading)
+      err = std::string("the frontend threw: ") + ex.what();
+    }
+    if (err.empty()) err = run(&fused_out);
+    if (!err.empty()) {
+      refused(err);
+      *out = unfused();
+      return false;
+    }
+    const Ref ref = reference();
+    err = compare(fused_out, ref);
+    if (!err.empty()) {
+      refused(err);
+      *out = from_ref(ref);
+      return false;
+    }
+    have_fused = true;
+  }
+  if (mode == FusionMode::automatic && !e.timed) {
+    std::string err;
+    e.fused_ms = time_ms(e.device, [&] {
+      if (err.empty()) err = run(&fused_out);
+    });
+    if (!err.empty()) {
+      refused(err);
+      *out = unfused();
+      return false;
+    }
+    e.unfused_ms = time_ms(e.device, [&] { (void)unfused(); });
+    e.timed = true;
+    e.fused_faster = e.fused_ms < e.unfused_ms;
+    fill(e.fused_faster, "timed");
+    *out = e.fused_faster ? fused_out : unfused();
+    return e.fused_faster;
+  }
+  if (mode == FusionMode::automatic && !e.fused_faster) {
+    fill(false, "timed");
+    *out = unfused();
+    return false;
+  }
+  if (!have_fused) {
+    const std::string err = run(&fused_out);
+    if (!err.empty()) {
+      refused(err);
+      *out = unfused();
+      return false;
+    }
+  }
+  fill(true, mode == FusionMode::force ? "KILN_CUDNN_FUSION=force" : "timed");
+  *out = fused_out;
+  return true;
+}
 #endif  // KILN_CUDNN_FRONTEND
 
 ops::ConvBnStats unfused_because(const ConvFusionUnfused& unfused, ops::ConvFusionChoice* how, std::string why) {
@@ -271,10 +638,9 @@ ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, con
 #else
   const int device = checked_index(x.device(), "conv_scale_bias_relu_stats");
   DeviceGuard guard(device);
-  const Key key{x.shape()[0], x.shape()[1], x.shape()[2], x.shape()[3], w.shape()[0], w.shape()[1], w.shape()[2],
-                p.stride_h,  p.stride_w,  p.pad_h,      p.pad_w,      p.dilation_h, p.dilation_w,
-                static_cast<int64_t>(x.dtype())};
-  Entry& e = entry_for(device, key);
+  const Key key = make_key(Kind::fprop, x, w, p);
+  const std::shared_ptr<Entry> held = entry_for(device, key);
+  Entry& e = *held;
   std::lock_guard<std::mutex> lock(e.mu);
   auto fill = [&](bool fused, std::string why) {
     if (how) *how = ops::ConvFusionChoice{fused, std::move(why), e.fused_ms, e.unfused_ms};
@@ -341,6 +707,92 @@ ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, con
     return unfused();
   }
   fill(true, mode == FusionMode::force ? "KILN_CUDNN_FUSION=force" : "timed");
+  return out;
+#endif
+}
+
+ops::ConvBnGrads conv_bn_stats_backward(const Tensor& gy, const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                        const Tensor& w, const ops::Conv2dParams& p, const ops::ConvFusionNeeds& need,
+                                        const ConvFusionBackwardUnfused& unfused, ops::ConvFusionBackwardChoice* how) {
+  auto why_both = [&](const std::string& why) {
+    if (!how) return;
+    if (need.act()) how->dgrad = ops::ConvFusionChoice{false, why};
+    if (need.w) how->wgrad = ops::ConvFusionChoice{false, why};
+  };
+  const FusionMode mode = fusion_mode();
+  if (mode == FusionMode::off) {
+    why_both("KILN_CUDNN_FUSION=0");
+    return unfused(need);
+  }
+#if !KILN_CUDNN_FRONTEND
+  why_both("built without cuDNN's frontend headers (KILN_CUDNN_FRONTEND_DIR)");
+  return unfused(need);
+#else
+  const int device = checked_index(x.device(), "conv_scale_bias_relu_stats backward");
+  DeviceGuard guard(device);
+  const Device d = x.device();
+  const std::shared_ptr<Entry> ew = need.w ? entry_for(device, make_key(Kind::wgrad, x, w, p)) : nullptr;
+  const std::shared_ptr<Entry> ed = need.act() ? entry_for(device, make_key(Kind::dgrad_drelu, x, w, p)) : nullptr;
+  // Every side asked for settled on the unfused ops: one call of the unfused chain does both.
+  const bool w_unfused = !ew || settled_unfused(*ew, mode, how ? &how->wgrad : nullptr);
+  const bool d_unfused = !ed || settled_unfused(*ed, mode, how ? &how->dgrad : nullptr);
+  if (w_unfused && d_unfused) return unfused(need);
+  const std::string what = shape_text(x, w, p);
+  ops::ConvBnGrads out;
+  if (ew) {
+    const ops::ConvFusionNeeds only_w{false, false, false, true};
+    auto unfused_dw = [&] { return unfused(only_w).dw; };
+    choose<Tensor, Tensor>(
+        *ew, mode, "wgrad of " + what, [&] { return build_wgrad(*ew, device, gy, x, w, p); },
+        [&](Tensor* dw) {
+          Tensor r = Tensor::empty(w.shape(), w.dtype(), d);
+          std::unordered_map<int64_t, void*> pack = {{kX, x.raw_data()},
+                                                     {kScale, scale.raw_data()},
+                                                     {kBias, bias.raw_data()},
+                                                     {kGy, gy.raw_data()},
+                                                     {kDw, r.raw_data()}};
+          const std::string err = execute(*ew, device, d, pack);
+          if (err.empty()) *dw = r;
+          return err;
+        },
+        unfused_dw, unfused_dw, [](const Tensor& f, const Tensor& u) { return compare_dw(f, u); },
+        [](const Tensor& u) { return u; }, &out.dw, how ? &how->wgrad : nullptr);
+  }
+  if (ed) {
+    const ops::ConvFusionNeeds act{need.x, need.scale, need.bias, false};
+    auto unfused_act = [&] {
+      DgradOut o;
+      o.g = unfused(act);
+      return o;
+    };
+    DgradOut got;
+    choose<DgradOut, ops::ConvBnGrads>(
+        *ed, mode, "dgrad + ReLU backward of " + what, [&] { return build_dgrad(*ed, device, gy, x, w, p); },
+        [&](DgradOut* o) {
+          Tensor da = Tensor::empty(x.shape(), x.dtype(), d);
+          std::unordered_map<int64_t, void*> pack = {{kGy, gy.raw_data()},       {kW, w.raw_data()},
+                                                     {kX, x.raw_data()},         {kScale, scale.raw_data()},
+                                                     {kBias, bias.raw_data()},   {kDa, da.raw_data()}};
+          const std::string err = execute(*ed, device, d, pack);
+          if (!err.empty()) return err;
+          o->g = affine_grads(device, da, x, scale);
+          o->da = da;
+          return std::string();
+        },
+        unfused_act,
+        // the first-sight reference has every dgrad-side gradient, whatever was asked for
+        [&] { return unfused(ops::ConvFusionNeeds{true, true, true, false}); },
+        [&](const DgradOut& f, const ops::ConvBnGrads& u) { return compare_dgrad(f, u, x); },
+        [](const ops::ConvBnGrads& u) {
+          DgradOut o;
+          o.g = u;
+          return o;
+        },
+        &got, how ? &how->dgrad : nullptr);
+    out.dx = got.g.dx;
+    out.dscale = got.g.dscale;
+    out.dbias = got.g.dbias;
+  }
   return out;
 #endif
 }

@@ -48,6 +48,10 @@ Tensor channel_moments_backward(const Tensor& y, const Tensor& g_sum, const Tens
 ops::ConvBnStats conv_bn_stats_forward(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
                                        const ops::Conv2dParams& p, const ConvFusionUnfused& unfused,
                                        ops::ConvFusionChoice* how);
+// ... and its backward: cuDNN's fused wgrad (scale-bias-ReLU prologue) and dgrad + dReLU graphs, or the unfused ops
+ops::ConvBnGrads conv_bn_stats_backward(const Tensor& gy, const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                        const Tensor& w, const ops::Conv2dParams& p, const ops::ConvFusionNeeds& need,
+                                        const ConvFusionBackwardUnfused& unfused, ops::ConvFusionBackwardChoice* how);
 
 // core/cuda/conv2d_cuda.cu: conv2d_backward_data, conv2d_backward_weight and the bias gradient in one entry
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& x, const Tensor& w, const Conv2dBackwardArgs& args);
@@ -111,6 +115,7 @@ void register_kernels() {
                                     std::shared_ptr<void>*) { return conv2d_forward(x, w, b, p); });
   conv2d_backward_kernel.set(gpu, conv2d_backward);
   conv_bn_stats_forward_kernel.set(gpu, conv_bn_stats_forward);
+  conv_bn_stats_backward_kernel.set(gpu, conv_bn_stats_backward);
   matmul_kernel.set(gpu, matmul);
 
   batch_norm_forward_kernel.set(gpu, batch_norm_forward);

@@ -10,6 +10,7 @@
 
 namespace kiln {
 KILN_DEFINE_KERNEL_SLOT(conv_bn_stats_forward);
+KILN_DEFINE_KERNEL_SLOT(conv_bn_stats_backward);
 }  // namespace kiln
 
 namespace kiln::ops {
@@ -63,6 +64,82 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
   return fused(xd, sd, bd, wd, p, unfused, how);
 }
 
+namespace {
+void check_backward_args(const Tensor& gy, const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
+                         const Conv2dParams& p) {
+  check_args(x, scale, bias, w, p);
+  const Shape ys = conv2d_output_shape(x.shape(), w.shape(), p);
+  KILN_CHECK(gy.defined() && gy.shape() == ys && gy.dtype() == x.dtype(), kOp, " backward: gy ",
+             gy.defined() ? gy.str() : "undefined", " must have y's shape ", shape_str(ys), " and x's dtype ",
+             dtype_name(x.dtype()));
+}
+}  // namespace
+
+ConvBnGrads conv_scale_bias_relu_backward_unfused(const Tensor& gy, const Tensor& x, const Tensor& scale,
+                                                  const Tensor& bias, const Tensor& w, const Conv2dParams& p,
+                                                  const ConvFusionNeeds& need) {
+  const Device d = op_device(kOp, {gy, x, scale, bias, w});
+  check_backward_args(gy, x, scale, bias, w, p);
+  ConvBnGrads out;
+  if (!need.act() && !need.w) return out;
+  NoGradGuard ng;
+  const Tensor xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach();
+  Conv2dBackwardArgs args;
+  args.x_shape = x.shape();
+  args.w_shape = w.shape();
+  args.p = p;
+  args.dtype = x.dtype();
+  args.need_x = need.act();  // da
+  args.need_w = need.w;
+  const Tensor a = relu(add(mul(xd, sd), bd));  // recomputed, rounded as the forward's
+  const Conv2dGrads cg = conv2d_backward_kernel.get(d, kOp)(gy.detach().contiguous(), args.need_w ? a : Tensor(),
+                                                            args.need_x ? wd : Tensor(), args);
+  if (need.w) out.dw = cg.dw;
+  if (!need.act()) return out;
+  const Tensor da = relu_backward(cg.dx, a);  // 0 where a <= 0
+  const DType dt = xd.dtype();
+  auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : t.to(DType::f32); };
+  auto back = [dt](const Tensor& t) { return t.dtype() == dt ? t : t.to(dt); };
+  if (need.x) out.dx = mul(da, sd);
+  if (need.scale) out.dscale = back(sum(mul(f32(da), f32(xd)), {0, 1, 2}));
+  if (need.bias) out.dbias = back(sum(f32(da), {0, 1, 2}));
+  return out;
+}
+
+ConvBnGrads conv_scale_bias_relu_backward(const Tensor& gy, const Tensor& x, const Tensor& scale, const Tensor& bias,
+                                          const Tensor& w, const Conv2dParams& p, const ConvFusionNeeds& need,
+                                          ConvFusionBackwardChoice* how) {
+  const Device d = op_device(kOp, {gy, x, scale, bias, w});
+  check_backward_args(gy, x, scale, bias, w, p);
+  if (how) {
+    *how = ConvFusionBackwardChoice{};
+    how->dgrad.why = how->wgrad.why = "not needed";
+  }
+  const auto fused = conv_bn_stats_backward_kernel.find(d, kOp);
+  if (fused == nullptr || x.shape()[0] == 0 || (!need.act() && !need.w)) {
+    if (how) {
+      const std::string why = fused ? "empty batch or nothing needed" : "no fused kernel on " + d.str();
+      if (need.act()) how->dgrad.why = why;
+      if (need.w) how->wgrad.why = why;
+    }
+    return conv_scale_bias_relu_backward_unfused(gy, x, scale, bias, w, p, need);
+  }
+  NoGradGuard ng;
+  // The fused graphs read dense NHWC / KRSC buffers.
+  const Tensor gd = gy.detach().contiguous(), xd = x.detach().contiguous(), sd = scale.detach().contiguous(),
+               bd = bias.detach().contiguous(), wd = w.detach().contiguous();
+  const ConvFusionBackwardUnfused unfused = [&](const ConvFusionNeeds& n) {
+    return conv_scale_bias_relu_backward_unfused(gd, xd, sd, bd, wd, p, n);
+  };
+  ConvBnGrads g = fused(gd, xd, sd, bd, wd, p, need, unfused, how);
+  // exactly what was asked for
+  if (!need.x) g.dx = Tensor();
+  if (!need.scale) g.dscale = Tensor();
+  if (!need.bias) g.dbias = Tensor();
+  if (!need.w) g.dw = Tensor();
+  return g;
+}
+
 ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                              const Tensor& w, const Conv2dParams& p, ConvFusionChoice* how) {
   const Device d = op_device(kOp, {x, scale, bias, w});
@@ -74,32 +151,12 @@ ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scal
     r = conv_scale_bias_relu_stats(x.detach(), scale.detach(), bias.detach(), w.detach(), p, how);
   }
   if (!needs_record({x, scale, bias, w})) return r;
-  const auto conv_backward = conv2d_backward_kernel.get(d, kOp);
-  Conv2dBackwardArgs args;
-  args.x_shape = x.shape();
-  args.w_shape = w.shape();
-  args.p = p;
-  args.dtype = x.dtype();
-  args.need_x = x.requires_grad() || scale.requires_grad() || bias.requires_grad();  // da
-  args.need_w = w.requires_grad();
-  const bool need_x = x.requires_grad(), need_scale = scale.requires_grad(), need_bias = bias.requires_grad();
+  const ConvFusionNeeds need{x.requires_grad(), scale.requires_grad(), bias.requires_grad(), w.requires_grad()};
   Tensor y = record("conv_scale_bias_relu", {x, scale, bias, w}, r.y,
-                    [conv_backward, args, xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach(),
-                     need_x, need_scale, need_bias](const Tensor& gy) {
+                    [need, p, xd = x.detach(), sd = scale.detach(), bd = bias.detach(), wd = w.detach()](const Tensor& gy) {
                       NoGradGuard ng;
-                      const Tensor a = relu(add(mul(xd, sd), bd));  // recomputed, rounded as the forward's
-                      const Conv2dGrads cg = conv_backward(gy.contiguous(), args.need_w ? a : Tensor(),
-                                                           args.need_x ? wd : Tensor(), args);
-                      grads out{Tensor(), Tensor(), Tensor(), args.need_w ? cg.dw : Tensor()};
-                      if (!args.need_x) return out;
-                      const Tensor da = relu_backward(cg.dx, a);  // 0 where a <= 0
-                      const DType dt = xd.dtype();
-                      auto f32 = [](const Tensor& t) { return t.dtype() == DType::f32 ? t : t.to(DType::f32); };
-                      auto back = [dt](const Tensor& t) { return t.dtype() == dt ? t : t.to(dt); };
-                      if (need_x) out[0] = mul(da, sd);
-                      if (need_scale) out[1] = back(sum(mul(f32(da), f32(xd)), {0, 1, 2}));
-                      if (need_bias) out[2] = back(sum(f32(da), {0, 1, 2}));
-                      return out;
+                      const ConvBnGrads g = conv_scale_bias_relu_backward(gy, xd, sd, bd, wd, p, need);
+                      return grads{g.dx, g.dscale, g.dbias, g.dw};
                     });
   // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y.
   const Shape ys = r.y.shape();

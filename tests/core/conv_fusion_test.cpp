@@ -250,3 +250,107 @@ TEST(ConvFusion, BnFinalizeGradients) {
   EXPECT_FALSE(rm.requires_grad());
   EXPECT_FALSE(rv.requires_grad());
 }
+
+// Stage 3's backward op (the training op's node calls it; on the CPU it is the unfused chain): the
+// gradients of <gy, y> against autograd through the unfused forward chain, each subset of the
+// gradients asked for giving the same values as the full call and leaving the others undefined.
+TEST(ConvFusion, BackwardOpEqualsAutogradThroughTheUnfusedChain) {
+  for (int64_t stride : {1, 2}) {
+    SCOPED_TRACE("stride " + std::to_string(stride));
+    ops::Conv2dParams p;
+    p.pad_h = p.pad_w = 1;
+    p.stride_h = p.stride_w = stride;
+    std::vector<Tensor> in = {randn({2, 7, 6, 5}, 61), randn({5}, 62, DType::f32, 0.5), randn({5}, 63, DType::f32, 0.5),
+                              randn({4, 3, 3, 5}, 64, DType::f32, 0.3)};
+    for (Tensor& t : in) t.set_requires_grad(true);
+    const Tensor y = ops::conv_scale_bias_relu_stats_unfused(in[0], in[1], in[2], in[3], p).y;
+    const Tensor gy = randn(y.shape(), 65);
+    ops::sum(ops::mul(y, gy)).backward();
+    ops::ConvFusionBackwardChoice how;
+    const ops::ConvBnGrads all = ops::conv_scale_bias_relu_backward(gy, in[0].detach(), in[1].detach(), in[2].detach(),
+                                                                    in[3].detach(), p, {true, true, true, true}, &how);
+    EXPECT_FALSE(how.dgrad.fused);
+    EXPECT_FALSE(how.wgrad.fused);
+    EXPECT_NE(how.dgrad.why.find("no fused kernel"), std::string::npos) << how.dgrad.why;
+    const Tensor got[] = {all.dx, all.dscale, all.dbias, all.dw};
+    const char* names[] = {"dx", "dscale", "dbias", "dw"};
+    for (size_t i = 0; i < 4; ++i) {
+      ASSERT_TRUE(got[i].defined()) << names[i];
+      EXPECT_EQ(got[i].shape(), in[i].shape()) << names[i];
+      const std::vector<double> want = in[i].grad().to_double_vector();
+      double m = 0;
+      for (double v : want) m = std::max(m, std::fabs(v));
+      kiln::testing::expect_close(got[i], want, 1e-5 * m, 1e-5, names[i]);
+    }
+    for (int mask = 1; mask < 16; ++mask) {
+      const ops::ConvFusionNeeds need{(mask & 1) != 0, (mask & 2) != 0, (mask & 4) != 0, (mask & 8) != 0};
+      const ops::ConvBnGrads g = ops::conv_scale_bias_relu_backward(gy, in[0].detach(), in[1].detach(),
+                                                                    in[2].detach(), in[3].detach(), p, need);
+      const Tensor part[] = {g.dx, g.dscale, g.dbias, g.dw};
+      for (size_t i = 0; i < 4; ++i) {
+        ASSERT_EQ(part[i].defined(), (mask >> i & 1) != 0) << names[i] << " mask " << mask;
+        if (part[i].defined()) EXPECT_EQ(part[i].to_double_vector(), got[i].to_double_vector()) << names[i];
+      }
+    }
+  }
+}
+
+TEST(ConvFusion, BackwardOpBf16GradientsAreInTheDtype) {
+  ops::Conv2dParams p;
+  const Tensor x = randn({2, 4, 4, 3}, 71, DType::bf16), s = randn({3}, 72, DType::bf16), b = randn({3}, 73, DType::bf16);
+  const Tensor w = randn({2, 1, 1, 3}, 74, DType::bf16, 0.5), gy = randn({2, 4, 4, 2}, 75, DType::bf16);
+  const ops::ConvBnGrads g = ops::conv_scale_bias_relu_backward(gy, x, s, b, w, p, {true, true, true, true});
+  for (const Tensor* t : {&g.dx, &g.dscale, &g.dbias, &g.dw}) EXPECT_EQ(t->dtype(), DType::bf16) << t->str();
+  // dbias = sum over (N, H, W) of gy @ w where x*s + b > 0, accumulated in f32, rounded once.
+  const std::vector<double> wv = w.to_double_vector(), gv = gy.to_double_vector(), db = g.dbias.to_double_vector();
+  const std::vector<double> a = ops::relu(ops::add(ops::mul(x, s), b)).to_double_vector();  // bf16, as the forward's
+  for (int64_t c = 0; c < 3; ++c) {
+    double want = 0;
+    for (int64_t r = 0; r < 32; ++r) {
+      if (!(a[r * 3 + c] > 0)) continue;
+      for (int64_t k = 0; k < 2; ++k) want += gv[r * 2 + k] * wv[k * 3 + c];
+    }
+    EXPECT_NEAR(db[c], want, 0.02 * (std::fabs(want) + 1.0)) << "channel " << c;
+  }
+}
+
+TEST(ConvFusion, BackwardOpBadArgumentsNameTheOp) {
+  Tensor x = randn({1, 4, 4, 3}, 1), s = randn({3}, 2), b = randn({3}, 3), w = randn({2, 1, 1, 3}, 4);
+  ops::Conv2dParams p;
+  kiln::testing::expect_error(
+      [&] { ops::conv_scale_bias_relu_backward(randn({1, 4, 4, 3}, 5), x, s, b, w, p, {true, true, true, true}); },
+      {"conv_scale_bias_relu_stats backward", "gy", "[1, 4, 4, 2]"});
+  kiln::testing::expect_error(
+      [&] {
+        ops::conv_scale_bias_relu_backward(randn({1, 4, 4, 2}, 5, DType::bf16), x, s, b, w, p, {true, false, false, false});
+      },
+      {"conv_scale_bias_relu_stats backward", "x's dtype f32"});
+  kiln::testing::expect_error(
+      [&] { ops::conv_scale_bias_relu_backward(randn({1, 4, 4, 2}, 5), x, randn({4}, 6), b, w, p, {true, true, true, true}); },
+      {"conv_scale_bias_relu_stats", "(Cin) = (3)"});
+}
+
+// The plan cache's bound (kiln::detail::LruKeys, core/ops/conv_fusion.h): the least recently used
+// key goes first, a touch refreshes a key, an erased key frees its place.
+TEST(ConvFusion, PlanCacheBoundDropsTheLeastRecentlyUsed) {
+  kiln::detail::LruKeys<int> lru(3);
+  EXPECT_TRUE(lru.touch(1).empty());
+  EXPECT_TRUE(lru.touch(2).empty());
+  EXPECT_TRUE(lru.touch(3).empty());
+  EXPECT_TRUE(lru.touch(1).empty());  // 1 is now the most recent: 2 is the oldest
+  EXPECT_EQ(lru.touch(4), std::vector<int>{2});
+  EXPECT_EQ(lru.size(), 3u);
+  EXPECT_TRUE(lru.contains(1) && lru.contains(3) && lru.contains(4));
+  EXPECT_FALSE(lru.contains(2));
+  lru.erase(3);  // a refused shape leaves the bound
+  lru.erase(42);  // absent: nothing happens
+  EXPECT_TRUE(lru.touch(5).empty());
+  EXPECT_EQ(lru.touch(6), std::vector<int>{1});
+  EXPECT_EQ(lru.size(), 3u);
+  kiln::detail::LruKeys<int> one(0);  // a capacity below 1 is 1: the newest key stays
+  EXPECT_EQ(one.capacity(), 1u);
+  EXPECT_TRUE(one.touch(7).empty());
+  EXPECT_EQ(one.touch(8), std::vector<int>{7});
+  EXPECT_TRUE(one.contains(8));
+  EXPECT_GE(kiln::detail::kConvFusionCacheEntries, 3u * 19u);  // ResNet-50's three graphs per shape, one batch
+}

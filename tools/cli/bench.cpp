@@ -13,7 +13,8 @@
 // (core/conv_policy.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
 // `kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=]`: per ResNet-50 conv shape, cuDNN's
-// fused scale-bias-ReLU-conv-genstats against the unfused ops and the timed choice (GPU only).
+// fused scale-bias-ReLU-conv-genstats (forward) and fused wgrad / dgrad + dReLU (backward) against the unfused
+// ops, and the timed choices (GPU only).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/cli/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -639,13 +640,17 @@ int bench_bn_relu(const Args& in) {
 
 // `kiln bench conv_fusion`: per ResNet-50 convolution shape (224x224 input), the cuDNN runtime fusion
 // (core/ops/conv_fusion.h: conv of relu(x * scale + bias) with the output's per-channel sums) against
-// today's unfused chain (mul, add, relu, conv2d, two sums), and the choice the timed mode makes. The
-// bench sets KILN_CUDNN_FUSION itself (1 for the choice, force and 0 for the two timings) and restores it.
+// today's unfused chain (mul, add, relu, conv2d, two sums), and the choice the timed mode makes; then the
+// same for the op's backward (ops::conv_scale_bias_relu_backward, every gradient asked for: cuDNN's wgrad
+// with the scale-bias-ReLU prologue and dgrad + dReLU with kiln's dx/dscale/dbias pass, against the
+// unfused recomputation, conv2d's backward, mask, mul and sums). The bench sets KILN_CUDNN_FUSION itself
+// (1 for the choice, force and 0 for the two timings) and restores it.
 int bench_conv_fusion(const Args& in) {
   static const char* kUsage =
       "usage: kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=0|cuda:N]\n"
-      "  per ResNet-50 conv shape: ms of cuDNN's fused scale-bias-ReLU-conv-genstats graph vs the unfused ops,\n"
-      "  and which the first-sight timing chooses (GPU only)\n";
+      "  per ResNet-50 conv shape: ms of cuDNN's fused scale-bias-ReLU-conv-genstats graph vs the unfused ops\n"
+      "  (fwd), of the fused backward graphs (wgrad, dgrad + dReLU) vs the unfused backward (bwd), and which\n"
+      "  the first-sight timing chooses (GPU only)\n";
   if (wants_help(in, kUsage)) return 0;
   Args args = in;
   std::vector<Device> devices = bench_devices(args);
@@ -676,13 +681,15 @@ int bench_conv_fusion(const Args& in) {
   if (const char* v = std::getenv("KILN_CUDNN_FUSION")) old = v;
   auto set_mode = [](const char* v) { setenv("KILN_CUDNN_FUSION", v, 1); };
   std::printf("# kiln bench conv_fusion: ResNet-50's conv shapes, batch %lld, %s, NHWC; %lld timed iterations "
-              "after 3 untimed; y = conv(relu(x * scale + bias)) with sum(y), sum(y^2) per channel\n",
+              "after 3 untimed; y = conv(relu(x * scale + bias)) with sum(y), sum(y^2) per channel (fwd); its "
+              "gradients dx, dscale, dbias, dw from a random dy (bwd; chosen: d = dgrad + dReLU fused, w = wgrad "
+              "fused)\n",
               static_cast<long long>(batch), dtype_name(t), static_cast<long long>(iters));
-  std::printf("%-7s %-30s %5s %10s %11s %8s %-8s %s\n", "device", "x -> conv", "count", "fused ms", "unfused ms",
-              "speedup", "chosen", "note");
+  std::printf("%-7s %-30s %5s %10s %11s %8s %-8s %10s %11s %8s %-8s %s\n", "device", "x -> conv", "count", "fwd fused",
+              "fwd unfused", "speedup", "chosen", "bwd fused", "bwd unfused", "speedup", "chosen", "note");
   int rc = 0;
   for (const Device& d : gpus) {
-    double total_unfused = 0, total_chosen = 0;
+    double total_unfused = 0, total_chosen = 0, total_bwd_unfused = 0, total_bwd_chosen = 0;
     for (const S& c : shapes) {
       Generator gen(7);
       Tensor x = rand_normal({batch, c.hw, c.hw, c.cin}, 0, 1, t, d, &gen);
@@ -712,14 +719,44 @@ int bench_conv_fusion(const Args& in) {
                                           [&] { sync_on(r.sumsq); }, 3, iters);
         total_unfused += unfused_ms * double(c.count);
         total_chosen += (how.fused && fused_ms > 0 ? fused_ms : unfused_ms) * double(c.count);
-        char fms[16] = "-", sp[16] = "-";
+        // The backward: every gradient, from a random dy of y's shape.
+        const ops::ConvFusionNeeds all{true, true, true, true};
+        const Tensor gy = rand_normal(r.y.shape(), 0, 1, t, d, &gen);
+        ops::ConvFusionBackwardChoice bhow, bforced;
+        ops::ConvBnGrads g;
+        set_mode("1");
+        g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all, &bhow);  // first sight: the timed choices
+        set_mode("force");
+        g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all, &bforced);
+        double bwd_fused_ms = -1;
+        if (bforced.dgrad.fused || bforced.wgrad.fused)
+          bwd_fused_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
+                                 [&] { sync_on(g.dx); }, 3, iters);
+        set_mode("1");  // the choices made above
+        const double bwd_chosen_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
+                                             [&] { sync_on(g.dx); }, 3, iters);
+        set_mode("0");
+        const double bwd_unfused_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
+                                              [&] { sync_on(g.dx); }, 3, iters);
+        total_bwd_unfused += bwd_unfused_ms * double(c.count);
+        total_bwd_chosen += bwd_chosen_ms * double(c.count);
+        char fms[16] = "-", sp[16] = "-", bfms[16] = "-", bsp[16] = "-";
         if (fused_ms > 0) {
           std::snprintf(fms, sizeof fms, "%.3f", fused_ms);
           std::snprintf(sp, sizeof sp, "%.2f", unfused_ms / fused_ms);
         }
-        std::printf("%-7s %-30s %5lld %10s %11.3f %8s %-8s %s\n", d.str().c_str(), name,
-                    static_cast<long long>(c.count), fms, unfused_ms, sp, how.fused ? "fused" : "unfused",
-                    how.why == "timed" ? "" : how.why.c_str());
+        if (bwd_fused_ms > 0) {
+          std::snprintf(bfms, sizeof bfms, "%.3f", bwd_fused_ms);
+          std::snprintf(bsp, sizeof bsp, "%.2f", bwd_unfused_ms / bwd_fused_ms);
+        }
+        std::string bchosen = std::string(bhow.dgrad.fused ? "d" : "") + (bhow.wgrad.fused ? "w" : "");
+        if (bchosen.empty()) bchosen = "unfused";
+        std::string note = how.why == "timed" ? "" : "fwd " + how.why;
+        for (const auto* h : {&bforced.dgrad, &bforced.wgrad})
+          if (!h->fused) note += std::string(note.empty() ? "" : "; ") + (h == &bforced.dgrad ? "dgrad " : "wgrad ") + h->why;
+        std::printf("%-7s %-30s %5lld %10s %11.3f %8s %-8s %10s %11.3f %8s %-8s %s\n", d.str().c_str(), name,
+                    static_cast<long long>(c.count), fms, unfused_ms, sp, how.fused ? "fused" : "unfused", bfms,
+                    bwd_unfused_ms, bsp, bchosen.c_str(), note.c_str());
       } catch (const Error& e) {
         std::printf("# %s on %s skipped: %s\n", name, d.str().c_str(), e.what());
         rc = 1;
@@ -729,6 +766,9 @@ int bench_conv_fusion(const Args& in) {
     std::printf("# %s: the 48 bottleneck convolutions' forward (with their statistics): unfused %.2f ms, with the choices "
                 "%.2f ms (%.2fx)\n",
                 d.str().c_str(), total_unfused, total_chosen, total_chosen > 0 ? total_unfused / total_chosen : 0.0);
+    std::printf("# %s: their backward (every gradient): unfused %.2f ms, with the choices %.2f ms (%.2fx)\n",
+                d.str().c_str(), total_bwd_unfused, total_bwd_chosen,
+                total_bwd_chosen > 0 ? total_bwd_unfused / total_bwd_chosen : 0.0);
   }
   if (old) setenv("KILN_CUDNN_FUSION", old->c_str(), 1);
   else unsetenv("KILN_CUDNN_FUSION");
@@ -759,7 +799,7 @@ const std::vector<Command>& bench_commands() {
       {"conv_algo", "[model=resnet18] [dtype=bf16|fp32]", "the same as bench winograd", bench_conv_algo},
       {"bn_relu", "[batch=128] [size=32] [channels=64]", "fused batch norm + ReLU backward against the two kernels",
        bench_bn_relu},
-      {"conv_fusion", "[batch=32] [dtype=bf16|fp16]", "cuDNN's fused BN-ReLU-conv-stats vs the unfused ops (GPU)",
+      {"conv_fusion", "[batch=32] [dtype=bf16|fp16]", "cuDNN's fused BN-ReLU-conv-stats, fwd and bwd, vs the unfused ops (GPU)",
        bench_conv_fusion},
       {"data", "CONFIG [threads=N]", "images/s of the config's input pipeline",
        bench_data_cmd},  // tools/cli/data_cmd.cpp
