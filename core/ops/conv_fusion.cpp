@@ -3,6 +3,8 @@
 // training op (the same forward, its own backward) and bn_finalize.
 #include "core/ops/conv_fusion.h"
 
+#include "core/ops/channel_moments.h"
+
 #include "core/autograd.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
@@ -158,21 +160,10 @@ ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scal
                       const ConvBnGrads g = conv_scale_bias_relu_backward(gy, xd, sd, bd, wd, p, need);
                       return grads{g.dx, g.dscale, g.dbias, g.dw};
                     });
-  // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y.
-  const Shape ys = r.y.shape();
-  const DType yt = r.y.dtype();
-  const Tensor sum_out = record("conv_bn_stats_sum", {y}, r.sum, [ys, yt, d](const Tensor& g) {
-    NoGradGuard ng;
-    Tensor dy = add(Tensor::zeros(ys, DType::f32, d), g);  // (C) broadcast over (N, OH, OW, C)
-    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
-  });
-  const Tensor sumsq_out = record("conv_bn_stats_sumsq", {y}, r.sumsq, [yd = r.y.detach(), yt](const Tensor& g) {
-    NoGradGuard ng;
-    Tensor yf = yd.dtype() == DType::f32 ? yd : yd.to(DType::f32);
-    Tensor dy = mul(yf, mul_scalar(g, 2.0));
-    return grads{dy.dtype() == yt ? dy : dy.to(yt)};
-  });
-  return {y, sum_out, sumsq_out};
+  // The statistics' gradients, folded into dy by the engine: d sum/dy = 1, d sumsq/dy = 2y, as one
+  // node whose backward is one pass over y (core/ops/channel_moments.h).
+  const ChannelMoments m = record_channel_moments(y, r.sum, r.sumsq);
+  return {y, m.sum, m.sumsq};
 }
 
 // bn_finalize: core/ops/bn_finalize.cpp (its kernels: core/ops/bn_finalize.h).

@@ -52,13 +52,13 @@ ConvBnStats conv_scale_bias_relu_stats_unfused(const Tensor& x, const Tensor& sc
                                                const Tensor& w, const Conv2dParams& p);
 
 // Stage 2, the op for training: the same forward as conv_scale_bias_relu_stats run on detached inputs
-// (so on a GPU the fused cuDNN graph runs in training too), recorded by autograd as three nodes: y from
-// (x, scale, bias, w), and sum and sumsq each from y. y's backward is conv_scale_bias_relu_backward
+// (so on a GPU the fused cuDNN graph runs in training too), recorded by autograd as two nodes: y from
+// (x, scale, bias, w), and the sums from y. y's backward is conv_scale_bias_relu_backward
 // (below): recompute a = relu(x*scale + bias), conv2d's backward kernel for da (dgrad) and dw (wgrad),
 // the ReLU mask (da = 0 where a <= 0), dscale = sum(da*x), dbias = sum(da) (over N, H, W, in f32),
 // dx = da*scale; on a GPU cuDNN's fused dgrad and wgrad graphs where chosen.
-// The sums' nodes fold their gradients into dy: d sum/dy = 1, d sumsq/dy = 2y (the engine adds them
-// to the gradient coming from y's consumers). Same values and gradients as the unfused op under
+// The sums' node (ops::record_channel_moments, one pass over y) folds their gradients into dy:
+// d sum/dy = 1, d sumsq/dy = 2y (the engine adds that to the gradient coming from y's consumers). Same values and gradients as the unfused op under
 // autograd, up to rounding. x must have a non-empty batch.
 ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                              const Tensor& w, const Conv2dParams& p,
@@ -66,8 +66,9 @@ ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scal
 
 // A training batch norm's finalize from per-channel sums over `count` values (count >= 2): the step
 // that turns a fused conv's sum and sumsq into the next fused conv's scale and bias (stage 2's
-// building block; composed of public ops, recorded by autograd when sum, sumsq, gamma or beta need a
-// gradient, so the batch norm's backward through its batch statistics follows). In f32: mean = sum / count,
+// building block; one kernel forward and one backward, core/ops/bn_finalize.h, recorded by autograd as
+// one node when sum, sumsq, gamma or beta need a gradient, so the batch norm's backward through its batch
+// statistics follows). Math in f64, outputs rounded once: mean = sum / count,
 // var = max(sumsq / count - mean^2, 0) (biased; no shift, so precision drops where mean^2 >> var),
 // invstd = 1 / sqrt(var + eps), scale = gamma * invstd, bias = beta - mean * scale (gamma, beta
 // undefined: 1 and 0), scale and bias returned in `out` (the next conv's dtype). running_mean and

@@ -89,7 +89,13 @@ std::shared_ptr<Module> copy_of(const Module& from, const std::string& config) {
 
 namespace {
 
-void trains_as_without_the_switch(const std::string& name) {
+// floor: added to 3x the control's distance. A network as smooth as ResNet-18 has a control distance
+// of ~5e-6, and one ReLU of the fused chain flipping where the plain batch norm's did not (inputs
+// within rounding of 0, computed as y*scale + bias against (y - mean)*invstd*gamma + beta) moves that
+// channel's batch-norm gradients: with 16 values per channel in the last stage, 7.6e-4 over all the
+// gradients (seen at step 1 after other tests had drawn from the generator). A bug is far above the
+// floor: without the 2y term, ResNet-18's first gradients are 0.645 away.
+void trains_as_without_the_switch(const std::string& name, double floor) {
   const std::string base = R"({"name": ")" + name + R"(", "num_classes": 10)";
   auto plain = models::build_model(json::parse(base + "}"));
   auto control = copy_of(*plain, base + "}");
@@ -99,9 +105,9 @@ void trains_as_without_the_switch(const std::string& name) {
   for (Module* m : {plain.get(), control.get(), fused.get()}) m->train();
   // fused within 3x the control's distance to plain (+ a floor for what the control happens to match
   // exactly): the comparison every check below makes.
-  auto within_noise = [](double err, double noise, const std::string& what) {
+  auto within_noise = [floor](double err, double noise, const std::string& what) {
     std::printf("%s: relative L2 difference to plain: fused %.3g, control %.3g\n", what.c_str(), err, noise);
-    EXPECT_LE(err, 3 * noise + 1e-4) << what << ": fused " << err << ", control " << noise;
+    EXPECT_LE(err, 3 * noise + floor) << what << ": fused " << err << ", control " << noise;
   };
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
@@ -134,10 +140,10 @@ void trains_as_without_the_switch(const std::string& name) {
 
 }  // namespace
 
-TEST(FusedResNet, Resnet50TrainsAsWithoutTheSwitch) { trains_as_without_the_switch("resnet50"); }
+TEST(FusedResNet, Resnet50TrainsAsWithoutTheSwitch) { trains_as_without_the_switch("resnet50", 1e-4); }
 
 // Basic blocks: conv1 with its sums (the identity prologue), bn1 finalized, conv2 through the fused op.
-TEST(FusedResNet, Resnet18TrainsAsWithoutTheSwitch) { trains_as_without_the_switch("resnet18"); }
+TEST(FusedResNet, Resnet18TrainsAsWithoutTheSwitch) { trains_as_without_the_switch("resnet18", 5e-3); }
 
 TEST(FusedResNet, SwitchIsForTheImageNetLayouts) {
   for (const char* name : {"resnet18", "resnet34", "resnet50"}) {
