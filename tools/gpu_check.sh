@@ -21,8 +21,8 @@
 #        A/B kiln run per variable (what each switch is worth; not by default: the part must stay within 5
 #        minutes); AutoBatch (batch=-1)
 #        on ResNet-50: what it measured and chose, and the training peak against its target; `kiln bench
-#        conv_fusion` (cuDNN's fused BN-ReLU-conv-statistics vs the unfused ops per ResNet-50 conv shape,
-#        bf16 batch 32; at most 60 s).
+#        conv_fusion` (cuDNN's fused BN-ReLU-conv-statistics and its fused backward vs the unfused ops per
+#        ResNet-50 conv shape, bf16 batch 32; at most 100 s).
 # e2e:   makes an ImageNet-shaped folder (`kiln data imagenet-like` from the kit's photos: 1000 classes,
 #        30,000 train and 5,000 val JPEGs, ~100 KB each; its time and disk said), then bench/e2e_gpu.py:
 #        ResNet-50 trained from it by kiln (configs/imagenet_resnet50.json's pipeline, data.workers =
@@ -254,7 +254,7 @@ if [[ "$part" == bench ]]; then
   if ((rc == 0)); then pass "bench_gpu.py"; else fail "bench_gpu.py (exit $rc)"; fi
 
   section "kiln bench conv_fusion (cuDNN runtime fusion per ResNet-50 conv shape, bf16 batch 32)"
-  timeout -k 5 "${FUSION_TIMEOUT:-60}" "$kiln" bench conv_fusion batch=32 dtype=bf16 iters=10 device=0 2>&1 |
+  timeout -k 5 "${FUSION_TIMEOUT:-100}" "$kiln" bench conv_fusion batch=32 dtype=bf16 iters=5 device=0 2>&1 |
     tee "$runs/conv_fusion.log"
   rc=${PIPESTATUS[0]}
   if ((rc == 0)); then
