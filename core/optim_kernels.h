@@ -20,6 +20,7 @@ namespace kiln {
 struct SgdStepEntry {
   Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, used when momentum != 0
   double lr = 0.1, weight_decay = 0.0;
+  double lr_mult = 1.0;  // with SgdStepOptions::lr (a GPU): this entry's lr is float(*lr * lr_mult)
   bool first_step = false;  // momentum buffer not initialised yet: buf = grad (PyTorch)
 };
 struct SgdStepOptions {
@@ -28,18 +29,24 @@ struct SgdStepOptions {
   // Optional i32 [] on the parameters' device (the fp16 loss scaler's found-inf flag): when it
   // holds a nonzero value the step changes nothing. Read there, never by the host.
   Tensor skip;
+  // Optional f64 [] on the parameters' device (a GPU; the optimizer's device_lr()): the base learning
+  // rate, read by the kernel (so that a captured step, tools/engine/cuda_graph.h, takes each step's
+  // value); each entry then uses float(*lr * lr_mult) in place of its `lr`. The CPU kernels use `lr`.
+  Tensor lr;
 };
 // LARS (optim/lars.h): SGD with momentum whose step is scaled per tensor by a trust ratio computed
 // from the tensor's norms on its own device (no host read).
 struct LarsStepEntry {
   Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, zeros before the first step
   double lr = 0.1, weight_decay = 0.0;
+  double lr_mult = 1.0;  // with LarsStepOptions::lr, as SgdStepEntry::lr_mult
   bool adapt = true;  // false: trust = 1 (the excluded biases and batch-norm parameters)
 };
 struct LarsStepOptions {
   double momentum = 0.9, eta = 0.001, epsilon = 0.0;
   bool nesterov = false;
   Tensor skip;  // as SgdStepOptions::skip
+  Tensor lr;    // as SgdStepOptions::lr
 };
 struct AdamWStepEntry {
   Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32

@@ -1,10 +1,15 @@
 // Optimizer updates and loss-scaler checks over every parameter in one kernel launch. The host
 // builds a table {pointers, size, per-tensor scalars, first chunk} for all tensors, uploads it once
 // (runtime.h's upload()), and each block walks 16K-element chunks, finding its tensor by binary
-// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path. LARS adds
+// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path. The
+// learning rate of SGD and LARS is read from a device scalar when the optimizer gives one (its
+// device_lr(): the same kernels eager and in a CUDA graph, so both give the same bits); a table
+// queued while the stream is being captured goes into the graph itself (upload_table). LARS adds
 // two launches before its step: per-chunk partial norms and one trust ratio per tensor, on the device.
 // Tests: tests/gpu/optim_test.cpp, tests/gpu/lars_test.cpp.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/cuda/cuda_ops.h"
@@ -22,6 +27,7 @@ struct Entry {
   int64_t n = 0;
   int64_t chunk_begin = 0;
   float f[4] = {0, 0, 0, 0};  // per kernel: learning rate, weight decay, ...
+  double mult = 1.0;          // SGD, LARS with a device lr: the entry's lr is float(*lr * mult)
   int32_t flag = 0;           // SGD: momentum buffer not initialised yet
   int32_t dtype = 0;          // dtype of ptr[1] (gradients may be f16/bf16) or of ptr[0] (unscale)
 };
@@ -57,10 +63,16 @@ __global__ void multi_tensor_kernel(const Entry* table, int count, int64_t total
   }
 }
 
+// The entry's learning rate: float(base * mult) from the device scalar, or the host's f[0].
+__device__ __forceinline__ float entry_lr(const Entry& e, const double* lr) {
+  return lr ? static_cast<float>(*lr * e.mult) : e.f[0];
+}
+
 struct SgdBody {
   float momentum, dampening;
   bool nesterov;
   const int32_t* skip;  // the loss scaler's found-inf flag, or null: nonzero leaves everything as it is
+  const double* lr;     // the base learning rate on the device, or null: f[0]
   __device__ void operator()(const Entry& e, int64_t i) const {
     if (skip && *skip) return;
     float* p = static_cast<float*>(e.ptr[0]);
@@ -73,7 +85,7 @@ struct SgdBody {
       buf[i] = b;
       g = nesterov ? g + momentum * b : b;
     }
-    p[i] = w - e.f[0] * g;
+    p[i] = w - entry_lr(e, lr) * g;
   }
 };
 
@@ -185,12 +197,12 @@ __global__ void lars_trust_kernel(const Entry* table, int count, int64_t total_c
 
 // Third launch: the step, f = {lr, weight decay}, the entry's trust ratio read from `trust`.
 __global__ void lars_apply_kernel(const Entry* table, int count, int64_t total_chunks, const float* trust,
-                                  float momentum, bool nesterov, const int32_t* skip) {
+                                  float momentum, bool nesterov, const int32_t* skip, const double* lr) {
   if (skip && *skip) return;
   for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
     const int k = find_entry(table, count, c);
     const Entry e = table[k];
-    const float scaled_lr = e.f[0] * trust[k];
+    const float scaled_lr = entry_lr(e, lr) * trust[k];
     float* p = static_cast<float*>(e.ptr[0]);
     float* buf = static_cast<float*>(e.ptr[2]);
     int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
@@ -206,10 +218,30 @@ __global__ void lars_apply_kernel(const Entry* table, int count, int64_t total_c
   }
 }
 
+// A table queued while the device's stream is being captured into a CUDA graph (core/graph_capture.h)
+// cannot go through upload(): the graph would copy from upload()'s pinned staging ring at each
+// replay, after later uploads have overwritten it (and a pageable copy is not allowed in a capture).
+// Its bytes go into the graph instead, as the by-value arguments of small kernels (at most 4 KiB of
+// arguments each) that write them into a buffer of the capture's pool: each replay writes the same
+// bytes again, in stream order, before the kernels that read them.
+constexpr int kTableBytesPerLaunch = 3968;
+struct TableBytes {
+  unsigned char b[kTableBytesPerLaunch];
+};
+__global__ void write_table_kernel(unsigned char* dst, TableBytes src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src.b[i];
+}
+
+bool capturing(int device) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_of(device), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
 // Host side: the table and its launch.
 struct Table {
   std::vector<Entry> entries;
-  std::vector<Tensor> keep;  // packed copies that must live until the kernels are queued
+  mutable std::vector<Tensor> keep;  // packed copies (and a captured table) that must live until the kernels are queued
   int64_t chunks = 0;
   int device = -1;
 
@@ -220,7 +252,20 @@ struct Table {
     entries.push_back(e);
   }
   const Entry* upload_table() const {
-    return static_cast<const Entry*>(upload(device, entries.data(), entries.size() * sizeof(Entry)));
+    const size_t bytes = entries.size() * sizeof(Entry);
+    if (!capturing(device)) return static_cast<const Entry*>(upload(device, entries.data(), bytes));
+    Tensor buf = Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, Device::cuda(device));
+    keep.push_back(buf);
+    auto* dst = static_cast<unsigned char*>(buf.raw_data());
+    const auto* src = reinterpret_cast<const unsigned char*>(entries.data());
+    for (size_t at = 0; at < bytes; at += kTableBytesPerLaunch) {
+      const int n = static_cast<int>(std::min<size_t>(kTableBytesPerLaunch, bytes - at));
+      TableBytes part;
+      std::memcpy(part.b, src + at, static_cast<size_t>(n));
+      write_table_kernel<<<1, kThreads, 0, stream_of(device)>>>(dst + at, part, n);
+      CUDA_CHECK_LAUNCH();
+    }
+    return reinterpret_cast<const Entry*>(dst);
   }
   int grid() const { return static_cast<int>(std::min<int64_t>(chunks, int64_t(context(device).sm_count) * 8)); }
   // One launch of body(entry, i) over every element of every tensor.
@@ -293,6 +338,15 @@ const int32_t* skip_flag(const char* op, const Tensor& skip, int device) {
   return static_cast<const int32_t*>(skip.raw_data());
 }
 
+// The optimizer's base learning rate on the device (f64 [] on the parameters' GPU), or null without one.
+const double* lr_scalar(const char* op, const Tensor& lr, int device) {
+  if (!lr.defined()) return nullptr;
+  KILN_CHECK(lr.dtype() == DType::f64 && lr.numel() == 1, op, ": lr must be f64 [], got ", lr.str());
+  KILN_CHECK(lr.device() == Device::cuda(device), op, ": lr ", lr.str(), " must be on ", Device::cuda(device).str(),
+             " with the parameters");
+  return static_cast<const double*>(lr.raw_data());
+}
+
 void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
   const char* op = "sgd_step";
   KILN_CHECK(opt.momentum >= 0.0 && opt.dampening >= 0.0, op, ": momentum and dampening must be >= 0");
@@ -308,12 +362,14 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     }
     e.f[0] = static_cast<float>(s.lr);
     e.f[1] = static_cast<float>(s.weight_decay);
+    e.mult = s.lr_mult;
     e.flag = s.first_step ? 1 : 0;
     t.add(e);
   }
   if (t.chunks == 0) return;
   const int32_t* skip = skip_flag(op, opt.skip, t.device);
-  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip});
+  const double* lr = lr_scalar(op, opt.lr, t.device);
+  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip, lr});
 }
 
 void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
@@ -328,11 +384,13 @@ void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
     e.ptr[2] = s.momentum_buffer.raw_data();
     e.f[0] = static_cast<float>(s.lr);
     e.f[1] = static_cast<float>(s.weight_decay);
+    e.mult = s.lr_mult;
     e.flag = s.adapt ? 1 : 0;
     t.add(e);
   }
   if (t.chunks == 0) return;
   const int32_t* skip = skip_flag(op, opt.skip, t.device);
+  const double* lr = lr_scalar(op, opt.lr, t.device);
   // NOTE: the norms stay on the device (partials, then one trust ratio per tensor): nothing is read
   // back, so the step queues behind the backward pass without the host waiting for it.
   DeviceGuard guard(t.device);
@@ -347,7 +405,7 @@ void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
                                                     static_cast<float*>(trust.raw_data()), opt.eta, opt.epsilon);
   CUDA_CHECK_LAUNCH();
   lars_apply_kernel<<<t.grid(), kThreads, 0, stream>>>(table, count, t.chunks, static_cast<const float*>(trust.raw_data()),
-                                                       static_cast<float>(opt.momentum), opt.nesterov, skip);
+                                                       static_cast<float>(opt.momentum), opt.nesterov, skip, lr);
   CUDA_CHECK_LAUNCH();
 }
 
