@@ -13,5 +13,6 @@ KILN_DEFINE_KERNEL_SLOT(loss_scale_update);
 KILN_DEFINE_KERNEL_SLOT(sum_of_squares);
 KILN_DEFINE_KERNEL_SLOT(max_abs);
 KILN_DEFINE_KERNEL_SLOT(ema_update);
+KILN_DEFINE_KERNEL_SLOT(write_values);
 
 }  // namespace kiln

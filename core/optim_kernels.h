@@ -53,9 +53,15 @@ struct AdamWStepEntry {
   Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
   double lr = 1e-3, weight_decay = 0.0;
   int64_t step = 1;  // the step being taken, counted from 1 (bias correction)
+  int64_t row = 0;   // with AdamWStepOptions::values: the row holding this entry's per-step values
 };
 struct AdamWStepOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Optional f32 (P, 3) on the parameters' device (a GPU; AdamW::write_step_values): row `row` of an
+  // entry holds float(1 - lr*wd), float(lr / (1 - beta1^t)), float(sqrt(1 - beta2^t)) for its step,
+  // read by the kernel in place of the values from the entry's lr, weight_decay and step. The CPU
+  // kernel uses the entry's.
+  Tensor values;
 };
 
 // In place, PyTorch's arithmetic in f32 (scalars in double first):
@@ -93,6 +99,10 @@ extern KernelSlot<void (*)(const Tensor& state, const Tensor& scale32, const Ten
 extern KernelSlot<double (*)(const std::vector<Tensor>& xs)> sum_of_squares_kernel;
 // max |x| over the elements (0 when empty); NaN when any element is NaN.
 extern KernelSlot<double (*)(const Tensor& x)> max_abs_kernel;
+// dst (packed f32 on a GPU, values.size() elements) = values, queued on dst's device without a
+// host wait: the values travel as kernel arguments (no host buffer to keep). AdamW's per-step values,
+// written before each step or graph launch (optim/adamw.cpp). GPU only.
+extern KernelSlot<void (*)(const Tensor& dst, const std::vector<float>& values)> write_values_kernel;
 // ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
 extern KernelSlot<void (*)(const Tensor& ema, const Tensor& live, float decay)> ema_update_kernel;
 

@@ -142,8 +142,7 @@ void Optimizer::load_per_param_state(const OptimizerState& state, const std::str
 }
 
 std::string Optimizer::capture_refusal() const {
-  return type_ + "'s kernels take per-step host values (the learning rate" +
-         (type_ == "adamw" ? std::string(", the bias corrections of its host step count)") : std::string(")"));
+  return type_ + "'s kernels take per-step host values as arguments (the learning rate)";
 }
 
 void Optimizer::write_step_values() {

@@ -16,9 +16,10 @@
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
 // On a GPU, SGD and LARS read it through a pointer: each step first writes lr() into a f64 [] tensor
 // on the parameters' device (write_step_values(), a queued fill: no host wait), and the kernels read
-// it there, so that the step can be captured in a CUDA graph and replayed with each step's rate
-// (tools/engine/cuda_graph.h). Eager steps use the same kernels and the same device value. On the CPU
-// the kernels take the host's value and write_step_values() does nothing.
+// it there (AdamW: its per-parameter values, adamw.h), so that the step can be captured in a CUDA
+// graph and replayed with each step's values (tools/engine/cuda_graph.h). Eager steps use the same
+// kernels and the same device values. On the CPU the kernels take the host's values and
+// write_step_values() does nothing.
 // Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, lars_test.cpp, factory_test.cpp; lr_mult: tests/engine/finetune_test.cpp.
 #pragma once
 #include <cstdint>
@@ -59,13 +60,17 @@ class Optimizer {
   virtual void step_unless(const Tensor& skip);
 
   // --- the step inside a CUDA graph (tools/engine/cuda_graph.h, docs/cuda_backend.md "CUDA graphs") ---
-  // Why this optimizer's step cannot be captured (its kernels take per-step host values: AdamW's
-  // learning rate and bias corrections), or "" when every value that changes per step is read on
-  // the device (SGD, LARS: the learning rate, device_lr()).
+  // Why this optimizer's step cannot be captured (its kernels take per-step host values), or ""
+  // when every value that changes per step is read on the device (SGD, LARS: the learning rate,
+  // device_lr(); AdamW: its per-step values, AdamW::write_step_values).
   virtual std::string capture_refusal() const;
-  // Writes the per-step values (the learning rate) to their device scalars now, queued on the
-  // parameters' device; nothing on the CPU. step() does it itself unless values_written_outside.
-  void write_step_values();
+  // Writes the per-step values (the learning rate; AdamW's decay factor, step size and bias
+  // correction per parameter) to the device now, queued on the parameters' device, without a host
+  // wait; nothing on the CPU. step() does it itself unless values_written_outside.
+  virtual void write_step_values();
+  // A replay of a graph that holds this optimizer's step ran it once more, without step(): the
+  // host's own counts (AdamW's step per parameter) advance as the captured step's did.
+  virtual void note_replayed_step() {}
   // While true, step()/step_unless() do not write the per-step values: a graph is being captured,
   // and the caller writes them before each launch instead (a write inside the capture would be
   // frozen with the capture's value).
@@ -127,9 +132,11 @@ class Optimizer {
   void before_step() {
     if (!values_outside_) write_step_values();
     else
-      KILN_CHECK(device().is_cpu() || lr_device_.defined(), type_, ": a captured step needs the learning rate on the ",
-                 "device: call write_step_values() before the capture");
+      KILN_CHECK(device().is_cpu() || step_values_written(), type_, ": a captured step needs its per-step values on ",
+                 "the device: call write_step_values() before the capture");
   }
+  // Whether write_step_values() has made the device tensors the kernels read.
+  virtual bool step_values_written() const { return lr_device_.defined(); }
   // Mixes the address of t (0 when undefined) into a capture_identity() hash.
   static uint64_t mix(uint64_t h, const Tensor& t);
   static uint64_t mix(uint64_t h, uint64_t v);

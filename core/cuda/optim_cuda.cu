@@ -92,14 +92,17 @@ struct SgdBody {
 // f = {decay factor 1 - lr*wd, step size lr/(1-b1^t), sqrt(1-b2^t), unused}
 // c1 = 1 - beta1 and c2 = 1 - beta2 are taken in double on the host (as the CPU kernel does):
 // 1.f - 0.999f is 1.3e-5 away from 0.001, which would put exp_avg_sq off by that much relative.
+// With `values` (the optimizer's per-step values on the device), f is read from row e.flag there.
 struct AdamWBody {
   float beta1, beta2, c1, c2, eps;
+  const float* values;
   __device__ void operator()(const Entry& e, int64_t i) const {
+    const float* f = values ? values + 3 * static_cast<int64_t>(e.flag) : e.f;
     float* p = static_cast<float*>(e.ptr[0]);
     float* m = static_cast<float*>(e.ptr[2]);
     float* v = static_cast<float*>(e.ptr[3]);
     float g = load_any(e.ptr[1], e.dtype, i);
-    float w = p[i] * e.f[0];
+    float w = p[i] * f[0];
     float mi = beta1 * m[i] + c1 * g;
     float vi = beta2 * v[i] + c2 * g * g;
     m[i] = mi;
@@ -109,7 +112,7 @@ struct AdamWBody {
       vi = fmaxf(vmax[i], vi);
       vmax[i] = vi;
     }
-    p[i] = w - e.f[1] * mi / (sqrtf(vi) / e.f[2] + eps);
+    p[i] = w - f[1] * mi / (sqrtf(vi) / f[2] + eps);
   }
 };
 
@@ -432,11 +435,41 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
     e.f[0] = static_cast<float>(1.0 - a.lr * a.weight_decay);
     e.f[1] = static_cast<float>(a.lr / bc1);
     e.f[2] = static_cast<float>(std::sqrt(bc2));
+    if (opt.values.defined()) {
+      KILN_CHECK(a.row >= 0 && a.row < opt.values.size(0), op, ": row ", a.row, " outside the values ", opt.values.str());
+      e.flag = static_cast<int32_t>(a.row);
+    }
     t.add(e);
   }
   if (t.chunks == 0) return;
+  const float* values = nullptr;
+  if (opt.values.defined()) {
+    KILN_CHECK(opt.values.dtype() == DType::f32 && opt.values.dim() == 2 && opt.values.size(1) == 3 &&
+                   opt.values.is_contiguous() && opt.values.device() == Device::cuda(t.device),
+               op, ": values must be packed f32 (P, 3) on ", Device::cuda(t.device).str(), ", got ", opt.values.str());
+    values = static_cast<const float*>(opt.values.raw_data());
+  }
   t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(1.0 - opt.beta1),
-                     static_cast<float>(1.0 - opt.beta2), static_cast<float>(opt.eps)});
+                     static_cast<float>(1.0 - opt.beta2), static_cast<float>(opt.eps), values});
+}
+
+void write_values(const Tensor& dst, const std::vector<float>& values) {
+  const char* op = "write_values";
+  KILN_CHECK(dst.dtype() == DType::f32 && dst.is_contiguous() && dst.numel() == static_cast<int64_t>(values.size()), op,
+             ": dst ", dst.str(), " must be packed f32 of ", values.size(), " elements");
+  if (values.empty()) return;
+  const int device = checked_index(dst.device(), op);
+  DeviceGuard g(device);
+  auto* out = static_cast<unsigned char*>(dst.raw_data());
+  const auto* src = reinterpret_cast<const unsigned char*>(values.data());
+  const size_t bytes = values.size() * sizeof(float);
+  for (size_t at = 0; at < bytes; at += kTableBytesPerLaunch) {
+    const int n = static_cast<int>(std::min<size_t>(kTableBytesPerLaunch, bytes - at));
+    TableBytes part;
+    std::memcpy(part.b, src + at, static_cast<size_t>(n));
+    write_table_kernel<<<1, kThreads, 0, stream_of(device)>>>(out + at, part, n);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale) {

@@ -8,7 +8,8 @@
 // prints which. The update (optimizer, scaler) is inside the graph unless said. Cases:
 //  - f32 SGD (momentum, nesterov), with a partial batch between replays (eager next to the graph,
 //    which then replays again);
-//  - f32 LARS; f32 AdamW (its update eager after the replay, named); SGD with clipping (eager update);
+//  - f32 LARS and AdamW (their updates in the graph); SGD with clipping (eager update, named);
+//  - AdamW's step counts after replays, through a state round trip;
 //  - fp16 with the scaler's verdict on the device, inf in some batches: skips inside replays, the
 //    scale's growth and backoff read by the graph from the device;
 //  - fp16 with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's scale,
@@ -239,8 +240,9 @@ TEST_F(CudaGraph, ReplayedStepsDoNotWaitForTheHost) {
   EXPECT_EQ(g.setup.scaler->skipped_steps(), 1);
 }
 
-// The other optimizers and the fallbacks, f32, all with the schedule: LARS's update in the graph
-// (its trust ratios on the device), AdamW's and a clipped SGD's eager after the replay.
+// The other optimizers and the fallback, f32, all with the schedule: LARS's update in the graph (its
+// trust ratios on the device), AdamW's (its per-step values written to the device before each
+// launch), a clipped SGD's eager after the replay.
 TEST_F(CudaGraph, LarsAdamWAndClippingReplaysEqualEagerSteps) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   struct Case {
@@ -248,7 +250,7 @@ TEST_F(CudaGraph, LarsAdamWAndClippingReplaysEqualEagerSteps) {
     double clip;
     bool captured;
   };
-  for (const Case& k : {Case{"lars", 0, true}, Case{"adamw", 0, false}, Case{"sgd", 1.0, false}}) {
+  for (const Case& k : {Case{"lars", 0, true}, Case{"adamw", 0, true}, Case{"sgd", 1.0, false}}) {
     SCOPED_TRACE(k.optimizer);
     StepOptions o;
     o.clip_grad_norm = k.clip;
@@ -266,12 +268,13 @@ TEST_F(CudaGraph, LarsAdamWAndClippingReplaysEqualEagerSteps) {
   }
 }
 
-// AdamW's step counts (checkpointed as "<param>.step") stay the host's: its update runs eagerly.
+// AdamW's step counts (checkpointed as "<param>.step") stay the host's, counted per replay.
 TEST_F(CudaGraph, AdamWStepCountsSurviveACheckpointRoundTripAfterReplays) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   Trainee g = make_run({}, "on", false, "adamw");
   for (int i = 0; i < 6; ++i) step(g, i, 8, false, i);
-  EXPECT_EQ(g.setup.graph->counts().replays, 4);  // 2 .. 5: the key holds no optimizer state (update eager)
+  EXPECT_TRUE(g.setup.graph->update_captured());
+  EXPECT_EQ(g.setup.graph->counts().replays, 3);  // 0 makes the moments, 1 and 2 warm up, 3 .. 5
   const OptimizerState s = g.opt->state_dict();
   ASSERT_FALSE(s.scalars.empty());
   for (const auto& [k, v] : s.scalars) EXPECT_EQ(v, 6.0) << k;

@@ -171,6 +171,8 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
   work_->replay();  // a capture runs nothing: the capturing step replays too
   // The captured update changed the scaler's device state without its calls: its getters read again.
   if (update_captured_ && setup.scaler) setup.scaler->note_device_step();
+  // ... and the optimizer's host counts (AdamW's steps) advance as the captured step's.
+  if (update_captured_) opt.note_replayed_step();
   // The graph wrote the gradients where it captured them; an eager step in between may have set
   // other tensors as .grad.
   for (size_t i = 0; i < params.size() && i < grads_.size(); ++i) {

@@ -7,9 +7,10 @@
 // backward, read from fixed device buffers that each step fills (asynchronously, on the stream)
 // with its batch before the launch, and, where update_refusal() is "", the update too (the loss
 // scaler's unscale_on_device, the optimizer's step or step_unless(found_inf), update_on_device): the
-// optimizer's learning rate is written to its device scalar before each launch
-// (Optimizer::write_step_values), its pointer tables are part of the graph (core/cuda/optim_cuda.cu),
-// and the scale is read on the device. Otherwise (clipping, the verdict read back, AdamW) the update
+// optimizer's per-step values (the learning rate; AdamW's bias corrections) are written to the device
+// before each launch (Optimizer::write_step_values) and its host counts advance after it
+// (note_replayed_step), its pointer tables are part of the graph (core/cuda/optim_cuda.cu), and the
+// scale is read on the device. Otherwise (clipping, the fp16 verdict read back) the update
 // runs eagerly after the launch, in train_step's own code, with one line naming why. One graph at a time: a step of
 // another shape (the last partial batch) runs eagerly next to it, and a shape seen `warmup` + 1 times
 // in a row replaces it. A capture that fails runs that step eagerly and keeps its key eager, with
@@ -48,7 +49,7 @@ std::string graph_refusal(const StepSetup& setup, const Module& model);
 // step, the scaler's update) out of the graph, to run eagerly after each replay, or "" when the
 // graph holds it: clipping (the norm is read back), an fp16 verdict read back (setup.scaler_on_device
 // false: clipping, an EMA, an optimizer that cannot skip on the device), an optimizer whose kernels
-// take per-step host values (Optimizer::capture_refusal: AdamW).
+// take per-step host values (Optimizer::capture_refusal; none of the built-in ones).
 std::string update_refusal(const StepSetup& setup, const Optimizer& opt);
 
 struct GraphCounts {
