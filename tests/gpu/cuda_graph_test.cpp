@@ -14,14 +14,20 @@
 //    scale's growth and backoff read by the graph from the device;
 //  - fp16 with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's scale,
 //    which is frozen in a capture, so the step runs eagerly and is captured again;
-//  - replayed steps do not wait for the host (host_wait_stats' calls unchanged).
+//  - replayed steps do not wait for the host (host_wait_stats' calls unchanged);
+//  - the kernels with their per-step values on the device (SGD's and LARS's lr scalar times lr_mult,
+//    AdamW's rows) give the bits of the same kernels with the host's values as arguments.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/cuda/cuda_ops.h"
+#include "core/ops/elementwise.h"
+#include "core/optim_kernels.h"
 #include "core/host_wait.h"
 #include "core/rng.h"
 #include "models/registry.h"
@@ -281,4 +287,56 @@ TEST_F(CudaGraph, AdamWStepCountsSurviveACheckpointRoundTripAfterReplays) {
   Trainee h = make_run({}, "off", false, "adamw");
   h.opt->load_state_dict(s);
   EXPECT_EQ(h.opt->state_dict().scalars, s.scalars);
+}
+
+TEST_F(CudaGraph, DeviceValuesGiveTheBitsOfTheHostValues) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  const int64_t n = 40000;  // several 16K chunks
+  const double lr = 0.1, mult = 0.3, wd = 5e-4;
+  auto same = [](const Tensor& a, const Tensor& b, const char* what) {
+    EXPECT_EQ(a.to_double_vector(), b.to_double_vector()) << what;
+  };
+  Tensor g = rand_cpu({n}, 2).to(gpu());
+  Tensor lr_dev = Tensor::full({}, lr, DType::f64, gpu());
+  {  // SGD, nesterov: the first step (buf = g) and a second
+    Tensor pa = rand_cpu({n}, 1).to(gpu()), pb = pa.clone();
+    Tensor ma = Tensor::zeros({n}, DType::f32, gpu()), mb = Tensor::zeros({n}, DType::f32, gpu());
+    for (int s = 0; s < 2; ++s) {
+      SgdStepEntry a{pa, g, ma, lr * mult, wd, 1.0, s == 0};
+      SgdStepEntry b{pb, g, mb, 123.0, wd, mult, s == 0};  // lr unused: the device's times lr_mult
+      cuda::sgd_step({a}, {0.9, 0.0, true, Tensor(), Tensor()});
+      cuda::sgd_step({b}, {0.9, 0.0, true, Tensor(), lr_dev});
+    }
+    same(pb, pa, "sgd weights");
+    same(mb, ma, "sgd momentum");
+  }
+  {  // LARS
+    Tensor pa = rand_cpu({n}, 3).to(gpu()), pb = pa.clone();
+    Tensor ma = Tensor::zeros({n}, DType::f32, gpu()), mb = Tensor::zeros({n}, DType::f32, gpu());
+    for (int s = 0; s < 2; ++s) {
+      LarsStepEntry a{pa, g, ma, lr * mult, wd, 1.0, true};
+      LarsStepEntry b{pb, g, mb, 123.0, wd, mult, true};
+      cuda::lars_step({a}, {0.9, 0.001, 0.0, false, Tensor(), Tensor()});
+      cuda::lars_step({b}, {0.9, 0.001, 0.0, false, Tensor(), lr_dev});
+    }
+    same(pb, pa, "lars weights");
+    same(mb, ma, "lars momentum");
+  }
+  {  // AdamW at step 3: the row's values as AdamW::write_step_values computes them
+    Tensor pa = rand_cpu({n}, 4).to(gpu()), pb = pa.clone();
+    Tensor m = rand_cpu({n}, 5).to(gpu()), v = rand_cpu({n}, 6).to(gpu());
+    Tensor va = ops::mul(v, v), vb = va.clone(), ma = m, mb = m.clone();  // v >= 0
+    const double alr = 1e-3 * mult, b1 = 0.9, b2 = 0.999;
+    const std::vector<float> row = {static_cast<float>(1.0 - alr * wd), static_cast<float>(alr / (1.0 - std::pow(b1, 3.0))),
+                                    static_cast<float>(std::sqrt(1.0 - std::pow(b2, 3.0)))};
+    Tensor values = Tensor::zeros({2, 3}, DType::f32, gpu());
+    write_values_kernel.get(gpu(), "test")(values, {0, 0, 0, row[0], row[1], row[2]});
+    AdamWStepEntry a{pa, g, ma, va, Tensor(), alr, wd, 3, 0};
+    AdamWStepEntry b{pb, g, mb, vb, Tensor(), 7.0, 0.5, 9, 1};  // lr, wd, step unused: row 1
+    cuda::adamw_step({a}, {b1, b2, 1e-8, Tensor()});
+    cuda::adamw_step({b}, {b1, b2, 1e-8, values});
+    same(pb, pa, "adamw weights");
+    same(mb, ma, "adamw exp_avg");
+    same(vb, va, "adamw exp_avg_sq");
+  }
 }
