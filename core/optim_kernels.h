@@ -95,6 +95,11 @@ extern KernelSlot<void (*)(const std::vector<Tensor>& grads, const Tensor& state
 extern KernelSlot<void (*)(const Tensor& state, const Tensor& scale32, const Tensor& found_inf,
                            const LossScaleRule& rule)>
     loss_scale_update_kernel;
+// clip_grad_norm (optim/param.h) without reading back: norm = sqrt(sum of g^2) reduced as
+// sum_of_squares does, coef = max_norm / (norm + 1e-6), and when the norm is finite and coef < 1
+// every g *= float(coef) in place, all on the gradients' device: the bits of the host-decided
+// clipping (sum_of_squares, then scale_and_check_finite), with nothing read back. GPU only.
+extern KernelSlot<void (*)(const std::vector<Tensor>& grads, double max_norm)> clip_grad_norm_on_device_kernel;
 // sum of x^2 over every element of every tensor, accumulated in f64.
 extern KernelSlot<double (*)(const std::vector<Tensor>& xs)> sum_of_squares_kernel;
 // max |x| over the elements (0 when empty); NaN when any element is NaN.

@@ -241,6 +241,25 @@ bool capturing(int device) {
   return st != cudaStreamCaptureStatusNone;
 }
 
+// Clipping on the device: the coefficient from the f64 sum of squares (one thread), then every
+// gradient scaled by it where clipping applies (a finite norm and coef < 1), as the host decides it.
+__global__ void clip_coef_kernel(const double* sumsq, double max_norm, float* coef, int32_t* apply) {
+  const double norm = sqrt(*sumsq);
+  const double c = max_norm / (norm + 1e-6);
+  const bool on = isfinite(norm) && c < 1.0;
+  *apply = on ? 1 : 0;
+  *coef = on ? static_cast<float>(c) : 1.f;
+}
+
+struct ScaleByBody {
+  const float* coef;
+  const int32_t* apply;
+  __device__ void operator()(const Entry& e, int64_t i) const {
+    if (!*apply) return;
+    store_any(e.ptr[0], e.dtype, i, load_any(e.ptr[0], e.dtype, i) * *coef);
+  }
+};
+
 // Host side: the table and its launch.
 struct Table {
   std::vector<Entry> entries;
@@ -519,6 +538,36 @@ void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor&
                                                           static_cast<float*>(scale32.raw_data()),
                                                           static_cast<int32_t*>(found_inf.raw_data()), rule);
   CUDA_CHECK_LAUNCH();
+}
+
+void clip_grad_norm_on_device(const std::vector<Tensor>& grads, double max_norm) {
+  const char* op = "clip_grad_norm_on_device";
+  KILN_CHECK(max_norm > 0, op, ": max_norm must be > 0, got ", max_norm);
+  Table t;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    KILN_CHECK(g.is_contiguous(), op, ": gradient ", g.str(), " must be packed (it is scaled in place)");
+    t.add_tensor(op, g);
+  }
+  if (t.chunks == 0) return;
+  DeviceGuard guard(t.device);
+  const Device d = Device::cuda(t.device);
+  Tensor partial = Tensor::empty({t.chunks}, DType::f32, d);
+  Tensor sumsq = Tensor::empty({}, DType::f64, d);
+  Tensor coef = Tensor::empty({}, DType::f32, d);
+  Tensor apply = Tensor::empty({}, DType::i32, d);
+  const Entry* table = t.upload_table();
+  cudaStream_t stream = stream_of(t.device);
+  // the norm exactly as sum_of_squares() takes it
+  sumsq_kernel<<<t.grid(), kThreads, 0, stream>>>(table, static_cast<int>(t.entries.size()), t.chunks,
+                                                  static_cast<float*>(partial.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  reduce_arb<1, SumCombine>(t.device, 1, t.chunks, 1, LoadVector{static_cast<const float*>(partial.raw_data())},
+                            StoreF64{static_cast<double*>(sumsq.raw_data())});
+  clip_coef_kernel<<<1, 1, 0, stream>>>(static_cast<const double*>(sumsq.raw_data()), max_norm,
+                                        static_cast<float*>(coef.raw_data()), static_cast<int32_t*>(apply.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  t.launch(ScaleByBody{static_cast<const float*>(coef.raw_data()), static_cast<const int32_t*>(apply.raw_data())});
 }
 
 double sum_of_squares(const std::vector<Tensor>& xs) {

@@ -10,12 +10,13 @@
 //  - a StepGraph on a CPU setup: one line naming why, every step eager and equal to a step without it;
 //    "on" there is an error;
 //  - with stand-in capture kernels: a failed capture's fallback, and a replay's bookkeeping (below);
-//  - what leaves the update out of the graph (update_refusal), each reason named: clipping, the fp16
-//    verdict read back; SGD, LARS and AdamW captured; the key says which, and changes with the
-//    optimizer's state (load_state_dict) and lr_mult when the update is captured;
-//  - with stand-in capture kernels: SGD's and AdamW's update is inside the captured work (a stand-in
-//    replay, which runs nothing, leaves the weights) and AdamW's step counts advance per replay; a
-//    clipped SGD's runs after the replay with one line naming why.
+//  - what leaves the update out of the graph (update_refusal), each reason named: the fp16 verdict
+//    read back, an optimizer's host values; SGD, LARS and AdamW captured, with clipping too (decided
+//    on the device); the key says which, and changes with the optimizer's state (load_state_dict)
+//    and lr_mult when the update is captured;
+//  - with stand-in capture kernels: SGD's (clipped or not) and AdamW's update is inside the captured
+//    work (a stand-in replay, which runs nothing, leaves the weights) and AdamW's step counts advance
+//    per replay; an optimizer with host values runs its update after the replay, with one line.
 // The replays themselves: tests/gpu/cuda_graph_test.cpp.
 #include <gtest/gtest.h>
 
@@ -48,6 +49,12 @@ std::vector<ParamRef> params_of(Module& m) {
   for (auto& [name, p] : m.named_parameters()) ps.push_back({name, p, false});
   return ps;
 }
+
+// An SGD whose kernels (as if) took per-step host values: its update stays out of the graph.
+struct HostValuedSgd : SGD {
+  using SGD::SGD;
+  std::string capture_refusal() const override { return "stand-in: host values"; }
+};
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -225,12 +232,12 @@ TEST(CudaGraphFallback, AFailedCaptureRunsTheStepEagerlyOnceNamedAndKeepsThatKey
   FakeCapture fake;
   FakeCapture::fail = true;
   auto a = net(false), b = net(false);
-  SGD oa(params_of(*a), SGDOptions{}), ob(params_of(*b), SGDOptions{});
+  SGD oa(params_of(*a), SGDOptions{});
+  // With the update outside the graph (host values): the stand-in "capture" runs the micro-batches
+  // at once on the CPU, which the eager fallback repeats harmlessly; a captured update would run twice.
+  HostValuedSgd ob(params_of(*b), SGDOptions{});
   StepSetup sa = make_step_setup(StepOptions{}, Device::cpu(), oa), sb = make_step_setup(StepOptions{}, Device::cpu(), ob);
   sa.read_loss = sb.read_loss = false;
-  // With the update outside the graph (clipping): the stand-in "capture" runs the micro-batches at
-  // once on the CPU, which the eager fallback repeats harmlessly; a captured update would run twice.
-  sa.clip_grad_norm = sb.clip_grad_norm = 1e9;
   sb.graph = std::make_shared<StepGraph>(GraphMode::on);  // on: a failed capture still falls back
   std::vector<std::string> lines;
   sb.graph->log = [&](const std::string& l) { lines.push_back(l); };
@@ -246,7 +253,7 @@ TEST(CudaGraphFallback, AFailedCaptureRunsTheStepEagerlyOnceNamedAndKeepsThatKey
   EXPECT_EQ(sb.graph->counts().failed_captures, 1);
   EXPECT_EQ(sb.graph->counts().eager, 6);
   ASSERT_EQ(lines.size(), 2u);
-  EXPECT_NE(lines[0].find("the update runs eagerly after each replay: clipping"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find("the update runs eagerly after each replay: stand-in"), std::string::npos) << lines[0];
   EXPECT_NE(lines[1].find("capture of this step failed"), std::string::npos) << lines[1];
   EXPECT_NE(lines[1].find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << lines[1];
   auto pa = a->named_parameters(), pb = b->named_parameters();
@@ -305,7 +312,9 @@ TEST(CudaGraphUpdate, NamesWhatKeepsTheUpdateOutOfTheGraph) {
   EXPECT_EQ(update_refusal(s, adamw), "");
   StepSetup clip = s;
   clip.clip_grad_norm = 1.0;
-  EXPECT_NE(update_refusal(clip, sgd).find("clipping"), std::string::npos) << update_refusal(clip, sgd);
+  EXPECT_EQ(update_refusal(clip, sgd), "");  // the coefficient is computed and applied on the device
+  HostValuedSgd host(params_of(*m), SGDOptions{});
+  EXPECT_EQ(update_refusal(s, host), "stand-in: host values");
   // fp16 with the verdict read back (on the CPU, reading is free): named with make_step_setup's reason
   StepOptions o16;
   o16.precision = "fp16";
@@ -326,9 +335,10 @@ TEST(CudaGraphUpdate, TheKeySaysWhetherTheUpdateIsCapturedAndFollowsTheOptimizer
   Tensor x = Tensor::zeros({6, 8, 8, 3}), y = Tensor::zeros({6}, DType::i64);
   const StepBatch b{x, y, Tensor()};
   EXPECT_EQ(StepGraph::key_of(b, s).find("update"), std::string::npos);  // no optimizer: the old key
-  StepSetup clip = s;
-  clip.clip_grad_norm = 1.0;
-  EXPECT_NE(StepGraph::key_of(b, clip, &adamw).find("update eager"), std::string::npos);
+  StepOptions o16;
+  o16.precision = "fp16";  // on the CPU the verdict is read back: the update stays eager
+  EXPECT_NE(StepGraph::key_of(b, make_step_setup(o16, Device::cpu(), adamw), &adamw).find("update eager"),
+            std::string::npos);
   EXPECT_NE(StepGraph::key_of(b, s, &adamw).find("update captured, adamw #"), std::string::npos);
   const std::string k0 = StepGraph::key_of(b, s, &sgd);
   EXPECT_NE(k0.find("update captured, sgd #"), std::string::npos) << k0;
@@ -350,8 +360,8 @@ TEST(CudaGraphUpdate, TheKeySaysWhetherTheUpdateIsCapturedAndFollowsTheOptimizer
 
 // With stand-in capture kernels (FakeCapture above: a "capture" runs the work at once, a replay
 // runs nothing), where the update runs shows in the weights: inside the captured work, the step
-// that captures updates them once and a replay leaves them; after the replay (clipping), every step does.
-TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAClippedOneRunsAfterTheReplay) {
+// that captures updates them once and a replay leaves them; after the replay (host values), every step does.
+TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAHostValuedOneRunsAfterTheReplay) {
   FakeCapture fake;
   FakeCapture::fail = false;
   auto weights = [](Module& m) {
@@ -364,7 +374,7 @@ TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAClippedOneRunsAfter
   Tensor x = rand_normal({6, 8, 8, 3}, 0, 1, DType::f32, Device::cpu(), &g);
   Tensor y = Tensor::from_vector(std::vector<int64_t>{0, 1, 2, 3, 4, 0}, {6});
   const StepBatch b{x, y, Tensor()};
-  for (const std::string name : {"sgd", "adamw", "sgd clipped"}) {
+  for (const std::string name : {"sgd", "adamw", "sgd clipped", "host-valued sgd"}) {
     SCOPED_TRACE(name);
     auto ma = net(false), mb = net(false);
     SGDOptions so;
@@ -381,11 +391,12 @@ TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAClippedOneRunsAfter
       }
     } else {
       oa = std::make_unique<SGD>(params_of(*ma), so);
-      ob = std::make_unique<SGD>(params_of(*mb), so);
+      if (name == "host-valued sgd") ob = std::make_unique<HostValuedSgd>(params_of(*mb), so);
+      else ob = std::make_unique<SGD>(params_of(*mb), so);
     }
     StepSetup sa = make_step_setup(StepOptions{}, Device::cpu(), *oa), sb = make_step_setup(StepOptions{}, Device::cpu(), *ob);
     sa.read_loss = sb.read_loss = false;
-    if (name == "sgd clipped") sa.clip_grad_norm = sb.clip_grad_norm = 1e9;
+    if (name == "sgd clipped") sa.clip_grad_norm = sb.clip_grad_norm = 0.01;  // clips
     sb.graph = std::make_shared<StepGraph>(GraphMode::automatic, 1);
     std::vector<std::string> lines;
     sb.graph->log = [&](const std::string& l) { lines.push_back(l); };
@@ -400,7 +411,7 @@ TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAClippedOneRunsAfter
     const std::vector<double> before = weights(*mb);
     EXPECT_TRUE(train_step(*mb, *ob, b, sb).stepped);  // a stand-in replay
     EXPECT_EQ(sb.graph->counts().replays, 2);
-    if (name != "sgd clipped") {
+    if (name != "host-valued sgd") {
       EXPECT_TRUE(sb.graph->update_captured());
       EXPECT_EQ(weights(*mb), before) << "the update ran outside the captured work";
       EXPECT_TRUE(lines.size() == 1 && lines[0].find("captured the step") != std::string::npos);
@@ -408,7 +419,7 @@ TEST(CudaGraphUpdate, SgdsAndAdamWsUpdateIsInTheCapturedWorkAClippedOneRunsAfter
       EXPECT_FALSE(sb.graph->update_captured());
       EXPECT_NE(weights(*mb), before) << "the eager update after the replay did not run";
       ASSERT_GE(lines.size(), 1u);
-      EXPECT_NE(lines[0].find("the update runs eagerly after each replay: clipping"), std::string::npos) << lines[0];
+      EXPECT_NE(lines[0].find("the update runs eagerly after each replay: stand-in"), std::string::npos) << lines[0];
     }
     if (name == "adamw") {  // 1 + 2 steps before, the captured step counted at its replay, 1 replay
       for (const auto& [k, v] : ob->state_dict().scalars) EXPECT_EQ(v, 4.0) << k;

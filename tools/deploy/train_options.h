@@ -32,8 +32,8 @@ struct TrainOptions {
   /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
   bool cudnn_benchmark = false;
   /// "auto", "on" or "off" (default "off"): on a GPU, capture each batch shape's forward, backward
-  /// and update once as a CUDA graph and replay it (the update stays eager with clipping or an fp16
-  /// verdict read back); auto falls back to eager steps
+  /// and update once as a CUDA graph and replay it (the update stays eager where the fp16 verdict is
+  /// read back); auto falls back to eager steps
   /// where a step cannot be captured (dropout, several GPUs), saying why; on makes that an error, and
   /// so is on with device=cpu (docs/cuda_backend.md, "CUDA graphs")
   std::string cuda_graph = "off";

@@ -38,7 +38,6 @@ std::string graph_refusal(const StepSetup& s, const Module& model) {
 }
 
 std::string update_refusal(const StepSetup& s, const Optimizer& opt) {
-  if (s.clip_grad_norm > 0) return "clipping reads the gradient norm back";
   if (s.scaler && !s.scaler_on_device) return "the loss scaler's verdict is " + s.verdict_reason;
   const std::string why = opt.capture_refusal();
   if (!why.empty()) return why;

@@ -10,7 +10,7 @@
 // optimizer's per-step values (the learning rate; AdamW's bias corrections) are written to the device
 // before each launch (Optimizer::write_step_values) and its host counts advance after it
 // (note_replayed_step), its pointer tables are part of the graph (core/cuda/optim_cuda.cu), and the
-// scale is read on the device. Otherwise (clipping, the fp16 verdict read back) the update
+// scale is read on the device; clipping is decided there too. Otherwise (the fp16 verdict read back) the update
 // runs eagerly after the launch, in train_step's own code, with one line naming why. One graph at a time: a step of
 // another shape (the last partial batch) runs eagerly next to it, and a shape seen `warmup` + 1 times
 // in a row replaces it. A capture that fails runs that step eagerly and keeps its key eager, with
@@ -47,9 +47,10 @@ std::string graph_refusal(const StepSetup& setup, const Module& model);
 
 // Why a captured step of `setup` leaves the update (unscale, verdict, clipping, the optimizer's
 // step, the scaler's update) out of the graph, to run eagerly after each replay, or "" when the
-// graph holds it: clipping (the norm is read back), an fp16 verdict read back (setup.scaler_on_device
-// false: clipping, an EMA, an optimizer that cannot skip on the device), an optimizer whose kernels
-// take per-step host values (Optimizer::capture_refusal; none of the built-in ones).
+// graph holds it: an fp16 verdict read back (setup.scaler_on_device false: clipping, an EMA, an
+// optimizer that cannot skip on the device), an optimizer whose kernels take per-step host values
+// (Optimizer::capture_refusal; none of the built-in ones). Clipping without a scaler is captured
+// (clip_grad_norm_on_device).
 std::string update_refusal(const StepSetup& setup, const Optimizer& opt);
 
 struct GraphCounts {

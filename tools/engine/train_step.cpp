@@ -145,7 +145,8 @@ StepResult update(Optimizer& opt, const StepSetup& setup, StepResult r) {
   }
   r.finite = loss_finite;
   if (!r.finite) return r;  // the caller reports it, with the epoch and step
-  if (setup.clip_grad_norm > 0) clip_grad_norm(params, setup.clip_grad_norm);
+  // decided on the device where reads block (the same bits): nothing read back, so it can be captured
+  if (setup.clip_grad_norm > 0) clip_grad_norm_on_device(params, setup.clip_grad_norm);
   opt.step();
   r.stepped = true;
   return r;

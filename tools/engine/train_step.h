@@ -14,7 +14,7 @@
 //     micro-batch, then finish();
 //   (with setup.graph, train.cuda_graph: those micro-batches replayed from a CUDA graph captured once
 //   per batch shape, cuda_graph.h, with the update below inside the graph too where nothing in it is
-//   read back (update_refusal(): no clipping, no fp16 verdict read back), else
+//   read back (update_refusal(): no fp16 verdict read back; clipping decided on the device), else
 //   the update eagerly after the replay)
 //   then (setup.update): with a loss scaler, unscale and check the gradients (and the loss, when read)
 //   and skip a non-finite step; clip the gradient norm; optimizer step; scaler update. With
