@@ -10,6 +10,7 @@
 //    which then replays again);
 //  - f32 LARS, AdamW and SGD with clipping (their updates in the graph, clipping decided on the device);
 //  - AdamW's step counts after replays, through a state round trip;
+//  - f32 with accumulate = 2 and an EMA (the update in the graph, the EMA after it);
 //  - fp16 with the scaler's verdict on the device, inf in some batches: skips inside replays, the
 //    scale's growth and backoff read by the graph from the device;
 //  - fp16 with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's scale,
@@ -272,6 +273,23 @@ TEST_F(CudaGraph, LarsAdamWAndClippedSgdReplaysEqualEagerSteps) {
     EXPECT_EQ(c.replays, 4);  // 0 makes the state (in the key), 1 and 2 warm up, 3 is captured
     expect_same(state_of(g), state_of(a), state_of(b), k.optimizer + (k.clip > 0 ? " clipped" : ""));
   }
+}
+
+// f32 with accumulate = 2 and an EMA: both micro-batches and the update in the graph, the EMA (the
+// trainer's, a host decay) eager after each replay, reading the weights the replay wrote.
+TEST_F(CudaGraph, F32AccumulateTwoAndEmaWithTheUpdateInTheGraph) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  StepOptions o;
+  o.accumulate = 2;
+  Trainee a = make_run(o, "off", true), b = make_run(o, "off", true), g = make_run(o, "on", true);
+  for (int i = 0; i < 7; ++i)
+    for (Trainee* r : {&a, &b, &g}) step(*r, i, 8, false, i);
+  const GraphCounts& c = g.setup.graph->counts();
+  EXPECT_EQ(c.failed_captures, 0) << "the capture failed: see the path: lines";
+  EXPECT_TRUE(g.setup.graph->update_captured()) << update_refusal(g.setup, *g.opt);
+  EXPECT_EQ(c.captures, 1);
+  EXPECT_EQ(c.replays, 4);  // 0 makes the state, 1 and 2 warm up, 3 is captured
+  expect_same(state_of(g), state_of(a), state_of(b), "f32 accumulate 2 with EMA");
 }
 
 // AdamW's step counts (checkpointed as "<param>.step") stay the host's, counted per replay.
