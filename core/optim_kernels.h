@@ -20,6 +20,7 @@ namespace kiln {
 struct SgdStepEntry {
   Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, used when momentum != 0
   double lr = 0.1, weight_decay = 0.0;
+  double lr_mult = 1.0;  // with SgdStepOptions::lr (a GPU): this entry's lr is float(*lr * lr_mult)
   bool first_step = false;  // momentum buffer not initialised yet: buf = grad (PyTorch)
 };
 struct SgdStepOptions {
@@ -28,27 +29,39 @@ struct SgdStepOptions {
   // Optional i32 [] on the parameters' device (the fp16 loss scaler's found-inf flag): when it
   // holds a nonzero value the step changes nothing. Read there, never by the host.
   Tensor skip;
+  // Optional f64 [] on the parameters' device (a GPU; the optimizer's device_lr()): the base learning
+  // rate, read by the kernel (so that a captured step, tools/engine/cuda_graph.h, takes each step's
+  // value); each entry then uses float(*lr * lr_mult) in place of its `lr`. The CPU kernels use `lr`.
+  Tensor lr;
 };
 // LARS (optim/lars.h): SGD with momentum whose step is scaled per tensor by a trust ratio computed
 // from the tensor's norms on its own device (no host read).
 struct LarsStepEntry {
   Tensor param, grad, momentum_buffer;  // momentum_buffer: f32, zeros before the first step
   double lr = 0.1, weight_decay = 0.0;
+  double lr_mult = 1.0;  // with LarsStepOptions::lr, as SgdStepEntry::lr_mult
   bool adapt = true;  // false: trust = 1 (the excluded biases and batch-norm parameters)
 };
 struct LarsStepOptions {
   double momentum = 0.9, eta = 0.001, epsilon = 0.0;
   bool nesterov = false;
   Tensor skip;  // as SgdStepOptions::skip
+  Tensor lr;    // as SgdStepOptions::lr
 };
 struct AdamWStepEntry {
   Tensor param, grad, exp_avg, exp_avg_sq;  // moments f32
   Tensor max_exp_avg_sq;  // amsgrad only (f32): the running max of exp_avg_sq, used in its place
   double lr = 1e-3, weight_decay = 0.0;
   int64_t step = 1;  // the step being taken, counted from 1 (bias correction)
+  int64_t row = 0;   // with AdamWStepOptions::values: the row holding this entry's per-step values
 };
 struct AdamWStepOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Optional f32 (P, 3) on the parameters' device (a GPU; AdamW::write_step_values): row `row` of an
+  // entry holds float(1 - lr*wd), float(lr / (1 - beta1^t)), float(sqrt(1 - beta2^t)) for its step,
+  // read by the kernel in place of the values from the entry's lr, weight_decay and step. The CPU
+  // kernel uses the entry's.
+  Tensor values;
 };
 
 // In place, PyTorch's arithmetic in f32 (scalars in double first):
@@ -82,10 +95,19 @@ extern KernelSlot<void (*)(const std::vector<Tensor>& grads, const Tensor& state
 extern KernelSlot<void (*)(const Tensor& state, const Tensor& scale32, const Tensor& found_inf,
                            const LossScaleRule& rule)>
     loss_scale_update_kernel;
+// clip_grad_norm (optim/param.h) without reading back: norm = sqrt(sum of g^2) reduced as
+// sum_of_squares does, coef = max_norm / (norm + 1e-6), and when the norm is finite and coef < 1
+// every g *= float(coef) in place, all on the gradients' device: the bits of the host-decided
+// clipping (sum_of_squares, then scale_and_check_finite), with nothing read back. GPU only.
+extern KernelSlot<void (*)(const std::vector<Tensor>& grads, double max_norm)> clip_grad_norm_on_device_kernel;
 // sum of x^2 over every element of every tensor, accumulated in f64.
 extern KernelSlot<double (*)(const std::vector<Tensor>& xs)> sum_of_squares_kernel;
 // max |x| over the elements (0 when empty); NaN when any element is NaN.
 extern KernelSlot<double (*)(const Tensor& x)> max_abs_kernel;
+// dst (packed f32 on a GPU, values.size() elements) = values, queued on dst's device without a
+// host wait: the values travel as kernel arguments (no host buffer to keep). AdamW's per-step values,
+// written before each step or graph launch (optim/adamw.cpp). GPU only.
+extern KernelSlot<void (*)(const Tensor& dst, const std::vector<float>& values)> write_values_kernel;
 // ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
 extern KernelSlot<void (*)(const Tensor& ema, const Tensor& live, float decay)> ema_update_kernel;
 

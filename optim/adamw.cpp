@@ -3,6 +3,8 @@
 // core/cuda/optim_cuda.cu).
 #include "optim/adamw.h"
 
+#include <cmath>
+
 #include "core/optim_kernels.h"
 
 namespace kiln {
@@ -51,20 +53,64 @@ AdamW::AdamW(std::vector<ParamRef> params, AdamWOptions options)
   state_.resize(params_.size());
 }
 
+namespace {
+
+// The kernel's per-step values for a parameter's step t (core/optim_kernels.h), in double, then f32.
+void step_values(double lr, double wd, int64_t t, double beta1, double beta2, float* out) {
+  const double bc1 = 1.0 - std::pow(beta1, static_cast<double>(t));
+  const double bc2 = 1.0 - std::pow(beta2, static_cast<double>(t));
+  out[0] = static_cast<float>(1.0 - lr * wd);
+  out[1] = static_cast<float>(lr / bc1);
+  out[2] = static_cast<float>(std::sqrt(bc2));
+}
+
+}  // namespace
+
+void AdamW::write_step_values() {
+  if (device().is_cpu()) return;  // the CPU kernel computes them from the entries
+  const int64_t n = static_cast<int64_t>(params_.size());
+  if (n == 0) return;
+  std::vector<float> v(static_cast<size_t>(3 * n));
+  for (size_t k = 0; k < params_.size(); ++k)
+    step_values(this->lr() * params_[k].lr_mult, decay_for(k, options_.weight_decay, options_.no_decay_bn_bias),
+                state_[k].step + 1, options_.betas[0], options_.betas[1], v.data() + 3 * k);
+  if (!values_.defined() || values_.device() != device()) values_ = Tensor::empty({n, 3}, DType::f32, device());
+  write_values_kernel.get(device(), "AdamW")(values_, v);  // as kernel arguments: queued, no wait
+}
+
+void AdamW::note_replayed_step() {
+  for (size_t k : captured_) state_[k].step += 1;
+}
+
+uint64_t AdamW::capture_identity() const {
+  uint64_t h = Optimizer::capture_identity();
+  h = mix(h, values_);
+  for (const Slot& s : state_) h = mix(mix(mix(h, s.exp_avg), s.exp_avg_sq), s.max_exp_avg_sq);
+  return h;
+}
+
 void AdamW::step() {
+  before_step();  // the per-step values to the device (a GPU), unless a graph's caller writes them
+  if (values_written_outside()) captured_.clear();
   const double base_lr = this->lr();
   std::vector<AdamWStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "AdamW");
     if (!grad.defined()) continue;
     Slot& s = state_[k];
+    KILN_CHECK(s.exp_avg.defined() || !values_written_outside(), "AdamW: the first step of '", params_[k].name,
+               "' (its moments are made then) cannot be captured");
+    if (values_written_outside()) captured_.push_back(k);
     if (!s.exp_avg.defined()) {
       const Shape& shape = params_[k].param.shape();
       s.exp_avg = Tensor::zeros(shape, DType::f32, device());
       s.exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
       if (options_.amsgrad) s.max_exp_avg_sq = Tensor::zeros(shape, DType::f32, device());
     }
-    s.step += 1;
+    // Inside a capture the host's count advances when the graph runs (note_replayed_step, after
+    // each replay, the capturing one included): a capture that fails then leaves it as it was.
+    const int64_t t = s.step + 1;
+    if (!values_written_outside()) s.step = t;
     AdamWStepEntry e;
     e.param = params_[k].param;
     e.grad = grad;
@@ -73,10 +119,11 @@ void AdamW::step() {
     e.max_exp_avg_sq = s.max_exp_avg_sq;
     e.lr = base_lr * params_[k].lr_mult;
     e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
-    e.step = s.step;
+    e.step = t;
+    e.row = static_cast<int64_t>(k);
     entries.push_back(e);
   }
-  adamw_step_kernel.get(device(), "AdamW")(entries, {options_.betas[0], options_.betas[1], options_.eps});
+  adamw_step_kernel.get(device(), "AdamW")(entries, {options_.betas[0], options_.betas[1], options_.eps, values_});
 }
 
 OptimizerState AdamW::state_dict() const {

@@ -41,6 +41,15 @@ class AdamW : public Optimizer {
  public:
   AdamW(std::vector<ParamRef> params, AdamWOptions options = {});
   void step() override;
+  std::string capture_refusal() const override { return ""; }  // per-step values on the device
+  // On a GPU: row k of an f32 (P, 3) device tensor gets parameter k's float(1 - lr*wd),
+  // float(lr/(1 - beta1^t)), float(sqrt(1 - beta2^t)) for its next step t = step + 1, computed on the
+  // host in double exactly as the kernel's arguments were, written as kernel arguments (no wait).
+  void write_step_values() override;
+  // The parameters that stepped in the captured step take one more step on the host's count
+  // (after each replay, the capturing one included: a capture itself counts nothing).
+  void note_replayed_step() override;
+  uint64_t capture_identity() const override;
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   json to_json() const override { return with_lr_mult(options_.to_json()); }
@@ -52,8 +61,11 @@ class AdamW : public Optimizer {
     int64_t step = 0;
     Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;  // undefined until the first step
   };
+  bool step_values_written() const override { return values_.defined(); }
   AdamWOptions options_;
   std::vector<Slot> state_;
+  Tensor values_;                  // f32 (P, 3) on a GPU: write_step_values()
+  std::vector<size_t> captured_;   // the parameters the captured step updated (note_replayed_step)
 };
 
 }  // namespace kiln

@@ -109,24 +109,34 @@ void LARS::step_unless(const Tensor& skip) {
   run(skip);
 }
 
+uint64_t LARS::capture_identity() const {
+  uint64_t h = Optimizer::capture_identity();
+  for (const Tensor& m : momentum_) h = mix(h, m);
+  return h;
+}
+
 void LARS::run(const Tensor& skip) {
+  before_step();  // the learning rate to the device (a GPU), unless a graph's caller writes it
   std::vector<LarsStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
     Tensor grad = dense_grad(params_[k], "LARS");
     if (!grad.defined()) continue;
     // Zeros, not the first gradient: the first step is then the formula's own (buf = lr * trust * d)
     // and a skipped first step leaves them at zero without the host reading the flag.
+    KILN_CHECK(momentum_[k].defined() || !values_written_outside(), "LARS: the first step of '", params_[k].name,
+               "' (its momentum buffer is made then) cannot be captured");
     if (!momentum_[k].defined()) momentum_[k] = Tensor::zeros(params_[k].param.shape(), DType::f32, device());
     LarsStepEntry e;
     e.param = params_[k].param;
     e.grad = grad;
     e.momentum_buffer = momentum_[k];
     e.lr = this->lr() * params_[k].lr_mult;
+    e.lr_mult = params_[k].lr_mult;
     e.adapt = !excluded_[k];
     e.weight_decay = e.adapt ? options_.weight_decay : 0.0;
     entries.push_back(e);
   }
-  lars_step_kernel.get(device(), "LARS")(entries, {options_.momentum, options_.eta, options_.epsilon, options_.nesterov, skip});
+  lars_step_kernel.get(device(), "LARS")(entries, {options_.momentum, options_.eta, options_.epsilon, options_.nesterov, skip, device_lr()});
 }
 
 OptimizerState LARS::state_dict() const { return per_param_state(momentum_, "momentum_buffer"); }

@@ -64,6 +64,8 @@ class LARS : public Optimizer {
   // The buffers start at zero, so no step needs the host's knowledge of the outcome.
   bool can_skip_on_device() const override { return true; }
   void step_unless(const Tensor& skip) override;
+  std::string capture_refusal() const override { return ""; }  // the lr is read on the device
+  uint64_t capture_identity() const override;
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
   json to_json() const override { return with_lr_mult(options_.to_json()); }

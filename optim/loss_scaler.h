@@ -89,6 +89,9 @@ class LossScaler {
   // in a row have been counted. Host mode: nothing to read, nothing to do.
   void poll();
   bool on_device() const { return on_device_; }
+  // A replayed CUDA graph ran unscale_on_device() and update_on_device() as captured (tools/engine/
+  // cuda_graph.h): the device state changed without these calls, so the getters read it back again.
+  void note_device_step() { host_fresh_ = false; }
 
   // {"scale", "growth_tracker", "consecutive_nonfinite", "skipped_steps"}; load checks every key.
   std::map<std::string, double> state_dict() const;

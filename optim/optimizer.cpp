@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <unordered_map>
 
 namespace kiln {
@@ -138,6 +139,43 @@ void Optimizer::load_per_param_state(const OptimizerState& state, const std::str
     auto it = split[k].find(slot);
     tensors[k] = it == split[k].end() ? Tensor() : device_copy(it->second);
   }
+}
+
+std::string Optimizer::capture_refusal() const {
+  return type_ + "'s kernels take per-step host values as arguments (the learning rate)";
+}
+
+void Optimizer::write_step_values() {
+  const Device d = device();
+  if (d.is_cpu()) return;  // the CPU kernels take the host's value
+  if (!lr_device_.defined() || lr_device_.device() != d) lr_device_ = Tensor::zeros({}, DType::f64, d);
+  lr_device_.fill_(lr_);  // a kernel with the value as its argument, queued: no host wait
+}
+
+uint64_t Optimizer::mix(uint64_t h, uint64_t v) {
+  // FNV-1a over the 8 bytes of v
+  for (int i = 0; i < 8; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+uint64_t Optimizer::mix(uint64_t h, const Tensor& t) {
+  return mix(h, t.defined() ? static_cast<uint64_t>(reinterpret_cast<uintptr_t>(t.raw_data())) : 0);
+}
+
+uint64_t Optimizer::capture_identity() const {
+  uint64_t h = 1469598103934665603ull;
+  h = mix(h, lr_device_);
+  for (const ParamRef& p : params_) {
+    h = mix(h, p.param);
+    uint64_t bits = 0;
+    static_assert(sizeof(bits) == sizeof(p.lr_mult), "lr_mult is a double");
+    std::memcpy(&bits, &p.lr_mult, sizeof(bits));
+    h = mix(h, bits);
+  }
+  return h;
 }
 
 void Optimizer::step_unless(const Tensor&) {

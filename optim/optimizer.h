@@ -14,8 +14,15 @@
 // The state lives on the parameters' device. A parameter without .grad is left alone (its state does
 // not advance), as in PyTorch.
 // The learning rate starts at the options' lr; schedules overwrite it each iteration (set_lr).
+// On a GPU, SGD and LARS read it through a pointer: each step first writes lr() into a f64 [] tensor
+// on the parameters' device (write_step_values(), a queued fill: no host wait), and the kernels read
+// it there (AdamW: its per-parameter values, adamw.h), so that the step can be captured in a CUDA
+// graph and replayed with each step's values (tools/engine/cuda_graph.h). Eager steps use the same
+// kernels and the same device values. On the CPU the kernels take the host's values and
+// write_step_values() does nothing.
 // Tests: tests/optim/sgd_test.cpp, adamw_test.cpp, lars_test.cpp, factory_test.cpp; lr_mult: tests/engine/finetune_test.cpp.
 #pragma once
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -51,6 +58,27 @@ class Optimizer {
   // steps on the host for the bias correction, so there the caller reads the flag and calls step().
   virtual bool can_skip_on_device() const { return false; }
   virtual void step_unless(const Tensor& skip);
+
+  // --- the step inside a CUDA graph (tools/engine/cuda_graph.h, docs/cuda_backend.md "CUDA graphs") ---
+  // Why this optimizer's step cannot be captured (its kernels take per-step host values), or ""
+  // when every value that changes per step is read on the device (SGD, LARS: the learning rate,
+  // device_lr(); AdamW: its per-step values, AdamW::write_step_values).
+  virtual std::string capture_refusal() const;
+  // Writes the per-step values (the learning rate; AdamW's decay factor, step size and bias
+  // correction per parameter) to the device now, queued on the parameters' device, without a host
+  // wait; nothing on the CPU. step() does it itself unless values_written_outside.
+  virtual void write_step_values();
+  // A replay of a graph that holds this optimizer's step ran it once more, without step(): the
+  // host's own counts (AdamW's step per parameter) advance as the captured step's did.
+  virtual void note_replayed_step() {}
+  // While true, step()/step_unless() do not write the per-step values: a graph is being captured,
+  // and the caller writes them before each launch instead (a write inside the capture would be
+  // frozen with the capture's value).
+  void set_values_written_outside(bool on) { values_outside_ = on; }
+  // What a captured step freezes of this optimizer besides the gradients: the addresses of its
+  // state tensors and of the device scalars, and each parameter's lr_mult, as one hash (a
+  // load_state_dict() or set_lr_mult() changes it, and the graph is captured again).
+  virtual uint64_t capture_identity() const;
   void zero_grad() { kiln::zero_grad(params_); }
 
   const std::string& type() const { return type_; }
@@ -95,6 +123,23 @@ class Optimizer {
   // undefined ones (no step yet) left out; and back, checked as split_tensors does.
   OptimizerState per_param_state(const std::vector<Tensor>& tensors, const std::string& slot) const;
   void load_per_param_state(const OptimizerState& state, const std::string& slot, std::vector<Tensor>& tensors) const;
+  // Whether a graph is being captured (set_values_written_outside): a step then must not create
+  // state (its allocation would belong to the capture) nor read anything back.
+  bool values_written_outside() const { return values_outside_; }
+  // The learning rate on the device (f64 [], written by write_step_values()), or undefined on the CPU.
+  const Tensor& device_lr() const { return lr_device_; }
+  // step()'s start: write_step_values() unless the caller writes them (set_values_written_outside).
+  void before_step() {
+    if (!values_outside_) write_step_values();
+    else
+      KILN_CHECK(device().is_cpu() || step_values_written(), type_, ": a captured step needs its per-step values on ",
+                 "the device: call write_step_values() before the capture");
+  }
+  // Whether write_step_values() has made the device tensors the kernels read.
+  virtual bool step_values_written() const { return lr_device_.defined(); }
+  // Mixes the address of t (0 when undefined) into a capture_identity() hash.
+  static uint64_t mix(uint64_t h, const Tensor& t);
+  static uint64_t mix(uint64_t h, uint64_t v);
   // Weight decay for parameter i: 0 when it is no_decay and `no_decay_bn_bias` is on.
   double decay_for(size_t i, double weight_decay, bool no_decay_bn_bias) const {
     return no_decay_bn_bias && params_[i].no_decay ? 0.0 : weight_decay;
@@ -109,6 +154,8 @@ class Optimizer {
   std::string type_;
   double lr_;
   std::map<std::string, double> lr_mult_;
+  Tensor lr_device_;            // f64 [] on a GPU once a step wrote it
+  bool values_outside_ = false;
 };
 
 // Builds the optimizer named by j["name"] ("sgd", "adamw", "lars"); `path` is the JSON path of `j` for

@@ -9,6 +9,7 @@
 #include <limits>
 #include <set>
 
+#include "core/device.h"  // reads_block
 #include "core/optim_kernels.h"
 
 namespace kiln {
@@ -91,6 +92,17 @@ double grad_norm(const std::vector<ParamRef>& params, double norm_type) {
     m = std::max(m, a);
   }
   return m;
+}
+
+void clip_grad_norm_on_device(const std::vector<ParamRef>& params, double max_norm) {
+  KILN_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, got ", max_norm);
+  Device d;
+  std::vector<Tensor> gs = dense_grads(params, "clip_grad_norm", &d);
+  if (!reads_block(d)) {
+    clip_grad_norm(params, max_norm);
+    return;
+  }
+  clip_grad_norm_on_device_kernel.get(d, "clip_grad_norm")(gs, max_norm);
 }
 
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, double norm_type) {

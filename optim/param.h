@@ -40,6 +40,10 @@ double grad_norm(const std::vector<ParamRef>& params, double norm_type = 2.0);
 // NaN): the step is skipped by the loss scaler or the run is diverging anyway, and the caller sees
 // the non-finite return value.
 double clip_grad_norm(const std::vector<ParamRef>& params, double max_norm, double norm_type = 2.0);
+// The same clipping (norm type 2) without reading the norm back where reads block (a GPU: the
+// coefficient is computed and applied on the device, core/optim_kernels.h, so the step can be
+// captured in a CUDA graph); the same bits as clip_grad_norm. Elsewhere it is clip_grad_norm.
+void clip_grad_norm_on_device(const std::vector<ParamRef>& params, double max_norm);
 
 // The contiguous f32 data of p's gradient, on p's device (undefined when p has none). A gradient that is not
 // contiguous f32 is converted once and stored back as .grad, so in-place updates reach it.

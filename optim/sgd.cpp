@@ -59,13 +59,22 @@ void SGD::step_unless(const Tensor& skip) {
   if (options_.momentum != 0)
     for (size_t k = 0; k < params_.size(); ++k)
       if (!momentum_[k].defined() && dense_grad(params_[k], "SGD").defined()) {
+        KILN_CHECK(!values_written_outside(), "SGD: the first step of '", params_[k].name,
+                   "' (its momentum buffer is made then, and the skip flag read) cannot be captured");
         if (skip.item() == 0) run(Tensor());
         return;
       }
   run(skip);
 }
 
+uint64_t SGD::capture_identity() const {
+  uint64_t h = Optimizer::capture_identity();
+  for (const Tensor& m : momentum_) h = mix(h, m);
+  return h;
+}
+
 void SGD::run(const Tensor& skip) {
+  before_step();  // the learning rate to the device (a GPU), unless a graph's caller writes it
   const bool momentum_on = options_.momentum != 0;
   std::vector<SgdStepEntry> entries;
   for (size_t k = 0; k < params_.size(); ++k) {
@@ -75,15 +84,18 @@ void SGD::run(const Tensor& skip) {
     e.param = params_[k].param;
     e.grad = grad;
     e.lr = this->lr() * params_[k].lr_mult;
+    e.lr_mult = params_[k].lr_mult;
     e.weight_decay = decay_for(k, options_.weight_decay, options_.no_decay_bn_bias);
     if (momentum_on) {
       e.first_step = !momentum_[k].defined();
+      KILN_CHECK(!e.first_step || !values_written_outside(), "SGD: the first step of '", params_[k].name,
+                 "' (its momentum buffer is made then) cannot be captured");
       if (e.first_step) momentum_[k] = Tensor::empty(params_[k].param.shape(), DType::f32, device());
       e.momentum_buffer = momentum_[k];
     }
     entries.push_back(e);
   }
-  sgd_step_kernel.get(device(), "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov, skip});
+  sgd_step_kernel.get(device(), "SGD")(entries, {options_.momentum, options_.dampening, options_.nesterov, skip, device_lr()});
 }
 
 OptimizerState SGD::state_dict() const { return per_param_state(momentum_, "momentum_buffer"); }

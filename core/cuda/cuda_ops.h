@@ -214,6 +214,10 @@ using LarsOptions = LarsStepOptions;
 // LARS (core/optim_kernels.h): per-tensor norms and trust ratios computed on the device, then the
 // momentum step scaled by them; three launches, nothing read back.
 void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt);
+// dst = values (packed f32), the values as kernel arguments: queued, no host wait (core/optim_kernels.h).
+void write_values(const Tensor& dst, const std::vector<float>& values);
+// Gradient-norm clipping decided on the device (core/optim_kernels.h): nothing read back.
+void clip_grad_norm_on_device(const std::vector<Tensor>& grads, double max_norm);
 // Loss scaler: multiplies every gradient by inv_scale in place; returns false if any element (before
 // or after scaling) is inf or NaN.
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale);

@@ -109,6 +109,8 @@ void register_kernels() {
   sum_of_squares_kernel.set(gpu, [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); });
   max_abs_kernel.set(gpu, max_abs);
   ema_update_kernel.set(gpu, ema_update);
+  write_values_kernel.set(gpu, write_values);
+  clip_grad_norm_on_device_kernel.set(gpu, clip_grad_norm_on_device);
 
   // cuDNN keeps no state between the passes: the `saved` handle stays null
   conv2d_forward_kernel.set(gpu, [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,

@@ -1,10 +1,15 @@
 // Optimizer updates and loss-scaler checks over every parameter in one kernel launch. The host
 // builds a table {pointers, size, per-tensor scalars, first chunk} for all tensors, uploads it once
 // (runtime.h's upload()), and each block walks 16K-element chunks, finding its tensor by binary
-// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path. LARS adds
+// search over the chunks' prefix sums. Math in f32 as PyTorch's single-tensor f32 path. The
+// learning rate of SGD and LARS is read from a device scalar when the optimizer gives one (its
+// device_lr(): the same kernels eager and in a CUDA graph, so both give the same bits); a table
+// queued while the stream is being captured goes into the graph itself (upload_table). LARS adds
 // two launches before its step: per-chunk partial norms and one trust ratio per tensor, on the device.
 // Tests: tests/gpu/optim_test.cpp, tests/gpu/lars_test.cpp.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/cuda/cuda_ops.h"
@@ -22,6 +27,7 @@ struct Entry {
   int64_t n = 0;
   int64_t chunk_begin = 0;
   float f[4] = {0, 0, 0, 0};  // per kernel: learning rate, weight decay, ...
+  double mult = 1.0;          // SGD, LARS with a device lr: the entry's lr is float(*lr * mult)
   int32_t flag = 0;           // SGD: momentum buffer not initialised yet
   int32_t dtype = 0;          // dtype of ptr[1] (gradients may be f16/bf16) or of ptr[0] (unscale)
 };
@@ -57,10 +63,16 @@ __global__ void multi_tensor_kernel(const Entry* table, int count, int64_t total
   }
 }
 
+// The entry's learning rate: float(base * mult) from the device scalar, or the host's f[0].
+__device__ __forceinline__ float entry_lr(const Entry& e, const double* lr) {
+  return lr ? static_cast<float>(*lr * e.mult) : e.f[0];
+}
+
 struct SgdBody {
   float momentum, dampening;
   bool nesterov;
   const int32_t* skip;  // the loss scaler's found-inf flag, or null: nonzero leaves everything as it is
+  const double* lr;     // the base learning rate on the device, or null: f[0]
   __device__ void operator()(const Entry& e, int64_t i) const {
     if (skip && *skip) return;
     float* p = static_cast<float*>(e.ptr[0]);
@@ -73,21 +85,24 @@ struct SgdBody {
       buf[i] = b;
       g = nesterov ? g + momentum * b : b;
     }
-    p[i] = w - e.f[0] * g;
+    p[i] = w - entry_lr(e, lr) * g;
   }
 };
 
 // f = {decay factor 1 - lr*wd, step size lr/(1-b1^t), sqrt(1-b2^t), unused}
 // c1 = 1 - beta1 and c2 = 1 - beta2 are taken in double on the host (as the CPU kernel does):
 // 1.f - 0.999f is 1.3e-5 away from 0.001, which would put exp_avg_sq off by that much relative.
+// With `values` (the optimizer's per-step values on the device), f is read from row e.flag there.
 struct AdamWBody {
   float beta1, beta2, c1, c2, eps;
+  const float* values;
   __device__ void operator()(const Entry& e, int64_t i) const {
+    const float* f = values ? values + 3 * static_cast<int64_t>(e.flag) : e.f;
     float* p = static_cast<float*>(e.ptr[0]);
     float* m = static_cast<float*>(e.ptr[2]);
     float* v = static_cast<float*>(e.ptr[3]);
     float g = load_any(e.ptr[1], e.dtype, i);
-    float w = p[i] * e.f[0];
+    float w = p[i] * f[0];
     float mi = beta1 * m[i] + c1 * g;
     float vi = beta2 * v[i] + c2 * g * g;
     m[i] = mi;
@@ -97,7 +112,7 @@ struct AdamWBody {
       vi = fmaxf(vmax[i], vi);
       vmax[i] = vi;
     }
-    p[i] = w - e.f[1] * mi / (sqrtf(vi) / e.f[2] + eps);
+    p[i] = w - f[1] * mi / (sqrtf(vi) / f[2] + eps);
   }
 };
 
@@ -185,12 +200,12 @@ __global__ void lars_trust_kernel(const Entry* table, int count, int64_t total_c
 
 // Third launch: the step, f = {lr, weight decay}, the entry's trust ratio read from `trust`.
 __global__ void lars_apply_kernel(const Entry* table, int count, int64_t total_chunks, const float* trust,
-                                  float momentum, bool nesterov, const int32_t* skip) {
+                                  float momentum, bool nesterov, const int32_t* skip, const double* lr) {
   if (skip && *skip) return;
   for (int64_t c = blockIdx.x; c < total_chunks; c += gridDim.x) {
     const int k = find_entry(table, count, c);
     const Entry e = table[k];
-    const float scaled_lr = e.f[0] * trust[k];
+    const float scaled_lr = entry_lr(e, lr) * trust[k];
     float* p = static_cast<float*>(e.ptr[0]);
     float* buf = static_cast<float*>(e.ptr[2]);
     int64_t start = (c - e.chunk_begin) * kChunk, end = min(e.n, start + kChunk);
@@ -206,10 +221,49 @@ __global__ void lars_apply_kernel(const Entry* table, int count, int64_t total_c
   }
 }
 
+// A table queued while the device's stream is being captured into a CUDA graph (core/graph_capture.h)
+// cannot go through upload(): the graph would copy from upload()'s pinned staging ring at each
+// replay, after later uploads have overwritten it (and a pageable copy is not allowed in a capture).
+// Its bytes go into the graph instead, as the by-value arguments of small kernels (at most 4 KiB of
+// arguments each) that write them into a buffer of the capture's pool: each replay writes the same
+// bytes again, in stream order, before the kernels that read them.
+constexpr int kTableBytesPerLaunch = 3968;
+struct TableBytes {
+  unsigned char b[kTableBytesPerLaunch];
+};
+__global__ void write_table_kernel(unsigned char* dst, TableBytes src, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src.b[i];
+}
+
+bool capturing(int device) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream_of(device), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+
+// Clipping on the device: the coefficient from the f64 sum of squares (one thread), then every
+// gradient scaled by it where clipping applies (a finite norm and coef < 1), as the host decides it.
+__global__ void clip_coef_kernel(const double* sumsq, double max_norm, float* coef, int32_t* apply) {
+  const double norm = sqrt(*sumsq);
+  const double c = max_norm / (norm + 1e-6);
+  const bool on = isfinite(norm) && c < 1.0;
+  *apply = on ? 1 : 0;
+  *coef = on ? static_cast<float>(c) : 1.f;
+}
+
+struct ScaleByBody {
+  const float* coef;
+  const int32_t* apply;
+  __device__ void operator()(const Entry& e, int64_t i) const {
+    if (!*apply) return;
+    store_any(e.ptr[0], e.dtype, i, load_any(e.ptr[0], e.dtype, i) * *coef);
+  }
+};
+
 // Host side: the table and its launch.
 struct Table {
   std::vector<Entry> entries;
-  std::vector<Tensor> keep;  // packed copies that must live until the kernels are queued
+  mutable std::vector<Tensor> keep;  // packed copies (and a captured table) that must live until the kernels are queued
   int64_t chunks = 0;
   int device = -1;
 
@@ -220,7 +274,20 @@ struct Table {
     entries.push_back(e);
   }
   const Entry* upload_table() const {
-    return static_cast<const Entry*>(upload(device, entries.data(), entries.size() * sizeof(Entry)));
+    const size_t bytes = entries.size() * sizeof(Entry);
+    if (!capturing(device)) return static_cast<const Entry*>(upload(device, entries.data(), bytes));
+    Tensor buf = Tensor::empty({static_cast<int64_t>(bytes)}, DType::u8, Device::cuda(device));
+    keep.push_back(buf);
+    auto* dst = static_cast<unsigned char*>(buf.raw_data());
+    const auto* src = reinterpret_cast<const unsigned char*>(entries.data());
+    for (size_t at = 0; at < bytes; at += kTableBytesPerLaunch) {
+      const int n = static_cast<int>(std::min<size_t>(kTableBytesPerLaunch, bytes - at));
+      TableBytes part;
+      std::memcpy(part.b, src + at, static_cast<size_t>(n));
+      write_table_kernel<<<1, kThreads, 0, stream_of(device)>>>(dst + at, part, n);
+      CUDA_CHECK_LAUNCH();
+    }
+    return reinterpret_cast<const Entry*>(dst);
   }
   int grid() const { return static_cast<int>(std::min<int64_t>(chunks, int64_t(context(device).sm_count) * 8)); }
   // One launch of body(entry, i) over every element of every tensor.
@@ -293,6 +360,15 @@ const int32_t* skip_flag(const char* op, const Tensor& skip, int device) {
   return static_cast<const int32_t*>(skip.raw_data());
 }
 
+// The optimizer's base learning rate on the device (f64 [] on the parameters' GPU), or null without one.
+const double* lr_scalar(const char* op, const Tensor& lr, int device) {
+  if (!lr.defined()) return nullptr;
+  KILN_CHECK(lr.dtype() == DType::f64 && lr.numel() == 1, op, ": lr must be f64 [], got ", lr.str());
+  KILN_CHECK(lr.device() == Device::cuda(device), op, ": lr ", lr.str(), " must be on ", Device::cuda(device).str(),
+             " with the parameters");
+  return static_cast<const double*>(lr.raw_data());
+}
+
 void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
   const char* op = "sgd_step";
   KILN_CHECK(opt.momentum >= 0.0 && opt.dampening >= 0.0, op, ": momentum and dampening must be >= 0");
@@ -308,12 +384,14 @@ void sgd_step(const std::vector<SgdEntry>& entries, const SgdOptions& opt) {
     }
     e.f[0] = static_cast<float>(s.lr);
     e.f[1] = static_cast<float>(s.weight_decay);
+    e.mult = s.lr_mult;
     e.flag = s.first_step ? 1 : 0;
     t.add(e);
   }
   if (t.chunks == 0) return;
   const int32_t* skip = skip_flag(op, opt.skip, t.device);
-  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip});
+  const double* lr = lr_scalar(op, opt.lr, t.device);
+  t.launch(SgdBody{static_cast<float>(opt.momentum), static_cast<float>(opt.dampening), opt.nesterov, skip, lr});
 }
 
 void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
@@ -328,11 +406,13 @@ void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
     e.ptr[2] = s.momentum_buffer.raw_data();
     e.f[0] = static_cast<float>(s.lr);
     e.f[1] = static_cast<float>(s.weight_decay);
+    e.mult = s.lr_mult;
     e.flag = s.adapt ? 1 : 0;
     t.add(e);
   }
   if (t.chunks == 0) return;
   const int32_t* skip = skip_flag(op, opt.skip, t.device);
+  const double* lr = lr_scalar(op, opt.lr, t.device);
   // NOTE: the norms stay on the device (partials, then one trust ratio per tensor): nothing is read
   // back, so the step queues behind the backward pass without the host waiting for it.
   DeviceGuard guard(t.device);
@@ -347,7 +427,7 @@ void lars_step(const std::vector<LarsEntry>& entries, const LarsOptions& opt) {
                                                     static_cast<float*>(trust.raw_data()), opt.eta, opt.epsilon);
   CUDA_CHECK_LAUNCH();
   lars_apply_kernel<<<t.grid(), kThreads, 0, stream>>>(table, count, t.chunks, static_cast<const float*>(trust.raw_data()),
-                                                       static_cast<float>(opt.momentum), opt.nesterov, skip);
+                                                       static_cast<float>(opt.momentum), opt.nesterov, skip, lr);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -374,11 +454,41 @@ void adamw_step(const std::vector<AdamWEntry>& entries, const AdamWOptions& opt)
     e.f[0] = static_cast<float>(1.0 - a.lr * a.weight_decay);
     e.f[1] = static_cast<float>(a.lr / bc1);
     e.f[2] = static_cast<float>(std::sqrt(bc2));
+    if (opt.values.defined()) {
+      KILN_CHECK(a.row >= 0 && a.row < opt.values.size(0), op, ": row ", a.row, " outside the values ", opt.values.str());
+      e.flag = static_cast<int32_t>(a.row);
+    }
     t.add(e);
   }
   if (t.chunks == 0) return;
+  const float* values = nullptr;
+  if (opt.values.defined()) {
+    KILN_CHECK(opt.values.dtype() == DType::f32 && opt.values.dim() == 2 && opt.values.size(1) == 3 &&
+                   opt.values.is_contiguous() && opt.values.device() == Device::cuda(t.device),
+               op, ": values must be packed f32 (P, 3) on ", Device::cuda(t.device).str(), ", got ", opt.values.str());
+    values = static_cast<const float*>(opt.values.raw_data());
+  }
   t.launch(AdamWBody{static_cast<float>(opt.beta1), static_cast<float>(opt.beta2), static_cast<float>(1.0 - opt.beta1),
-                     static_cast<float>(1.0 - opt.beta2), static_cast<float>(opt.eps)});
+                     static_cast<float>(1.0 - opt.beta2), static_cast<float>(opt.eps), values});
+}
+
+void write_values(const Tensor& dst, const std::vector<float>& values) {
+  const char* op = "write_values";
+  KILN_CHECK(dst.dtype() == DType::f32 && dst.is_contiguous() && dst.numel() == static_cast<int64_t>(values.size()), op,
+             ": dst ", dst.str(), " must be packed f32 of ", values.size(), " elements");
+  if (values.empty()) return;
+  const int device = checked_index(dst.device(), op);
+  DeviceGuard g(device);
+  auto* out = static_cast<unsigned char*>(dst.raw_data());
+  const auto* src = reinterpret_cast<const unsigned char*>(values.data());
+  const size_t bytes = values.size() * sizeof(float);
+  for (size_t at = 0; at < bytes; at += kTableBytesPerLaunch) {
+    const int n = static_cast<int>(std::min<size_t>(kTableBytesPerLaunch, bytes - at));
+    TableBytes part;
+    std::memcpy(part.b, src + at, static_cast<size_t>(n));
+    write_table_kernel<<<1, kThreads, 0, stream_of(device)>>>(out + at, part, n);
+    CUDA_CHECK_LAUNCH();
+  }
 }
 
 bool unscale_and_check_finite(const std::vector<Tensor>& grads, double inv_scale) {
@@ -428,6 +538,36 @@ void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor&
                                                           static_cast<float*>(scale32.raw_data()),
                                                           static_cast<int32_t*>(found_inf.raw_data()), rule);
   CUDA_CHECK_LAUNCH();
+}
+
+void clip_grad_norm_on_device(const std::vector<Tensor>& grads, double max_norm) {
+  const char* op = "clip_grad_norm_on_device";
+  KILN_CHECK(max_norm > 0, op, ": max_norm must be > 0, got ", max_norm);
+  Table t;
+  for (const Tensor& g : grads) {
+    if (!g.defined()) continue;
+    KILN_CHECK(g.is_contiguous(), op, ": gradient ", g.str(), " must be packed (it is scaled in place)");
+    t.add_tensor(op, g);
+  }
+  if (t.chunks == 0) return;
+  DeviceGuard guard(t.device);
+  const Device d = Device::cuda(t.device);
+  Tensor partial = Tensor::empty({t.chunks}, DType::f32, d);
+  Tensor sumsq = Tensor::empty({}, DType::f64, d);
+  Tensor coef = Tensor::empty({}, DType::f32, d);
+  Tensor apply = Tensor::empty({}, DType::i32, d);
+  const Entry* table = t.upload_table();
+  cudaStream_t stream = stream_of(t.device);
+  // the norm exactly as sum_of_squares() takes it
+  sumsq_kernel<<<t.grid(), kThreads, 0, stream>>>(table, static_cast<int>(t.entries.size()), t.chunks,
+                                                  static_cast<float*>(partial.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  reduce_arb<1, SumCombine>(t.device, 1, t.chunks, 1, LoadVector{static_cast<const float*>(partial.raw_data())},
+                            StoreF64{static_cast<double*>(sumsq.raw_data())});
+  clip_coef_kernel<<<1, 1, 0, stream>>>(static_cast<const double*>(sumsq.raw_data()), max_norm,
+                                        static_cast<float*>(coef.raw_data()), static_cast<int32_t*>(apply.raw_data()));
+  CUDA_CHECK_LAUNCH();
+  t.launch(ScaleByBody{static_cast<const float*>(coef.raw_data()), static_cast<const int32_t*>(apply.raw_data())});
 }
 
 double sum_of_squares(const std::vector<Tensor>& xs) {

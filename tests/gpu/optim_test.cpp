@@ -37,7 +37,7 @@ TEST(CudaOptim, SgdMatchesReference) {
       e.weight_decay = k % 2 ? 1e-2 : 0.0;  // none on "biases"
       entries.push_back(e);
     }
-    cuda::SgdOptions opt{cfg.momentum, cfg.dampening, cfg.nesterov, Tensor()};
+    cuda::SgdOptions opt{cfg.momentum, cfg.dampening, cfg.nesterov, Tensor(), Tensor()};
     for (int step = 0; step < 3; ++step) {
       for (size_t k = 0; k < 4; ++k) {
         DType gt = k == 2 ? DType::bf16 : DType::f32;
@@ -67,7 +67,7 @@ TEST(CudaOptim, SgdMatchesReference) {
 
 TEST(CudaOptim, AdamWMatchesReference) {
   if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
-  cuda::AdamWOptions opt{0.9, 0.999, 1e-8};
+  cuda::AdamWOptions opt{0.9, 0.999, 1e-8, Tensor()};
   std::vector<std::vector<double>> p, m, v;
   std::vector<cuda::AdamWEntry> entries;
   for (size_t k = 0; k < 4; ++k) {
@@ -137,7 +137,7 @@ TEST(CudaOptim, BadEntriesThrow) {
   e.grad = Tensor::zeros({5}, DType::f32, gpu());
   EXPECT_THROW(cuda::sgd_step({e}, {}), Error);  // shape mismatch
   e.grad = Tensor::zeros({4}, DType::f32, gpu());
-  EXPECT_THROW(cuda::sgd_step({e}, {0.9, 0.0, false, Tensor()}), Error);  // momentum without a buffer
+  EXPECT_THROW(cuda::sgd_step({e}, {0.9, 0.0, false, Tensor(), Tensor()}), Error);  // momentum without a buffer
   e.param = Tensor::zeros({4}, DType::bf16, gpu());
   EXPECT_THROW(cuda::sgd_step({e}, {}), Error);  // master weights must be f32
 }

@@ -31,8 +31,9 @@ struct TrainOptions {
   /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
   /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
   bool cudnn_benchmark = false;
-  /// "auto", "on" or "off" (default "off"): on a GPU, capture each batch shape's forward and backward
-  /// once as a CUDA graph and replay it (the update stays eager); auto falls back to eager steps
+  /// "auto", "on" or "off" (default "off"): on a GPU, capture each batch shape's forward, backward
+  /// and update once as a CUDA graph and replay it (the update stays eager where the fp16 verdict is
+  /// read back); auto falls back to eager steps
   /// where a step cannot be captured (dropout, several GPUs), saying why; on makes that an error, and
   /// so is on with device=cpu (docs/cuda_backend.md, "CUDA graphs")
   std::string cuda_graph = "off";

@@ -37,6 +37,13 @@ std::string graph_refusal(const StepSetup& s, const Module& model) {
   return "";
 }
 
+std::string update_refusal(const StepSetup& s, const Optimizer& opt) {
+  if (s.scaler && !s.scaler_on_device) return "the loss scaler's verdict is " + s.verdict_reason;
+  const std::string why = opt.capture_refusal();
+  if (!why.empty()) return why;
+  return "";
+}
+
 StepGraph::StepGraph(GraphMode mode, int warmup) : mode_(mode), warmup_(warmup) {
   KILN_CHECK(warmup >= 1, "StepGraph: warmup = ", warmup, "; accepted: >= 1 (the first step of a shape runs eagerly)");
 }
@@ -47,7 +54,7 @@ void StepGraph::say(const std::string& line) {
   else std::cout << line << "\n";
 }
 
-std::string StepGraph::key_of(const StepBatch& b, const StepSetup& s) {
+std::string StepGraph::key_of(const StepBatch& b, const StepSetup& s, const Optimizer* opt) {
   std::ostringstream k;
   k << "images " << b.images.str() << ", labels " << b.labels.str();
   if (b.targets.defined()) k << ", targets " << b.targets.str();
@@ -65,6 +72,11 @@ std::string StepGraph::key_of(const StepBatch& b, const StepSetup& s) {
       k << ", scale on the device @" << s.scaler->found_inf().raw_data();
     else k << ", scale " << s.scaler->scale();
   }
+  if (opt) {
+    // A captured update freezes the optimizer's tables: its state's addresses and each lr_mult.
+    if (update_refusal(s, *opt).empty()) k << ", update captured, " << opt->type() << " #" << std::hex << opt->capture_identity();
+    else k << ", update eager";
+  }
   return k.str();
 }
 
@@ -76,8 +88,7 @@ std::string StepGraph::decide(const std::string& key) {
   return same_ > warmup_ ? "capture" : "eager";
 }
 
-bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module& model,
-                    const std::vector<Tensor>& params,
+bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module& model, Optimizer& opt,
                     const std::function<std::vector<MicroOut>(const StepBatch&)>& capture) {
   if (mode_ == GraphMode::off) return false;
   if (!checked_) {
@@ -87,13 +98,17 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
       KILN_CHECK(mode_ != GraphMode::on, "train.cuda_graph: \"on\", but this step cannot be captured: ", refusal_,
                  "; accepted there: \"auto\" (such steps run eagerly) or \"off\"");
       say("cuda_graph: eager: " + refusal_);
+    } else {
+      const std::string why = update_refusal(setup, opt);
+      update_captured_ = why.empty();
+      if (!update_captured_) say("cuda_graph: the update runs eagerly after each replay: " + why);
     }
   }
   if (!refusal_.empty()) {
     ++counts_.eager;
     return false;
   }
-  const std::string key = key_of(batch, setup);
+  const std::string key = key_of(batch, setup, &opt);
   const std::string what = decide(key);
   if (what == "eager") {
     ++counts_.eager;
@@ -101,6 +116,10 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
     return false;
   }
   const Device d = setup.device;
+  std::vector<Tensor> params;
+  for (const ParamRef& p : opt.params()) params.push_back(p.param);
+  // The per-step values the captured update reads (the learning rate), written before the launch.
+  if (update_captured_) opt.write_step_values();
   auto fill = [&](Tensor& dst, const Tensor& src) {
     if (src.defined()) dst.copy_(src);  // from pinned memory: queued, no wait
   };
@@ -119,9 +138,12 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
     std::vector<MicroOut> outs;
     try {
       begin_capture(d);
+      opt.set_values_written_outside(update_captured_);
       outs = capture(StepBatch{in_images_, in_labels_, in_targets_, batch.normalize});
+      opt.set_values_written_outside(false);
       work_ = end_capture(d);
     } catch (const std::exception& e) {
+      opt.set_values_written_outside(false);
       abandon_capture(d);
       work_.reset();
       in_images_ = in_labels_ = in_targets_ = Tensor();
@@ -146,6 +168,10 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
     fill(in_targets_, batch.targets);
   }
   work_->replay();  // a capture runs nothing: the capturing step replays too
+  // The captured update changed the scaler's device state without its calls: its getters read again.
+  if (update_captured_ && setup.scaler) setup.scaler->note_device_step();
+  // ... and the optimizer's host counts (AdamW's steps) advance as the captured step's.
+  if (update_captured_) opt.note_replayed_step();
   // The graph wrote the gradients where it captured them; an eager step in between may have set
   // other tensors as .grad.
   for (size_t i = 0; i < params.size() && i < grads_.size(); ++i) {

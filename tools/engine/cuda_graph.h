@@ -5,10 +5,13 @@
 // eagerly (cuDNN's algorithm search, plan caches, the scaler's device state and the optimizer's
 // buffers are made there); the next is captured: zero_grad, every micro-batch's forward, loss and
 // backward, read from fixed device buffers that each step fills (asynchronously, on the stream)
-// with its batch before the launch. The update (the loss scaler's unscale and verdict, clipping,
-// the optimizer, the scaler's update) runs eagerly after the launch, in train_step's own code: the
-// learning rate, the step counts and the scale then come from the host each step, and the
-// optimizer's pointer tables from upload()'s ring, none frozen. One graph at a time: a step of
+// with its batch before the launch, and, where update_refusal() is "", the update too (the loss
+// scaler's unscale_on_device, the optimizer's step or step_unless(found_inf), update_on_device): the
+// optimizer's per-step values (the learning rate; AdamW's bias corrections) are written to the device
+// before each launch (Optimizer::write_step_values) and its host counts advance after it
+// (note_replayed_step), its pointer tables are part of the graph (core/cuda/optim_cuda.cu), and the
+// scale is read on the device; clipping is decided there too. Otherwise (the fp16 verdict read back) the update
+// runs eagerly after the launch, in train_step's own code, with one line naming why. One graph at a time: a step of
 // another shape (the last partial batch) runs eagerly next to it, and a shape seen `warmup` + 1 times
 // in a row replaces it. A capture that fails runs that step eagerly and keeps its key eager, with
 // one line naming the reason; a configuration that cannot be captured (refusal()) runs eagerly with
@@ -25,6 +28,7 @@
 #include "core/graph_capture.h"
 #include "core/tensor.h"
 #include "layers/module.h"
+#include "optim/optimizer.h"
 
 namespace kiln {
 
@@ -40,6 +44,14 @@ GraphMode parse_graph_mode(const std::string& s, const std::string& what = "trai
 // (the CPU), no update (AutoBatch's probe), several ranks (GradSync's all-reduce and its hooks), the
 // loss read to the host each step, a dropout layer (its mask's seed is a host argument).
 std::string graph_refusal(const StepSetup& setup, const Module& model);
+
+// Why a captured step of `setup` leaves the update (unscale, verdict, clipping, the optimizer's
+// step, the scaler's update) out of the graph, to run eagerly after each replay, or "" when the
+// graph holds it: an fp16 verdict read back (setup.scaler_on_device false: clipping, an EMA, an
+// optimizer that cannot skip on the device), an optimizer whose kernels take per-step host values
+// (Optimizer::capture_refusal; none of the built-in ones). Clipping without a scaler is captured
+// (clip_grad_norm_on_device).
+std::string update_refusal(const StepSetup& setup, const Optimizer& opt);
 
 struct GraphCounts {
   int64_t captures = 0;        // graphs captured
@@ -62,8 +74,10 @@ class StepGraph {
 
   // What a capture freezes, as text: the shapes and dtypes of the batch, the normalisation of u8
   // images, the micro-batch split, and the loss scaler's host scale (host mode) or the identity of
-  // its device state (device mode). Two steps with equal keys run the same captured work.
-  static std::string key_of(const StepBatch& batch, const StepSetup& setup);
+  // its device state (device mode); with `opt`, whether the update is captured and, when it is,
+  // the optimizer's capture_identity() (its state's addresses and lr_mult). Two steps with equal keys
+  // run the same captured work.
+  static std::string key_of(const StepBatch& batch, const StepSetup& setup, const Optimizer* opt = nullptr);
 
   // --- used by train_step ---
   struct MicroOut {
@@ -72,12 +86,16 @@ class StepGraph {
     double share = 0;
   };
   // Whether this step replays (capturing first when it is time): false means run it eagerly. On
-  // true, the gradients are in the parameters' .grad, and `outs` hold each micro-batch's outputs.
-  // `capture` runs the micro-batches (zero_grad, forward, backward) on the given batch and returns
-  // their outputs; it is called inside a capture only.
-  bool run(const StepBatch& batch, const StepSetup& setup, const Module& model, const std::vector<Tensor>& params,
+  // true, the gradients are in the parameters' .grad, `outs` hold each micro-batch's outputs, and
+  // when update_captured() the update has been queued too. `capture` runs the micro-batches
+  // (zero_grad, forward, backward) on the given batch, then the update when update_captured(), and
+  // returns their outputs; it is called inside a capture only (with the optimizer's
+  // set_values_written_outside on).
+  bool run(const StepBatch& batch, const StepSetup& setup, const Module& model, Optimizer& opt,
            const std::function<std::vector<MicroOut>(const StepBatch&)>& capture);
   const std::vector<MicroOut>& outs() const { return outs_; }
+  // Whether the graph holds the update (update_refusal() was "" at the first step).
+  bool update_captured() const { return update_captured_; }
 
   // The decision alone, for a step of `key` (tests): "replay", "capture" or "eager".
   std::string decide(const std::string& key);
@@ -88,6 +106,7 @@ class StepGraph {
   int warmup_;
   bool checked_ = false;
   std::string refusal_;
+  bool update_captured_ = false;
   std::shared_ptr<CapturedWork> work_;
   std::string key_, last_key_;
   int64_t same_ = 0;

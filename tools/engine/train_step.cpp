@@ -145,7 +145,8 @@ StepResult update(Optimizer& opt, const StepSetup& setup, StepResult r) {
   }
   r.finite = loss_finite;
   if (!r.finite) return r;  // the caller reports it, with the epoch and step
-  if (setup.clip_grad_norm > 0) clip_grad_norm(params, setup.clip_grad_norm);
+  // decided on the device where reads block (the same bits): nothing read back, so it can be captured
+  if (setup.clip_grad_norm > 0) clip_grad_norm_on_device(params, setup.clip_grad_norm);
   opt.step();
   r.stepped = true;
   return r;
@@ -160,9 +161,8 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
   KILN_CHECK(setup.accumulate >= 1, "train_step: accumulate = ", setup.accumulate, "; accepted: >= 1");
   StepResult r;
   if (setup.graph) {
-    // train.cuda_graph (cuda_graph.h): the micro-batches replayed from a graph, the update eagerly.
-    std::vector<Tensor> params;
-    for (const ParamRef& p : opt.params()) params.push_back(p.param);
+    // train.cuda_graph (cuda_graph.h): the micro-batches replayed from a graph, and the update with
+    // them where the graph holds it (update_captured()), else eagerly after the replay.
     auto capture = [&](const StepBatch& fixed) {
       std::vector<StepGraph::MicroOut> outs;
       double unused = 0;
@@ -172,9 +172,10 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
       micro_batches(model, opt, fixed, s, [&](const MicroBatchOut& mo) {
         outs.push_back({mo.loss.detach(), mo.logits.detach(), mo.logits32.detach(), mo.labels, mo.size, mo.share});
       }, &unused, &last);
+      if (setup.graph->update_captured()) update(opt, s, StepResult{});
       return outs;
     };
-    if (setup.graph->run(batch, setup, model, params, capture)) {
+    if (setup.graph->run(batch, setup, model, opt, capture)) {
       const auto& outs = setup.graph->outs();
       for (size_t k = 0; k < outs.size(); ++k) {
         const auto& o = outs[k];
@@ -182,7 +183,12 @@ StepResult train_step(Module& model, Optimizer& opt, const StepBatch& batch, con
                                              static_cast<int64_t>(k)});
       }
       if (!outs.empty()) r.last_loss = outs.back().loss;
-      return update(opt, setup, r);
+      if (!setup.graph->update_captured()) return update(opt, setup, r);
+      // What update() returns for a step that reads nothing back (the loss is not read in a graph).
+      r.finite = true;
+      r.stepped = true;
+      r.verdict_on_device = setup.scaler != nullptr;
+      return r;
     }
   }
   micro_batches(model, opt, batch, setup, on_micro, &r.loss, &r.last_loss);

@@ -13,7 +13,9 @@
 //     loss scaler when there is one; GradSync (several ranks) defers its all-reduce until the last
 //     micro-batch, then finish();
 //   (with setup.graph, train.cuda_graph: those micro-batches replayed from a CUDA graph captured once
-//   per batch shape, cuda_graph.h; the rest below runs eagerly either way)
+//   per batch shape, cuda_graph.h, with the update below inside the graph too where nothing in it is
+//   read back (update_refusal(): no fp16 verdict read back; clipping decided on the device), else
+//   the update eagerly after the replay)
 //   then (setup.update): with a loss scaler, unscale and check the gradients (and the loss, when read)
 //   and skip a non-finite step; clip the gradient norm; optimizer step; scaler update. With
 //   setup.scaler_on_device the check and the skip happen on the device (nothing is read back).
@@ -71,7 +73,8 @@ struct StepSetup {
   bool read_loss = true;         // read each micro-batch's loss to the host (StepResult::loss)
   bool update = true;            // false: forward and backward only (AutoBatch's probe)
   // train.cuda_graph (cuda_graph.h): the micro-batches captured once per batch shape and replayed,
-  // the update eager after them; null: every step eager (off, the CPU, the probe). Shared by copies.
+  // the update inside the graph or eager after it (update_refusal); null: every step eager (off, the
+  // CPU, the probe). Shared by copies.
   std::shared_ptr<StepGraph> graph;
 };
 
