@@ -121,7 +121,9 @@ TEST(CudaConvFusion, AShapeCudnnRefusesFallsBackAndMatches) {
       ops::ConvBnStats got = ops::conv_scale_bias_relu_stats(in.x, in.scale, in.bias, in.w, in.p, &how);
       ops::ConvBnStats want = ops::conv_scale_bias_relu_stats_unfused(in.x, in.scale, in.bias, in.w, in.p);
       std::printf("  %s: %s (%s)\n", what.c_str(), how.fused ? "fused" : "unfused", how.why.c_str());
-      if (!how.fused) EXPECT_EQ(how.why.rfind("refused: ", 0), 0u) << what << ": " << how.why;
+      if (!how.fused) {
+        EXPECT_EQ(how.why.rfind("refused: ", 0), 0u) << what << ": " << how.why;
+      }
       expect_matches(got, want, t, what);
     }
 }
@@ -276,7 +278,9 @@ TEST(CudaConvFusion, FusedBackwardMatchesTheUnfusedOpsOnResNet50Shapes) {
       // f16/bf16 (f32 may be refused).
       if (t != DType::f32) {
         EXPECT_TRUE(how.dgrad.fused) << what << ": " << how.dgrad.why;
-        if (hopper) EXPECT_TRUE(how.wgrad.fused) << what << ": " << how.wgrad.why;
+        if (hopper) {
+          EXPECT_TRUE(how.wgrad.fused) << what << ": " << how.wgrad.why;
+        }
       }
       expect_backward_matches(got, want, t, what);
       // the cached graphs again: the same values (the sums in a fixed order, no atomics)
@@ -301,7 +305,9 @@ TEST(CudaConvFusion, BackwardShapesCudnnRefusesFallBackAndMatch) {
       std::printf("  backward %s: dgrad %s (%s), wgrad %s (%s)\n", what.c_str(), how.dgrad.fused ? "fused" : "unfused",
                   how.dgrad.why.c_str(), how.wgrad.fused ? "fused" : "unfused", how.wgrad.why.c_str());
       for (const ops::ConvFusionChoice* h : {&how.dgrad, &how.wgrad})
-        if (!h->fused) EXPECT_EQ(h->why.rfind("refused: ", 0), 0u) << what << ": " << h->why;
+        if (!h->fused) {
+          EXPECT_EQ(h->why.rfind("refused: ", 0), 0u) << what << ": " << h->why;
+        }
       expect_backward_matches(got, want, t, what);
     }
 }
