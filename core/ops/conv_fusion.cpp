@@ -1,11 +1,12 @@
 // The fused BN-affine + ReLU + conv + statistics op (see conv_fusion.h): checks, then the device's
 // fused kernel when it has one and no input needs a gradient, else the chain of public ops; the
-// training op (the same forward, its own backward) and bn_finalize.
+// training op (the same forward, its own backward); the counts of what ran fused.
 #include "core/ops/conv_fusion.h"
 
-#include "core/ops/channel_moments.h"
+#include <atomic>
 
 #include "core/autograd.h"
+#include "core/ops/channel_moments.h"
 #include "core/ops/dispatch.h"
 #include "core/ops/elementwise.h"
 #include "core/ops/reduce.h"
@@ -18,6 +19,11 @@ KILN_DEFINE_KERNEL_SLOT(conv_bn_stats_backward);
 namespace kiln::ops {
 namespace {
 constexpr const char* kOp = "conv_scale_bias_relu_stats";
+
+struct AtomicCounts {
+  std::atomic<int64_t> forward{0}, forward_fused{0}, dgrad{0}, dgrad_fused{0}, wgrad{0}, wgrad_fused{0};
+};
+AtomicCounts g_counts;  // conv_fusion_counts()
 
 void check_args(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w, const Conv2dParams& p) {
   KILN_CHECK(x.defined() && scale.defined() && bias.defined() && w.defined(), kOp,
@@ -63,7 +69,24 @@ ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, con
   const Tensor xd = x.detach().contiguous(), sd = scale.detach().contiguous(), bd = bias.detach().contiguous(),
                wd = w.detach().contiguous();
   const ConvFusionUnfused unfused = [&] { return conv_scale_bias_relu_stats_unfused(xd, sd, bd, wd, p); };
-  return fused(xd, sd, bd, wd, p, unfused, how);
+  ConvFusionChoice local;
+  ConvFusionChoice* h = how ? how : &local;
+  ConvBnStats r = fused(xd, sd, bd, wd, p, unfused, h);
+  g_counts.forward.fetch_add(1, std::memory_order_relaxed);
+  if (h->fused) g_counts.forward_fused.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+ConvFusionCounts conv_fusion_counts() {
+  auto get = [](const std::atomic<int64_t>& a) { return a.load(std::memory_order_relaxed); };
+  return {get(g_counts.forward), get(g_counts.forward_fused), get(g_counts.dgrad),
+          get(g_counts.dgrad_fused), get(g_counts.wgrad), get(g_counts.wgrad_fused)};
+}
+
+void reset_conv_fusion_counts() {
+  for (std::atomic<int64_t>* a : {&g_counts.forward, &g_counts.forward_fused, &g_counts.dgrad, &g_counts.dgrad_fused,
+                                  &g_counts.wgrad, &g_counts.wgrad_fused})
+    a->store(0, std::memory_order_relaxed);
 }
 
 namespace {
@@ -133,7 +156,17 @@ ConvBnGrads conv_scale_bias_relu_backward(const Tensor& gy, const Tensor& x, con
   const ConvFusionBackwardUnfused unfused = [&](const ConvFusionNeeds& n) {
     return conv_scale_bias_relu_backward_unfused(gd, xd, sd, bd, wd, p, n);
   };
-  ConvBnGrads g = fused(gd, xd, sd, bd, wd, p, need, unfused, how);
+  ConvFusionBackwardChoice local;
+  ConvFusionBackwardChoice* h = how ? how : &local;
+  ConvBnGrads g = fused(gd, xd, sd, bd, wd, p, need, unfused, h);
+  if (need.act()) {
+    g_counts.dgrad.fetch_add(1, std::memory_order_relaxed);
+    if (h->dgrad.fused) g_counts.dgrad_fused.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (need.w) {
+    g_counts.wgrad.fetch_add(1, std::memory_order_relaxed);
+    if (h->wgrad.fused) g_counts.wgrad_fused.fetch_add(1, std::memory_order_relaxed);
+  }
   // exactly what was asked for
   if (!need.x) g.dx = Tensor();
   if (!need.scale) g.dscale = Tensor();
@@ -144,7 +177,7 @@ ConvBnGrads conv_scale_bias_relu_backward(const Tensor& gy, const Tensor& x, con
 
 ConvBnStats conv_scale_bias_relu_stats_train(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                              const Tensor& w, const Conv2dParams& p, ConvFusionChoice* how) {
-  const Device d = op_device(kOp, {x, scale, bias, w});
+  op_device(kOp, {x, scale, bias, w});  // one device (the error names the op)
   check_args(x, scale, bias, w, p);
   KILN_CHECK(x.shape()[0] > 0, kOp, ": x ", x.str(), ": training needs a non-empty batch");
   ConvBnStats r;

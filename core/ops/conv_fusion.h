@@ -47,6 +47,18 @@ struct ConvFusionChoice {
 
 ConvBnStats conv_scale_bias_relu_stats(const Tensor& x, const Tensor& scale, const Tensor& bias, const Tensor& w,
                                        const Conv2dParams& p, ConvFusionChoice* how = nullptr);
+
+// Process-wide counts of the calls that reached a device's fused kernel (forward, and each side of the
+// backward asked for) and of those that ran cuDNN's fused graph: what `kiln bench train fused_bn_conv=1`
+// reports, so that a step's speed can be read against what actually ran fused. Calls made by the
+// host: a CUDA graph's replays make none (they repeat the captured step's choices).
+struct ConvFusionCounts {
+  int64_t forward = 0, forward_fused = 0;
+  int64_t dgrad = 0, dgrad_fused = 0;
+  int64_t wgrad = 0, wgrad_fused = 0;
+};
+ConvFusionCounts conv_fusion_counts();
+void reset_conv_fusion_counts();
 // The same values as a chain of public ops (recorded by autograd when an input needs a gradient).
 ConvBnStats conv_scale_bias_relu_stats_unfused(const Tensor& x, const Tensor& scale, const Tensor& bias,
                                                const Tensor& w, const Conv2dParams& p);

@@ -289,7 +289,9 @@ TEST(ConvFusion, BackwardOpEqualsAutogradThroughTheUnfusedChain) {
       const Tensor part[] = {g.dx, g.dscale, g.dbias, g.dw};
       for (size_t i = 0; i < 4; ++i) {
         ASSERT_EQ(part[i].defined(), (mask >> i & 1) != 0) << names[i] << " mask " << mask;
-        if (part[i].defined()) EXPECT_EQ(part[i].to_double_vector(), got[i].to_double_vector()) << names[i];
+        if (part[i].defined()) {
+          EXPECT_EQ(part[i].to_double_vector(), got[i].to_double_vector()) << names[i];
+        }
       }
     }
   }

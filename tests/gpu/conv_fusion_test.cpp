@@ -394,4 +394,33 @@ TEST(CudaConvFusion, RecordingAutogradRunsTheUnfusedOps) {
   EXPECT_TRUE(in.w.grad().defined());
 }
 
+// ops::conv_fusion_counts (what `kiln bench train fused_bn_conv=1` prints): each call that reaches the
+// fused kernel counts, and those that ran the fused graph count as fused; with KILN_CUDNN_FUSION=0 none.
+TEST(CudaConvFusion, CountsSayWhatRanFused) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  Inputs in = make({2, 14, 64, 64, 3, 1}, DType::bf16, 101);
+  {
+    gputest::FusionEnv env("force");
+    ops::reset_conv_fusion_counts();
+    ops::ConvFusionChoice how;
+    ops::conv_scale_bias_relu_stats(in.x, in.scale, in.bias, in.w, in.p, &how);
+    ops::ConvFusionBackwardChoice back;
+    const Tensor gy = random_gy(in, 102);
+    ops::conv_scale_bias_relu_backward(gy, in.x, in.scale, in.bias, in.w, in.p, kAll, &back);
+    const ops::ConvFusionCounts c = ops::conv_fusion_counts();
+    EXPECT_EQ(c.forward, 1);
+    EXPECT_EQ(c.forward_fused, how.fused ? 1 : 0);
+    EXPECT_EQ(c.dgrad, 1);
+    EXPECT_EQ(c.dgrad_fused, back.dgrad.fused ? 1 : 0);
+    EXPECT_EQ(c.wgrad, 1);
+    EXPECT_EQ(c.wgrad_fused, back.wgrad.fused ? 1 : 0);
+  }
+  gputest::FusionEnv env("0");
+  ops::reset_conv_fusion_counts();
+  ops::conv_scale_bias_relu_stats(in.x, in.scale, in.bias, in.w, in.p);
+  const ops::ConvFusionCounts c = ops::conv_fusion_counts();
+  EXPECT_EQ(c.forward, 1);
+  EXPECT_EQ(c.forward_fused, 0);
+}
+
 #endif

@@ -115,6 +115,9 @@ def parse_table(out, first_column):
     return rows
 
 
+last_fusion_line = None  # kiln_train's run's "# fused_bn_conv=1: ... ran in N of M ..." line, if any
+
+
 def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=None, graph="off", fused=False):
     """images/s, the share of the step the host spent blocked, and the host's own ms to issue one step
     against the step's ms (None where kiln does not print them). graph: kiln's cuda_graph= (off, on);
@@ -124,6 +127,8 @@ def kiln_train(kiln, batch, steps, warmup, precision="fp32", timeout=120, env=No
                     f"precision={precision}", f"cuda_graph={graph}", f"fused_bn_conv={1 if fused else 0}"],
                    timeout, env)
     # run_kiln shows the "# cuda_graph..." lines: captured, or why the steps ran eagerly
+    global last_fusion_line
+    last_fusion_line = next((l[2:] for l in (out or "").splitlines() if l.startswith("# fused_bn_conv=1")), None)
     rows = parse_table(out, "resnet50")
     if not rows:
         return None, None, None
@@ -324,7 +329,8 @@ def part_resnet50(a, have_torch, fig):
             base = kg if kg else k
             fig(f"resnet50 {prec} batch {batch}: kiln fused_bn_conv=1 cuda_graph={fgraph} {fmt(kf)} img/s "
                 f"(against fused_bn_conv=0 with the same graph setting: "
-                f"{f'{kf / base:.2f}' if kf and base else '-'}), host blocked {fmt(fblocked, '{:.2f}%', 'n/a')}")
+                f"{f'{kf / base:.2f}' if kf and base else '-'}), host blocked {fmt(fblocked, '{:.2f}%', 'n/a')}" +
+                (f"; {last_fusion_line.split('; ', 1)[-1]}" if last_fusion_line else ""))
         for ab in a.kiln_ab:
             name, value = ab.split("=", 1)
             kb, _, _ = kiln_train(a.kiln, batch, a.steps, a.warmup, prec, env={name: value})
