@@ -152,43 +152,49 @@ TEST_F(TrainStepOnGpu, ResNetSgdStepsMatchTheCpu) {
 
 // The fp16 loss scaler's device mode, as `kiln train` runs an fp16 SGD step on a GPU: the unscale,
 // the skip and the scale's update stay on the GPU, and the steps match the CPU's host-mode steps
-// (non-finite batches skipped, the first one included). Once SGD's momentum buffers exist (its
-// first step taken reads the flag once), a whole step must not wait for the GPU at all.
+// (non-finite batches skipped, the first one included), without and with clipping (decided on the
+// device after the unscale; 0.1 is under these gradients' norm, so every finite step clips). Once
+// SGD's momentum buffers exist (its first step taken reads the flag once), a whole step must not wait
+// for the GPU at all.
 TEST_F(TrainStepOnGpu, ResNetScalerVerdictOnTheGpuMatchesTheCpuAndNeverWaits) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
-  Replica c = make_replica(resnet_cfg(), Device::cpu()), g = make_replica(resnet_cfg(), gpu());
-  SGDOptions so;
-  so.lr = 0.05;
-  so.momentum = 0.9;
-  so.dampening = 0.1;  // the first step (buf = g) differs from the later ones
-  so.weight_decay = 5e-4;
-  SGD oc(c.params, so), og(g.params, so);
-  StepOptions fp16;
-  fp16.precision = "fp16";
-  fp16.loss_scaler.growth_interval = 2;
-  const StepSetup sc = setup_on(fp16, Device::cpu(), oc), sg = setup_on(fp16, gpu(), og);
-  ASSERT_FALSE(sc.scaler_on_device) << sc.verdict_reason;
-  ASSERT_TRUE(sg.scaler_on_device) << sg.verdict_reason;
-  const std::vector<bool> bad = {true, false, false, true, false, false};
-  for (size_t step = 0; step < bad.size(); ++step) {
-    SCOPED_TRACE("step " + std::to_string(step));
-    Tensor x = rand_cpu({6, 16, 16, 3}, 300 + step), y = labels_for(6);
-    if (bad[step]) {
-      std::vector<float> v = x.to_float_vector();
-      v[7] = std::numeric_limits<float>::infinity();
-      x = Tensor::from_vector(v, x.shape());
+  for (double clip : {0.0, 0.1}) {
+    SCOPED_TRACE("clip_grad_norm " + std::to_string(clip));
+    Replica c = make_replica(resnet_cfg(), Device::cpu()), g = make_replica(resnet_cfg(), gpu());
+    SGDOptions so;
+    so.lr = 0.05;
+    so.momentum = 0.9;
+    so.dampening = 0.1;  // the first step (buf = g) differs from the later ones
+    so.weight_decay = 5e-4;
+    SGD oc(c.params, so), og(g.params, so);
+    StepOptions fp16;
+    fp16.precision = "fp16";
+    fp16.loss_scaler.growth_interval = 2;
+    fp16.clip_grad_norm = clip;
+    const StepSetup sc = setup_on(fp16, Device::cpu(), oc), sg = setup_on(fp16, gpu(), og);
+    ASSERT_FALSE(sc.scaler_on_device) << sc.verdict_reason;
+    ASSERT_TRUE(sg.scaler_on_device) << sg.verdict_reason;
+    const std::vector<bool> bad = {true, false, false, true, false, false};
+    for (size_t step = 0; step < bad.size(); ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      Tensor x = rand_cpu({6, 16, 16, 3}, 300 + step), y = labels_for(6);
+      if (bad[step]) {
+        std::vector<float> v = x.to_float_vector();
+        v[7] = std::numeric_limits<float>::infinity();
+        x = Tensor::from_vector(v, x.shape());
+      }
+      EXPECT_EQ(step_on(c, oc, x, y, sc).stepped, !bad[step]);
+      Tensor xg = x.to(gpu()), yg = y.to(gpu());  // uploads from pageable memory wait: before the count
+      const HostWaitStats before = host_wait_stats();
+      EXPECT_TRUE(step_on(g, og, xg, yg, sg).verdict_on_device);
+      if (step >= 2) {
+        EXPECT_EQ(host_wait_stats().calls, before.calls) << "a device-mode step waited for the GPU";
+      }
+      EXPECT_EQ(sg.scaler->state_dict(), sc.scaler->state_dict());
+      expect_params_close(g, c, 1e-4);
     }
-    EXPECT_EQ(step_on(c, oc, x, y, sc).stepped, !bad[step]);
-    Tensor xg = x.to(gpu()), yg = y.to(gpu());  // uploads from pageable memory wait: before the count
-    const HostWaitStats before = host_wait_stats();
-    EXPECT_TRUE(step_on(g, og, xg, yg, sg).verdict_on_device);
-    if (step >= 2) {
-      EXPECT_EQ(host_wait_stats().calls, before.calls) << "a device-mode step waited for the GPU";
-    }
-    EXPECT_EQ(sg.scaler->state_dict(), sc.scaler->state_dict());
-    expect_params_close(g, c, 1e-4);
+    EXPECT_EQ(sg.scaler->skipped_steps(), 2);
   }
-  EXPECT_EQ(sg.scaler->skipped_steps(), 2);
 }
 
 TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {
@@ -210,7 +216,7 @@ TEST_F(TrainStepOnGpu, LeNetAdamWClippingAndLossScalerMatchTheCpu) {
   o.precision = "fp16";
   o.clip_grad_norm = 0.5 * first_norm;
   const StepSetup sc = setup_on(o, Device::cpu(), oc), sg = setup_on(o, gpu(), og);
-  EXPECT_FALSE(sg.scaler_on_device);  // AdamW and clipping read the verdict on the host
+  EXPECT_FALSE(sg.scaler_on_device);  // AdamW reads the verdict on the host
   EXPECT_NE(sg.verdict_reason.find("adamw"), std::string::npos) << sg.verdict_reason;
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));

@@ -22,7 +22,6 @@ bool verdict_on_device(const StepOptions& o, Device device, const Optimizer& opt
   if (!reads_block(device)) *why = "read back: reading from " + device.str() + " is free";
   else if (!opt.can_skip_on_device())
     *why = "read back: " + opt.type() + " steps on the host's verdict (sgd skips its step on the device)";
-  else if (o.clip_grad_norm > 0) *why = "read back: clipping reads the gradient norm";
   else if (o.ema) *why = "read back: the EMA updates only after a step taken";
   else {
     *why = "on the device: the step reads nothing back";
@@ -120,9 +119,10 @@ StepResult update(Optimizer& opt, const StepSetup& setup, StepResult r) {
     // scaler's update runs there; the scaler's getters tell the skips when asked.
     KILN_CHECK(opt.can_skip_on_device(), "train_step: scaler_on_device needs an optimizer that skips its step on ",
                "the device (sgd); ", opt.type(), " reads the loss scaler's verdict instead");
-    KILN_CHECK(setup.clip_grad_norm <= 0, "train_step: scaler_on_device takes no clipping (clip_grad_norm = ",
-               setup.clip_grad_norm, "): the norm is read back, and the verdict with it");
     setup.scaler->unscale_on_device(params);
+    // Clipping decided on the device too: a non-finite norm (a step about to be skipped) clips
+    // nothing, and the skipped step's gradients are not used.
+    if (setup.clip_grad_norm > 0) clip_grad_norm_on_device(params, setup.clip_grad_norm);
     opt.step_unless(setup.scaler->found_inf());
     setup.scaler->update_on_device();
     r.finite = loss_finite;

@@ -66,7 +66,7 @@ struct StepSetup {
   std::shared_ptr<LossScaler> scaler;  // fp16 dynamic loss scaling (copies of a setup share it)
   // The scaler's verdict stays on the device (LossScaler's device mode, the optimizer's
   // step_unless): a GPU step then reads nothing back. Needs an optimizer that can_skip_on_device()
-  // and no clipping (the norm is read back); the caller learns the skips from the scaler's getters.
+  // (clipping is decided on the device too); the caller learns the skips from the scaler's getters.
   bool scaler_on_device = false;
   std::string verdict_reason;    // make_step_setup: why the verdict stays on the device or is read back
   GradSync* sync = nullptr;      // data-parallel gradient all-reduce
@@ -109,7 +109,7 @@ StepOptions step_options(const TrainOptions& train);
 // The setup of every step of `options.use`, on `device`, with `opt`: the compute dtype of the
 // precision; with f16 (and an update) a loss scaler of options.loss_scaler whose verdict stays on
 // the device where nothing would otherwise be read back there (a device whose reads block, an
-// optimizer that can skip its step on the device, no clipping, no EMA), with the reason in
+// optimizer that can skip its step on the device, no EMA; clipping is decided there too), with the reason in
 // verdict_reason; the loss read each micro-batch only by StepUse::train where reading is free; a
 // StepGraph where options.cuda_graph is not "off" and the device has graphs ("on" on a device
 // without them, the CPU, is an error).
