@@ -108,8 +108,14 @@ extern KernelSlot<double (*)(const Tensor& x)> max_abs_kernel;
 // host wait: the values travel as kernel arguments (no host buffer to keep). AdamW's per-step values,
 // written before each step or graph launch (optim/adamw.cpp). GPU only.
 extern KernelSlot<void (*)(const Tensor& dst, const std::vector<float>& values)> write_values_kernel;
-// ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32).
-extern KernelSlot<void (*)(const Tensor& ema, const Tensor& live, float decay)> ema_update_kernel;
+// ema = decay * ema + (1 - decay) * live, f32, in place (1 - decay computed in f32), unless `skip`
+// (undefined: never) holds a value > 0: an f64 [1] on the tensors' device, read there (the fp16 loss
+// scaler's count of non-finite steps in a row, LossScaler::last_step_skipped(), so that a GPU step's
+// EMA follows the device's verdict without reading it back).
+extern KernelSlot<void (*)(const Tensor& ema, const Tensor& live, float decay, const Tensor& skip)> ema_update_kernel;
+// dst = src (same dtype and size, contiguous, one device) unless `skip` holds a value > 0, as above:
+// the EMA's copied tensors (batch-norm statistics, counters).
+extern KernelSlot<void (*)(const Tensor& dst, const Tensor& src, const Tensor& skip)> ema_copy_kernel;
 
 // The argument check both backends' loss_scale_unscale/loss_scale_update kernels start with.
 inline void check_loss_scale_state(const char* op, const Tensor& state, const Tensor& found_inf) {

@@ -57,15 +57,17 @@ double WeightEma::decay_at(int64_t t) const {
   return std::min(options_.decay, (1.0 + td) / (10.0 + td));
 }
 
-void WeightEma::update(int64_t t) {
+void WeightEma::update(int64_t t, const Tensor& skip) {
   const float d = static_cast<float>(decay_at(t));
   for (const Entry& e : entries_) {
     if (!e.average) {
-      copy_tensor(e.ema, e.live);  // a device-to-device copy on a GPU: no host wait
+      // a device-to-device copy on a GPU: no host wait
+      if (skip.defined()) ema_copy_kernel.get(e.live.device(), "EMA")(e.ema, e.live, skip);
+      else copy_tensor(e.ema, e.live);
       continue;
     }
     // ema = d * ema + (1 - d) * w, in place, on the weights' device (no host wait on a GPU).
-    ema_update_kernel.get(e.live.device(), "EMA")(e.ema, e.live, d);
+    ema_update_kernel.get(e.live.device(), "EMA")(e.ema, e.live, d, skip);
   }
 }
 

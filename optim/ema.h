@@ -55,8 +55,11 @@ class WeightEma {
   // d_t for the update that follows t earlier updates.
   double decay_at(int64_t t) const;
   // One update with d_t (t: the updates before this one; the trainer passes the optimizer steps
-  // completed before the step, so a resumed run continues the same sequence).
-  void update(int64_t t);
+  // completed before the step, so a resumed run continues the same sequence). `skip` (optional, an
+  // f64 [1] on the weights' device, LossScaler::last_step_skipped()): the update, copies included,
+  // leaves everything as it is where it holds a value > 0, decided on the device (an fp16 step whose
+  // verdict stays there: the same EMA as calling update only after a step taken, nothing read back).
+  void update(int64_t t, const Tensor& skip = Tensor());
   // ema = live for every entry (at the start of a run, and when resuming a checkpoint without EMA).
   void reset_to_live();
 

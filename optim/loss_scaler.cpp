@@ -139,6 +139,11 @@ bool LossScaler::unscale_and_check(const std::vector<ParamRef>& params) {
   return *unscaled_finite_;
 }
 
+Tensor LossScaler::last_step_skipped() const {
+  if (!state_.defined()) return Tensor();
+  return state_.slice(0, kConsecutiveNonfinite, kConsecutiveNonfinite + 1);
+}
+
 void LossScaler::update(bool found_inf) {
   if (on_device_) to_host();
   // A failed unscale_and_check this iteration counts even if the caller passes false.

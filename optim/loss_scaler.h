@@ -83,6 +83,10 @@ class LossScaler {
   void unscale_on_device(const std::vector<ParamRef>& params);
   // i32 [] on the gradients' device: nonzero when this iteration's gradients were not finite.
   const Tensor& found_inf() const { return found_inf_; }
+  // After update_on_device(): an f64 [1] view of the device state's count of non-finite steps in a
+  // row, > 0 exactly when the step just updated was skipped (WeightEma::update's `skip`). Undefined
+  // outside device mode.
+  Tensor last_step_skipped() const;
   // update()'s rule on the device with found_inf() as the verdict; found_inf() is 0 again after.
   void update_on_device();
   // Reads the state back and throws update()'s error when max_nonfinite_steps non-finite iterations

@@ -74,7 +74,21 @@ double max_abs(const Tensor& x) {
   return nan ? std::numeric_limits<double>::quiet_NaN() : static_cast<double>(m);
 }
 
-void ema_update(const Tensor& ema, const Tensor& live, float decay) {
+namespace {
+// The CPU reads the flag where it is (reads are free here).
+bool skipped(const Tensor& skip) {
+  if (!skip.defined()) return false;
+  KILN_CHECK(skip.dtype() == DType::f64 && skip.numel() == 1, "EMA: the skip flag must be an f64 [1], got ", skip.str());
+  return skip.contiguous().data<double>()[0] > 0;
+}
+}  // namespace
+
+void ema_copy(const Tensor& dst, const Tensor& src, const Tensor& skip) {
+  if (!skipped(skip)) copy_tensor(dst, src);
+}
+
+void ema_update(const Tensor& ema, const Tensor& live, float decay, const Tensor& skip) {
+  if (skipped(skip)) return;
   const float one_minus_d = 1.0f - decay;
   float* a = ema.data<float>();
   const float* w = live.data<float>();

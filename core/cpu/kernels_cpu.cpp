@@ -36,7 +36,8 @@ void loss_scale_unscale(const std::vector<Tensor>& grads, const Tensor& state, c
 void loss_scale_update(const Tensor& state, const Tensor& scale32, const Tensor& found_inf, const LossScaleRule& rule);
 double sum_of_squares(const std::vector<Tensor>& xs);
 double max_abs(const Tensor& x);
-void ema_update(const Tensor& ema, const Tensor& live, float decay);
+void ema_update(const Tensor& ema, const Tensor& live, float decay, const Tensor& skip);
+void ema_copy(const Tensor& dst, const Tensor& src, const Tensor& skip);
 // core/cpu/lrn.cpp
 Tensor lrn_forward(const Tensor& x, int64_t size, double alpha, double beta, double k);
 Tensor lrn_backward(const Tensor& grad_out, const Tensor& x, int64_t size, double alpha, double beta, double k);
@@ -136,6 +137,7 @@ void register_kernels() {
   sum_of_squares_kernel.set(cpu, sum_of_squares);
   max_abs_kernel.set(cpu, max_abs);
   ema_update_kernel.set(cpu, ema_update);
+  ema_copy_kernel.set(cpu, ema_copy);
 
   conv2d_forward_kernel.set(cpu, conv2d_forward);
   conv2d_backward_kernel.set(cpu, conv2d_backward);

@@ -30,7 +30,8 @@
 namespace kiln::cuda {
 
 // core/cuda/ema_cuda.cu
-void ema_update(const Tensor& ema, const Tensor& live, float decay);
+void ema_update(const Tensor& ema, const Tensor& live, float decay, const Tensor& skip);
+void ema_copy(const Tensor& dst, const Tensor& src, const Tensor& skip);
 // core/cuda/normalize_u8_cuda.cu
 Tensor normalize_u8(const Tensor& x, const NormalizeU8Params& p, DType out);
 // core/cuda/silu_cuda.cu
@@ -109,6 +110,7 @@ void register_kernels() {
   sum_of_squares_kernel.set(gpu, [](const std::vector<Tensor>& xs) { return sum_of_squares(xs); });
   max_abs_kernel.set(gpu, max_abs);
   ema_update_kernel.set(gpu, ema_update);
+  ema_copy_kernel.set(gpu, ema_copy);
   write_values_kernel.set(gpu, write_values);
   clip_grad_norm_on_device_kernel.set(gpu, clip_grad_norm_on_device);
 

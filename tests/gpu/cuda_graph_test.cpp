@@ -13,8 +13,10 @@
 //  - f32 with accumulate = 2 and an EMA (the update in the graph, the EMA after it);
 //  - fp16 with the scaler's verdict on the device, inf in some batches: skips inside replays, the
 //    scale's growth and backoff read by the graph from the device;
-//  - fp16 with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's scale,
-//    which is frozen in a capture, so the step runs eagerly and is captured again;
+//  - fp16 SGD with accumulate = 2 and an EMA, the verdict on the device: skips inside replays, the EMA
+//    after each launch following the device's verdict (WeightEma::update's skip);
+//  - fp16 AdamW with accumulate = 2 and an EMA (the verdict read back): a skip changes the host's
+//    scale, which is frozen in a capture, so the step runs eagerly and is captured again;
 //  - replayed steps do not wait for the host (host_wait_stats' calls unchanged);
 //  - the kernels with their per-step values on the device (SGD's and LARS's lr scalar times lr_mult,
 //    AdamW's rows) give the bits of the same kernels with the host's values as arguments, and
@@ -84,7 +86,6 @@ Trainee make_run(StepOptions o, const std::string& graph, bool ema = false, cons
   }
   r.base_lr = r.opt->lr();
   o.cuda_graph = graph;
-  o.ema = ema;
   r.setup = make_step_setup(o, gpu(), *r.opt);
   if (r.setup.graph) r.setup.graph->log = [](const std::string& l) { std::printf("path: %s\n", l.c_str()); };
   if (ema) {
@@ -122,7 +123,8 @@ void step(Trainee& r, int i, int64_t n, bool bad, int64_t t) {
   StepResult res = train_step(*r.model, *r.opt, StepBatch{x, y, Tensor()}, r.setup, [&](const MicroBatchOut& mo) {
     loss += mo.loss.item() * mo.share;
   });
-  if (r.ema && res.stepped) r.ema->update(t);
+  // as the trainer does: with the verdict on the device the EMA's kernels read it there
+  if (r.ema && res.stepped) r.ema->update(t, res.verdict_on_device ? r.setup.scaler->last_step_skipped() : Tensor());
   r.losses.push_back(loss);
 }
 
@@ -209,13 +211,32 @@ TEST_F(CudaGraph, Fp16SkipsInsideReplaysWithTheVerdictOnTheDevice) {
   expect_same(state_of(g), state_of(a), state_of(b), "fp16 sgd, verdict on the device");
 }
 
-TEST_F(CudaGraph, Fp16AccumulateTwoAndEmaRecaptureAfterTheHostScaleChanges) {
+TEST_F(CudaGraph, Fp16SgdAccumulateTwoAndEmaFollowTheDeviceVerdict) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
   StepOptions o;
   o.precision = "fp16";
   o.accumulate = 2;
   Trainee a = make_run(o, "off", true), b = make_run(o, "off", true), g = make_run(o, "on", true);
-  ASSERT_FALSE(g.setup.scaler_on_device);  // the EMA reads the verdict
+  ASSERT_TRUE(g.setup.scaler_on_device) << g.setup.verdict_reason;
+  const std::vector<bool> bad = {false, false, false, false, true, false, false, true, false};
+  for (size_t i = 0; i < bad.size(); ++i)
+    for (Trainee* r : {&a, &b, &g}) step(*r, static_cast<int>(i), 8, bad[i], static_cast<int64_t>(i));
+  const GraphCounts& c = g.setup.graph->counts();
+  EXPECT_EQ(c.failed_captures, 0) << "the capture failed: see the path: lines";
+  EXPECT_EQ(c.captures, 1);  // the update in the graph: the scale is read on the device, no recapture
+  EXPECT_GE(c.replays, 4);
+  EXPECT_EQ(g.setup.scaler->skipped_steps(), 2);
+  expect_same(state_of(g), state_of(a), state_of(b), "fp16 sgd accumulate 2 with EMA, verdict on the device");
+}
+
+TEST_F(CudaGraph, Fp16AccumulateTwoAndEmaRecaptureAfterTheHostScaleChanges) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU visible";
+  StepOptions o;
+  o.precision = "fp16";
+  o.accumulate = 2;
+  Trainee a = make_run(o, "off", true, "adamw"), b = make_run(o, "off", true, "adamw"),
+          g = make_run(o, "on", true, "adamw");
+  ASSERT_FALSE(g.setup.scaler_on_device);  // AdamW reads the verdict
   const std::vector<bool> bad = {false, false, false, true, false, false, false, false};
   for (size_t i = 0; i < bad.size(); ++i)
     for (Trainee* r : {&a, &b, &g}) step(*r, static_cast<int>(i), 8, bad[i], static_cast<int64_t>(i));

@@ -47,4 +47,24 @@ TEST(CudaEma, UpdateMatchesTheCpu) {
   EXPECT_EQ(ebuf_gpu.to(Device::cpu()).to_double_vector(), buf.to_double_vector());
 }
 
+// The skip flag on the device (an f64 [1], the fp16 scaler's count of non-finite steps in a row, read
+// by the kernels): > 0 leaves the averages and the copies (f32 and i64) as they are, 0 updates them
+// as update(t) does; nothing read back.
+TEST(CudaEma, ASkipFlagOnTheDeviceLeavesEverythingAsItIs) {
+  if (kiln::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU";
+  EmaOptions o;
+  o.enabled = true;
+  o.decay = 0.5;
+  o.warmup = false;
+  Tensor p = Tensor::full({40000}, 1.0).to(gpu()), e = Tensor::zeros({40000}, DType::f32, gpu());
+  Tensor n = Tensor::full({1}, 7.0, DType::i64).to(gpu()), en = Tensor::zeros({1}, DType::i64, gpu());
+  WeightEma ema(o, {{"w", p, e, true}, {"n", n, en, false}});
+  ema.update(0, Tensor::full({1}, 1.0, DType::f64).to(gpu()));
+  EXPECT_EQ(e.to(Device::cpu()).to_double_vector(), std::vector<double>(40000, 0.0));
+  EXPECT_EQ(en.to(Device::cpu()).to_double_vector(), std::vector<double>{0});
+  ema.update(0, Tensor::zeros({1}, DType::f64, gpu()));
+  EXPECT_EQ(e.to(Device::cpu()).to_double_vector(), std::vector<double>(40000, 0.5));
+  EXPECT_EQ(en.to(Device::cpu()).to_double_vector(), std::vector<double>{7});
+}
+
 #endif  // KILN_WITH_CUDA

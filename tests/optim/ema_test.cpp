@@ -82,6 +82,27 @@ TEST(Ema, UpdateAveragesParametersAndCopiesBuffers) {
   EXPECT_GT(std::abs(got[0] - p.to_double_vector()[0]), 1e-3);
 }
 
+// update(t, skip): the fp16 scaler's count of non-finite steps in a row (> 0: the step was skipped)
+// leaves the averages and the copies as they are; 0 updates as update(t). On a GPU the kernels read
+// it there (tests/gpu/ema_test.cpp); here the same contract on the CPU.
+TEST(Ema, ASkipFlagAboveZeroLeavesEverythingAsItIs) {
+  Tensor p = Tensor::full({3}, 1.0), e = Tensor::zeros({3});
+  Tensor count = Tensor::full({1}, 5.0, DType::i64), ecount = Tensor::zeros({1}, DType::i64);
+  EmaOptions o;
+  o.enabled = true;
+  o.decay = 0.5;
+  o.warmup = false;
+  WeightEma ema(o, {{"w", p, e, true}, {"n", count, ecount, false}});
+  ema.update(0, Tensor::full({1}, 2.0, DType::f64));  // skipped (2 bad steps in a row)
+  EXPECT_EQ(e.to_double_vector(), (std::vector<double>{0, 0, 0}));
+  EXPECT_EQ(ecount.to_double_vector(), std::vector<double>{0});
+  ema.update(0, Tensor::zeros({1}, DType::f64));  // taken
+  EXPECT_EQ(e.to_double_vector(), (std::vector<double>{0.5, 0.5, 0.5}));
+  EXPECT_EQ(ecount.to_double_vector(), std::vector<double>{5});
+  using kiln::testing::expect_error;
+  expect_error([&] { ema.update(0, Tensor::zeros({1}, DType::i32)); }, {"EMA: the skip flag must be an f64 [1]"});
+}
+
 TEST(Ema, MismatchedTensorsAreRefused) {
   EmaOptions o;
   o.enabled = true;

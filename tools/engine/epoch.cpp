@@ -358,7 +358,10 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
                                 });
     KILN_CHECK(res.finite || r.step.scaler, "the loss became ", res.loss, " at epoch ", epoch + 1, ", step ", i + 1,
                "; try a lower learning rate (optim.lr) or gradient clipping (train.clip_grad_norm)");
-    if (res.stepped && r.ema) r.ema->ema->update(r.state.step);
+    // With the fp16 verdict on the device the EMA's kernels read it there (a skipped step leaves the
+    // EMA as it is, as a step not taken does below), nothing read back.
+    if (res.stepped && r.ema)
+      r.ema->ema->update(r.state.step, res.verdict_on_device ? r.step.scaler->last_step_skipped() : Tensor());
     ++r.state.step;
     after_step_budget(r, b);
     st.seen += b.size();

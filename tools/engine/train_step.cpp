@@ -22,7 +22,6 @@ bool verdict_on_device(const StepOptions& o, Device device, const Optimizer& opt
   if (!reads_block(device)) *why = "read back: reading from " + device.str() + " is free";
   else if (!opt.can_skip_on_device())
     *why = "read back: " + opt.type() + " steps on the host's verdict (sgd skips its step on the device)";
-  else if (o.ema) *why = "read back: the EMA updates only after a step taken";
   else {
     *why = "on the device: the step reads nothing back";
     return true;
@@ -38,7 +37,6 @@ StepOptions step_options(const TrainOptions& t) {
   o.label_smoothing = t.label_smoothing;
   o.accumulate = t.accumulate;
   o.clip_grad_norm = t.clip_grad_norm;
-  o.ema = t.ema.enabled;
   o.loss_scaler = t.loss_scaler;
   o.cuda_graph = t.cuda_graph;
   return o;

@@ -95,7 +95,6 @@ struct StepOptions {
   Tensor class_weights;            // train.class_weights resolved: (K) f32 on the device, or undefined
   int64_t accumulate = 1;          // micro-batches per step (train.accumulate, "auto" resolved)
   double clip_grad_norm = 0;       // train.clip_grad_norm; 0: no clipping
-  bool ema = false;                // train.ema is on: it updates after a step taken, so the verdict is read
   LossScalerOptions loss_scaler;   // train.loss_scaler
   GradSync* sync = nullptr;        // several ranks: the gradients' all-reduce
   std::string cuda_graph = "off";  // train.cuda_graph: "auto", "on" or "off" (cuda_graph.h)
@@ -109,7 +108,8 @@ StepOptions step_options(const TrainOptions& train);
 // The setup of every step of `options.use`, on `device`, with `opt`: the compute dtype of the
 // precision; with f16 (and an update) a loss scaler of options.loss_scaler whose verdict stays on
 // the device where nothing would otherwise be read back there (a device whose reads block, an
-// optimizer that can skip its step on the device, no EMA; clipping is decided there too), with the reason in
+// optimizer that can skip its step on the device; clipping is decided there too, and the EMA follows the
+// verdict there: WeightEma::update's skip), with the reason in
 // verdict_reason; the loss read each micro-batch only by StepUse::train where reading is free; a
 // StepGraph where options.cuda_graph is not "off" and the device has graphs ("on" on a device
 // without them, the CPU, is an error).
