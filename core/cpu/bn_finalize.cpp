@@ -1,7 +1,5 @@
 // The kernels of ops::bn_finalize on the CPU (core/ops/bn_finalize.h): one loop over the channels,
-// f64 math, rounded once per output. Tests: tests/core/conv_fusion_test.cpp (BnFinalize*).
-#include <cmath>
-
+// the shared f64 formulas of that header, rounded once per output. Tests: tests/core/bn_finalize_test.cpp.
 #include "core/ops/bn_finalize.h"
 
 namespace kiln::cpu {
@@ -21,19 +19,13 @@ BnFinalizeForward bn_finalize_forward(const Tensor& sum, const Tensor& sumsq, in
   float* sv = saved.data<float>();
   const double n = static_cast<double>(count);
   for (int64_t c = 0; c < C; ++c) {
-    const double mean = s[c] / n;
-    const double var = std::max(q[c] / n - mean * mean, 0.0);
-    const double invstd = 1.0 / std::sqrt(var + eps);
-    const double scale = (g ? g[c] : 1.0) * invstd;
-    o[c] = static_cast<float>(scale);
-    o[C + c] = static_cast<float>((b ? b[c] : 0.0) - mean * scale);
-    sv[c] = static_cast<float>(mean);
-    sv[C + c] = static_cast<float>(invstd);
-    sv[2 * C + c] = static_cast<float>(var);
-    if (rm) {
-      rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean);
-      rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * n / (n - 1.0));
-    }
+    const BnFinalizeChannel f = bn_finalize_channel(s[c], q[c], n, g ? g[c] : 1.0, b ? b[c] : 0.0, eps);
+    o[c] = static_cast<float>(f.scale);
+    o[C + c] = static_cast<float>(f.bias);
+    sv[c] = static_cast<float>(f.mean);
+    sv[C + c] = static_cast<float>(f.invstd);
+    sv[2 * C + c] = static_cast<float>(f.var);
+    if (rm) bn_finalize_running(&rm[c], &rv[c], f, n, momentum);
   }
   return {out == DType::f32 ? sb : sb.to(out).detach(), saved};
 }
@@ -47,16 +39,12 @@ Tensor bn_finalize_backward(const Tensor& grad, const Tensor& saved, const Tenso
   float* o = r.data<float>();
   const double n = static_cast<double>(count);
   for (int64_t c = 0; c < C; ++c) {
-    const double g_scale = gs[c], g_bias = gs[C + c];
-    const double mean = sv[c], invstd = sv[C + c], var = sv[2 * C + c], gamma_c = g ? g[c] : 1.0;
-    const double g_scale_total = g_scale - g_bias * mean;  // bias = beta - mean * scale
-    const double g_invstd = gamma_c * g_scale_total;
-    const double g_var = var > 0 ? -0.5 * g_invstd * invstd * invstd * invstd : 0.0;
-    const double g_mean = -g_bias * gamma_c * invstd - 2.0 * mean * g_var;
-    o[c] = static_cast<float>(g_mean / n);                   // sum
-    o[C + c] = static_cast<float>(g_var / n);                // sumsq
-    o[2 * C + c] = static_cast<float>(invstd * g_scale_total);  // gamma
-    o[3 * C + c] = static_cast<float>(g_bias);               // beta
+    const BnFinalizeGrads d =
+        bn_finalize_channel_backward(gs[c], gs[C + c], sv[c], sv[C + c], sv[2 * C + c], g ? g[c] : 1.0, n);
+    o[c] = static_cast<float>(d.sum);
+    o[C + c] = static_cast<float>(d.sumsq);
+    o[2 * C + c] = static_cast<float>(d.gamma);
+    o[3 * C + c] = static_cast<float>(d.beta);
   }
   return r;
 }

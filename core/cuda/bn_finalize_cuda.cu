@@ -1,6 +1,6 @@
 // The kernels of ops::bn_finalize on the GPU (core/ops/bn_finalize.h): one thread per channel, f64 math
 // (C is at most a few thousand: the launch, not the math, is the cost), rounded once per output, the
-// same formulas as core/cpu/bn_finalize.cpp. Tests: tests/gpu/bn_finalize_test.cpp.
+// formulas core/ops/bn_finalize.h shares with the CPU. Tests: tests/gpu/bn_finalize_test.cpp.
 #include "core/cuda/kernel_util.cuh"
 #include "core/ops/bn_finalize.h"
 
@@ -14,19 +14,13 @@ __global__ void finalize_kernel(T* __restrict__ sb, float* __restrict__ saved, c
                                 double eps) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
-  const double mean = s[c] / n;
-  const double var = fmax(q[c] / n - mean * mean, 0.0);
-  const double invstd = 1.0 / sqrt(var + eps);
-  const double scale = (g ? g[c] : 1.0) * invstd;
-  sb[c] = from_float<T>(static_cast<float>(scale));
-  sb[C + c] = from_float<T>(static_cast<float>((b ? b[c] : 0.0) - mean * scale));
-  saved[c] = static_cast<float>(mean);
-  saved[C + c] = static_cast<float>(invstd);
-  saved[2 * C + c] = static_cast<float>(var);
-  if (rm) {
-    rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + momentum * mean);
-    rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + momentum * var * n / (n - 1.0));
-  }
+  const BnFinalizeChannel f = bn_finalize_channel(s[c], q[c], n, g ? g[c] : 1.0, b ? b[c] : 0.0, eps);
+  sb[c] = from_float<T>(static_cast<float>(f.scale));
+  sb[C + c] = from_float<T>(static_cast<float>(f.bias));
+  saved[c] = static_cast<float>(f.mean);
+  saved[C + c] = static_cast<float>(f.invstd);
+  saved[2 * C + c] = static_cast<float>(f.var);
+  if (rm) bn_finalize_running(&rm[c], &rv[c], f, n, momentum);
 }
 
 __global__ void finalize_backward_kernel(float* __restrict__ o, const float* __restrict__ gs,
@@ -34,16 +28,12 @@ __global__ void finalize_backward_kernel(float* __restrict__ o, const float* __r
                                          double n) {
   const int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (c >= C) return;
-  const double g_scale = gs[c], g_bias = gs[C + c];
-  const double mean = saved[c], invstd = saved[C + c], var = saved[2 * C + c], gamma_c = g ? g[c] : 1.0;
-  const double g_scale_total = g_scale - g_bias * mean;
-  const double g_invstd = gamma_c * g_scale_total;
-  const double g_var = var > 0 ? -0.5 * g_invstd * invstd * invstd * invstd : 0.0;
-  const double g_mean = -g_bias * gamma_c * invstd - 2.0 * mean * g_var;
-  o[c] = static_cast<float>(g_mean / n);
-  o[C + c] = static_cast<float>(g_var / n);
-  o[2 * C + c] = static_cast<float>(invstd * g_scale_total);
-  o[3 * C + c] = static_cast<float>(g_bias);
+  const BnFinalizeGrads d = bn_finalize_channel_backward(gs[c], gs[C + c], saved[c], saved[C + c], saved[2 * C + c],
+                                                         g ? g[c] : 1.0, n);
+  o[c] = static_cast<float>(d.sum);
+  o[C + c] = static_cast<float>(d.sumsq);
+  o[2 * C + c] = static_cast<float>(d.gamma);
+  o[3 * C + c] = static_cast<float>(d.beta);
 }
 
 const float* ptr(const Tensor& t) { return t.defined() ? static_cast<const float*>(t.raw_data()) : nullptr; }

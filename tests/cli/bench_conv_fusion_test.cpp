@@ -1,4 +1,4 @@
-// `kiln bench conv_fusion` (tools/cli/bench.cpp) where it cannot run: no GPU named (device=cpu) is
+// `kiln bench conv_fusion` (tools/cli/bench_fusion.cpp) where it cannot run: no GPU named (device=cpu) is
 // one clear line and exit 1, nothing on stdout; bad arguments are errors naming what is accepted.
 // (Its GPU table runs in tools/gpu_check.sh's bench part.)
 #include <gtest/gtest.h>

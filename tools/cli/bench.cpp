@@ -12,9 +12,8 @@
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
 // (core/conv_policy.h) measuring from scratch; per layer shape and pass (forward, backward-data,
 // backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
-// `kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=]`: per ResNet-50 conv shape, cuDNN's
-// fused scale-bias-ReLU-conv-genstats (forward) and fused wgrad / dgrad + dReLU (backward) against the unfused
-// ops, and the timed choices (GPU only).
+// `kiln bench conv_fusion` and `kiln bench bn_relu`, the fused kernels of a ResNet block against the ops
+// they replace: tools/cli/bench_fusion.cpp (the helpers the benches share: bench_util.h).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/cli/data_cmd.cpp.
 //
 // Output: '#' lines are comments; then a header and one whitespace-separated row per case
@@ -30,14 +29,12 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <sstream>
 #include <string>
 
 #include "core/autograd.h"
 #include "core/host_wait.h"
 #include "core/dnnl_context.h"
-#include "core/ops/batch_norm.h"
 #include "core/ops/conv2d.h"
 #include "core/ops/conv_fusion.h"
 #include "core/ops/elementwise.h"
@@ -48,6 +45,7 @@
 #include "models/registry.h"
 #include "models/resnet.h"
 #include "optim/sgd.h"
+#include "tools/cli/bench_util.h"
 #include "tools/cli/commands.h"
 #include "tools/cli/kv_args.h"
 #include "tools/engine/train_step.h"
@@ -56,12 +54,11 @@
 namespace kiln::cli {
 
 namespace {
-
-// key=value arguments with integer values (tools/cli/kv_args.h); unknown keys are errors that list the
-// accepted ones.
 int64_t min_int_arg(const std::string& k) {
   return k == "warmup" || k == "cudnn_benchmark" || k == "profile" || k == "paced" ? 0 : 1;
 }
+}  // namespace
+
 std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args, std::map<std::string, int64_t> defs) {
   std::map<std::string, std::string> text;
   for (const auto& [k, v] : defs) text[k] = std::to_string(v);
@@ -70,11 +67,8 @@ std::map<std::string, int64_t> parse_int_args(const char* cmd, const Args& args,
   return defs;
 }
 
-// Milliseconds per call of `step`, after `warmup` untimed calls. `sync` waits for the device.
-// `blocked_s` (optional) gets the time the host spent blocked in CUDA calls during the timed steps
-// (core/host_wait.h), not counting the final sync that ends the measurement.
 double time_ms(const std::function<void()>& step, const std::function<void()>& sync, int64_t warmup, int64_t iters,
-               double* blocked_s = nullptr, const std::function<void(bool)>& profile = nullptr) {
+               double* blocked_s, const std::function<void(bool)>& profile) {
   for (int64_t i = 0; i < warmup; ++i) step();
   sync();
   if (profile) profile(true);
@@ -87,6 +81,8 @@ double time_ms(const std::function<void()>& step, const std::function<void()>& s
   auto t1 = std::chrono::steady_clock::now();
   return std::chrono::duration<double, std::milli>(t1 - t0).count() / static_cast<double>(iters);
 }
+
+namespace {
 
 // The host's own time to issue one step, in ms: the median over `k` steps, each started on an idle
 // device (`sync` first), of the step call's duration less the time it spent blocked inside (a read
@@ -118,12 +114,11 @@ std::string host_blocked_column(const Device& d, double blocked_s, double total_
   return buf;
 }
 
-namespace {
-
-// Waits for `t`'s device by reading one element back to the host.
 void sync_on(const Tensor& t) {
   if (t.defined() && reads_block(t.device())) (void)t.detach().reshape({-1}).slice(0, 0, 1).to(Device::cpu()).item();
 }
+
+namespace {
 
 void print_row(const char* name, const Device& d, const char* dtype, double ms, double flops) {
   std::printf("%-14s %-7s %-5s %12.3f %9.4f\n", name, d.str().c_str(), dtype, ms, flops / (ms * 1e-3) / 1e12);
@@ -140,7 +135,8 @@ void print_header(const std::vector<Device>& devices) {
   std::printf("%-14s %-7s %-5s %12s %9s\n", "case", "device", "dtype", "ms/iter", "TFLOPS");
 }
 
-// The devices to run on: `device=...` (taken out of args) or the CPU and every visible GPU.
+}  // namespace
+
 std::vector<Device> bench_devices(Args& args) {
   for (auto it = args.begin(); it != args.end(); ++it) {
     if (it->rfind("device=", 0) != 0) continue;
@@ -152,6 +148,8 @@ std::vector<Device> bench_devices(Args& args) {
   for (int i = 0; i < cuda_device_count(); ++i) d.push_back(Device::cuda(i));
   return d;
 }
+
+namespace {
 
 // Runs one row; a device without the op (a GPU before its kernels exist) gets a comment, not a crash.
 void run_row(const char* name, const Device& d, const char* dtype, double flops, const std::function<double()>& f) {
@@ -590,196 +588,6 @@ int bench_winograd(const Args& in) {
   ca::set_mode(prev_mode);
   ca::set_cache_path(prev_path);
   return 0;
-}
-
-// `kiln bench bn_relu`: the fused batch norm + ReLU backward (core/ops/batch_norm.h's
-// batch_norm_relu_backward) against what it replaces, relu_backward then batch_norm_backward, the
-// two alternating in every iteration (medians; on a shared machine the speed drifts).
-int bench_bn_relu(const Args& in) {
-  static const char* kUsage =
-      "usage: kiln bench bn_relu [batch=128] [size=32] [channels=64] [iters=30] [device=cpu|0|cuda:N]\n"
-      "  the batch norm + (residual add +) ReLU backward, fused against relu_backward + batch_norm_backward,\n"
-      "  on x (batch, size, size, channels), fp32 and bf16, with and without a residual\n";
-  if (wants_help(in, kUsage)) return 0;
-  Args args = in;
-  std::vector<Device> devices = bench_devices(args);
-  auto a = parse_int_args("bench bn_relu", args, {{"batch", 128}, {"size", 32}, {"channels", 64}, {"iters", 30}});
-  const Shape s{a["batch"], a["size"], a["size"], a["channels"]};
-  const int64_t C = s.back();
-  std::printf("# kiln bench bn_relu: x %s, training; %lld alternating iterations, medians; threads %d\n",
-              shape_str(s).c_str(), static_cast<long long>(a["iters"]), omp_get_max_threads());
-  std::printf("%-7s %-5s %-9s %14s %10s %8s\n", "device", "dtype", "residual", "separate ms", "fused ms", "speedup");
-  for (const Device& d : devices) {
-    for (DType t : {DType::f32, DType::bf16}) {
-      for (bool res : {false, true}) {
-        Generator gen(3);
-        Tensor x = rand_normal(s, 0, 1, t, d, &gen), r = rand_normal(s, 0, 1, t, d, &gen);
-        Tensor gy = rand_normal(s, 0, 1, t, d, &gen), g = rand_normal({C}, 1, 0.1, DType::f32, d, &gen);
-        Tensor b = rand_normal({C}, 0, 0.1, DType::f32, d, &gen), sm, si;
-        std::shared_ptr<void> saved;
-        Tensor y = batch_norm_relu_forward_kernel.get(d)(x, g, b, Tensor(), Tensor(), true, 0.1, 1e-5, res ? r : Tensor(),
-                                                         &sm, &si, &saved);
-        std::vector<double> sep, fused;
-        for (int64_t i = 0; i < a["iters"] + 2; ++i) {  // the first two untimed
-          BatchNormGradients out;
-          const double ms_sep = time_ms([&] {
-            Tensor m = binary_kernel.get(d)(ElementwiseBinary::relu_backward, gy, y);
-            out = batch_norm_backward_kernel.get(d)(m, x, g, sm, si, saved, true, true);
-          }, [&] { sync_on(out.dx); }, 0, 1);
-          const double ms_fused = time_ms([&] {
-            out = batch_norm_relu_backward_kernel.get(d)(gy, y, x, g, b, sm, si, saved, true, true, res);
-          }, [&] { sync_on(out.dx); }, 0, 1);
-          if (i < 2) continue;
-          sep.push_back(ms_sep);
-          fused.push_back(ms_fused);
-        }
-        std::sort(sep.begin(), sep.end());
-        std::sort(fused.begin(), fused.end());
-        const double ms = sep[sep.size() / 2], mf = fused[fused.size() / 2];
-        std::printf("%-7s %-5s %-9s %14.3f %10.3f %8.2f\n", d.str().c_str(), t == DType::f32 ? "fp32" : "bf16",
-                    res ? "yes" : "no", ms, mf, ms / mf);
-        std::fflush(stdout);
-      }
-    }
-  }
-  return 0;
-}
-
-// `kiln bench conv_fusion`: per ResNet-50 convolution shape (224x224 input), the cuDNN runtime fusion
-// (core/ops/conv_fusion.h: conv of relu(x * scale + bias) with the output's per-channel sums) against
-// today's unfused chain (mul, add, relu, conv2d, two sums), and the choice the timed mode makes; then the
-// same for the op's backward (ops::conv_scale_bias_relu_backward, every gradient asked for: cuDNN's wgrad
-// with the scale-bias-ReLU prologue and dgrad + dReLU with kiln's dx/dscale/dbias pass, against the
-// unfused recomputation, conv2d's backward, mask, mul and sums). The bench sets KILN_CUDNN_FUSION itself
-// (1 for the choice, force and 0 for the two timings) and restores it.
-int bench_conv_fusion(const Args& in) {
-  static const char* kUsage =
-      "usage: kiln bench conv_fusion [batch=32] [dtype=bf16|fp16] [iters=20] [device=0|cuda:N]\n"
-      "  per ResNet-50 conv shape: ms of cuDNN's fused scale-bias-ReLU-conv-genstats graph vs the unfused ops\n"
-      "  (fwd), of the fused backward graphs (wgrad, dgrad + dReLU) vs the unfused backward (bwd), and which\n"
-      "  the first-sight timing chooses (GPU only)\n";
-  if (wants_help(in, kUsage)) return 0;
-  Args args = in;
-  std::vector<Device> devices = bench_devices(args);
-  const KeyValueArgs kv("bench conv_fusion", args, {{"batch", "32"}, {"dtype", "bf16"}, {"iters", "20"}});
-  const int64_t batch = kv.integer("batch", 1), iters = kv.integer("iters", 1);
-  const std::string dts = kv.str("dtype");
-  KILN_CHECK(dts == "bf16" || dts == "fp16" || dts == "f16", "bench conv_fusion: 'dtype=", dts,
-             "': accepted values are bf16 and fp16");
-  const DType t = dts == "bf16" ? DType::bf16 : DType::f16;
-  std::vector<Device> gpus;
-  for (const Device& d : devices)
-    if (d.is_cuda()) gpus.push_back(d);
-  if (gpus.empty()) {
-    std::fprintf(stderr,
-                 "kiln bench conv_fusion: needs a CUDA GPU (it times cuDNN's fused graph); %s\n",
-                 cuda_device_count() == 0 ? "this machine has none visible" : "device= named none; use device=0");
-    return 1;
-  }
-  // (H = W of the input, Cin, Cout, kernel, stride, how many of the 48 bottleneck convolutions have this shape)
-  struct S { int64_t hw, cin, cout, k, stride, count; };
-  const std::vector<S> shapes = {
-      {56, 64, 64, 1, 1, 1},     {56, 64, 64, 3, 1, 3},    {56, 64, 256, 1, 1, 3},   {56, 256, 64, 1, 1, 2},
-      {56, 256, 128, 1, 1, 1},   {56, 128, 128, 3, 2, 1},  {28, 128, 512, 1, 1, 4},  {28, 512, 128, 1, 1, 3},
-      {28, 128, 128, 3, 1, 3},   {28, 512, 256, 1, 1, 1},  {28, 256, 256, 3, 2, 1},  {14, 256, 1024, 1, 1, 6},
-      {14, 1024, 256, 1, 1, 5},  {14, 256, 256, 3, 1, 5},  {14, 1024, 512, 1, 1, 1}, {14, 512, 512, 3, 2, 1},
-      {7, 512, 2048, 1, 1, 3},   {7, 2048, 512, 1, 1, 2},  {7, 512, 512, 3, 1, 2}};
-  std::optional<std::string> old;
-  if (const char* v = std::getenv("KILN_CUDNN_FUSION")) old = v;
-  auto set_mode = [](const char* v) { setenv("KILN_CUDNN_FUSION", v, 1); };
-  std::printf("# kiln bench conv_fusion: ResNet-50's conv shapes, batch %lld, %s, NHWC; %lld timed iterations "
-              "after 3 untimed; y = conv(relu(x * scale + bias)) with sum(y), sum(y^2) per channel (fwd); its "
-              "gradients dx, dscale, dbias, dw from a random dy (bwd; chosen: d = dgrad + dReLU fused, w = wgrad "
-              "fused)\n",
-              static_cast<long long>(batch), dtype_name(t), static_cast<long long>(iters));
-  std::printf("%-7s %-30s %5s %10s %11s %8s %-8s %10s %11s %8s %-8s %s\n", "device", "x -> conv", "count", "fwd fused",
-              "fwd unfused", "speedup", "chosen", "bwd fused", "bwd unfused", "speedup", "chosen", "note");
-  int rc = 0;
-  for (const Device& d : gpus) {
-    double total_unfused = 0, total_chosen = 0, total_bwd_unfused = 0, total_bwd_chosen = 0;
-    for (const S& c : shapes) {
-      Generator gen(7);
-      Tensor x = rand_normal({batch, c.hw, c.hw, c.cin}, 0, 1, t, d, &gen);
-      Tensor sc = rand_normal({c.cin}, 1, 0.25, t, d, &gen), bi = rand_normal({c.cin}, 0, 0.5, t, d, &gen);
-      Tensor w = rand_normal({c.cout, c.k, c.k, c.cin}, 0, 1.0 / std::sqrt(double(c.cin * c.k * c.k)), t, d, &gen);
-      ops::Conv2dParams p;
-      p.stride_h = p.stride_w = c.stride;
-      p.pad_h = p.pad_w = c.k / 2;
-      char name[64];
-      std::snprintf(name, sizeof name, "%lldx%lldx%lld %lldx%lld/%lld ->%lld", static_cast<long long>(c.hw),
-                    static_cast<long long>(c.hw), static_cast<long long>(c.cin), static_cast<long long>(c.k),
-                    static_cast<long long>(c.k), static_cast<long long>(c.stride), static_cast<long long>(c.cout));
-      try {
-        NoGradGuard ng;
-        ops::ConvFusionChoice how, forced;
-        ops::ConvBnStats r;
-        set_mode("1");
-        r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p, &how);  // first sight: build, check, time, choose
-        set_mode("force");
-        r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p, &forced);
-        double fused_ms = -1;
-        if (forced.fused)
-          fused_ms = time_ms([&] { r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p); }, [&] { sync_on(r.sumsq); },
-                             3, iters);
-        set_mode("0");
-        const double unfused_ms = time_ms([&] { r = ops::conv_scale_bias_relu_stats(x, sc, bi, w, p); },
-                                          [&] { sync_on(r.sumsq); }, 3, iters);
-        total_unfused += unfused_ms * double(c.count);
-        total_chosen += (how.fused && fused_ms > 0 ? fused_ms : unfused_ms) * double(c.count);
-        // The backward: every gradient, from a random dy of y's shape.
-        const ops::ConvFusionNeeds all{true, true, true, true};
-        const Tensor gy = rand_normal(r.y.shape(), 0, 1, t, d, &gen);
-        ops::ConvFusionBackwardChoice bhow, bforced;
-        ops::ConvBnGrads g;
-        set_mode("1");
-        g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all, &bhow);  // first sight: the timed choices
-        set_mode("force");
-        g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all, &bforced);
-        double bwd_fused_ms = -1;
-        if (bforced.dgrad.fused || bforced.wgrad.fused)
-          bwd_fused_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
-                                 [&] { sync_on(g.dx); }, 3, iters);
-        set_mode("1");  // the choices made above
-        const double bwd_chosen_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
-                                             [&] { sync_on(g.dx); }, 3, iters);
-        set_mode("0");
-        const double bwd_unfused_ms = time_ms([&] { g = ops::conv_scale_bias_relu_backward(gy, x, sc, bi, w, p, all); },
-                                              [&] { sync_on(g.dx); }, 3, iters);
-        total_bwd_unfused += bwd_unfused_ms * double(c.count);
-        total_bwd_chosen += bwd_chosen_ms * double(c.count);
-        char fms[16] = "-", sp[16] = "-", bfms[16] = "-", bsp[16] = "-";
-        if (fused_ms > 0) {
-          std::snprintf(fms, sizeof fms, "%.3f", fused_ms);
-          std::snprintf(sp, sizeof sp, "%.2f", unfused_ms / fused_ms);
-        }
-        if (bwd_fused_ms > 0) {
-          std::snprintf(bfms, sizeof bfms, "%.3f", bwd_fused_ms);
-          std::snprintf(bsp, sizeof bsp, "%.2f", bwd_unfused_ms / bwd_fused_ms);
-        }
-        std::string bchosen = std::string(bhow.dgrad.fused ? "d" : "") + (bhow.wgrad.fused ? "w" : "");
-        if (bchosen.empty()) bchosen = "unfused";
-        std::string note = how.why == "timed" ? "" : "fwd " + how.why;
-        for (const auto* h : {&bforced.dgrad, &bforced.wgrad})
-          if (!h->fused) note += std::string(note.empty() ? "" : "; ") + (h == &bforced.dgrad ? "dgrad " : "wgrad ") + h->why;
-        std::printf("%-7s %-30s %5lld %10s %11.3f %8s %-8s %10s %11.3f %8s %-8s %s\n", d.str().c_str(), name,
-                    static_cast<long long>(c.count), fms, unfused_ms, sp, how.fused ? "fused" : "unfused", bfms,
-                    bwd_unfused_ms, bsp, bchosen.c_str(), note.c_str());
-      } catch (const Error& e) {
-        std::printf("# %s on %s skipped: %s\n", name, d.str().c_str(), e.what());
-        rc = 1;
-      }
-      std::fflush(stdout);
-    }
-    std::printf("# %s: the 48 bottleneck convolutions' forward (with their statistics): unfused %.2f ms, with the choices "
-                "%.2f ms (%.2fx)\n",
-                d.str().c_str(), total_unfused, total_chosen, total_chosen > 0 ? total_unfused / total_chosen : 0.0);
-    std::printf("# %s: their backward (every gradient): unfused %.2f ms, with the choices %.2f ms (%.2fx)\n",
-                d.str().c_str(), total_bwd_unfused, total_bwd_chosen,
-                total_bwd_chosen > 0 ? total_bwd_unfused / total_bwd_chosen : 0.0);
-  }
-  if (old) setenv("KILN_CUDNN_FUSION", old->c_str(), 1);
-  else unsetenv("KILN_CUDNN_FUSION");
-  return rc;
 }
 
 // `kiln bench conv_algo`: the same table under the name of what it shows.
