@@ -4,7 +4,7 @@
 #   tools/build.sh kiln            only what the named targets need (the quick start's first command)
 # Arguments that start with -D (or -G/-U) go to cmake, e.g. -DKILN_CUDA=OFF; the others are targets.
 # A compiler cache is used when one is installed (ccache; KILN_CCACHE=0 turns it off): a rebuild from a
-# fresh clone of the same sources then compiles nothing again (docs/building.md).
+# fresh clone of the same sources then compiles nothing again (README, Quick start).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake_args=() targets=()

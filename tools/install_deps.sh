@@ -10,6 +10,7 @@ pkgs=(cmake ninja-build g++ pkg-config libdnnl-dev libopencv-dev nlohmann-json3-
       libprotobuf-dev     # libonnx-dev's onnx_proto target links protobuf (not a dependency of the package)
       protobuf-compiler   # protoc: the TensorBoard event messages (tools/engine/tensorboard_event.proto)
       xz-utils            # tools/gpu_kit.sh packs the GPU kit as .tar.xz
+      ccache              # tools/build.sh compiles through it: a rebuild, a fresh clone, CI compile nothing twice
       clang libclang-rt-14-dev libomp-dev)  # tools/sanitize_check.sh: ASan+UBSan and libFuzzer builds
 missing=()
 for p in "${pkgs[@]}"; do
