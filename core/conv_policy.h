@@ -56,8 +56,8 @@ struct Stats {
 };
 Stats stats();
 // "conv_algo: 17 (shape, pass) pairs measured in 7.9 s, 0 from the disk cache (PATH)\n" the
-// first time it is called after something was measured or read from disk, "" otherwise and
-// afterwards: the trainer prints it after its first epoch.
+// first time it is called after something was measured (a run whose pairs all came from the disk
+// cache has no cost to report), "" otherwise and afterwards: the trainer prints it after its first epoch.
 std::string report_once();
 // Forgets the process cache and statistics (the disk file stays); for tests and benchmarks.
 void reset();

@@ -3,14 +3,19 @@
 #pragma once
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/io/safetensors.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/trainer.h"
 
 namespace kiln::testing {
+
+inline void expect_same_epoch_rows(const std::string& straight_dir, const std::string& run_dir);
 
 struct ResumedRuns {
   TrainResult straight;  // config("straight"), uninterrupted
@@ -26,6 +31,7 @@ inline ResumedRuns train_straight_and_resumed(const std::function<json(const std
   json second = config("split");
   apply_overrides(second, {"resume=" + interrupted.run_dir});
   r.resumed = train(second, true);
+  expect_same_epoch_rows(r.straight.run_dir, r.resumed.run_dir);  // the resumed run's log tells the same
   return r;
 }
 
@@ -39,6 +45,30 @@ inline void expect_same_tensors(const std::string& dir_a, const std::string& dir
     ASSERT_NE(it, b.end()) << file << ": " << name;
     EXPECT_EQ(t.to_double_vector(), it->second.to_double_vector()) << file << ": " << name;
   }
+}
+
+// The "kind": "epoch" rows of a run folder's metrics.jsonl, in order.
+inline std::vector<json> epoch_rows(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<json> rows;
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("kind", "") == "epoch") rows.push_back(j);
+  }
+  return rows;
+}
+
+// The two runs' epoch rows say the same of every epoch (one row each, no duplicates): the figures
+// that do not depend on the clock (epoch, step, lr, the training loss and accuracy, the evaluation's).
+inline void expect_same_epoch_rows(const std::string& straight_dir, const std::string& run_dir) {
+  const std::vector<json> a = epoch_rows(straight_dir), b = epoch_rows(run_dir);
+  ASSERT_EQ(a.size(), b.size()) << straight_dir << " vs " << run_dir;
+  for (size_t i = 0; i < a.size(); ++i)
+    for (const char* k : {"epoch", "step", "lr", "train_loss", "train_acc", "val_loss", "val_top1", "val_top5"}) {
+      ASSERT_TRUE(a[i].contains(k) && b[i].contains(k)) << "row " << i << ": " << k;
+      EXPECT_EQ(a[i][k].dump(), b[i][k].dump()) << "epoch row " << i + 1 << ", " << k << ": " << straight_dir << " vs "
+                                                << run_dir;
+    }
 }
 
 }  // namespace kiln::testing

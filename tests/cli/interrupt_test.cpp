@@ -7,10 +7,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "../kiln_process.h"
+#include "../resume_util.h"
 #include "core/io/safetensors.h"
 #include "models/registry.h"
 #include "tools/deploy/checkpoint.h"
@@ -119,6 +121,7 @@ TEST(Interrupt, SigintMidEpochSavesAndTheResumedRunEndsBitExact) {
 
   ASSERT_EQ(run_kiln(k, {"train", run}), 0) << kt::file_tail(k.log);
   EXPECT_EQ(state_of(run, ci).step, 240);
+  kiln::testing::expect_same_epoch_rows(k.runs + "/straight", run);
   expect_same_tensors(k.runs + "/straight/last.safetensors", run + "/last.safetensors");
   expect_same_tensors(k.runs + "/straight/last.state.safetensors", run + "/last.state.safetensors");
 }
@@ -160,13 +163,26 @@ TEST(Interrupt, ASecondSignalExitsAtOnce) {
   std::ofstream(k.cfg) << c.dump(2);
   const int rc = signal_when(k, {k.cfg}, "train 2/40", {SIGINT, SIGTERM});
   ASSERT_TRUE(rc == 130 || rc == 143) << rc << "\n" << kt::file_tail(k.log);
-  EXPECT_TRUE(log_has(k.log, rc == 143 ? "second SIGTERM: exiting now without saving"
-                                       : "second SIGINT: exiting now without saving"))
-      << kt::file_tail(k.log);
+  const std::string second = rc == 143 ? "second SIGTERM: exiting now; " : "second SIGINT: exiting now; ";
+  EXPECT_TRUE(log_has(k.log, second)) << kt::file_tail(k.log);
+  // The line reaches the run's train.log too, and what it says of the checkpoint is true.
+  const std::string train_log = k.runs + "/twice/train.log";
+  EXPECT_TRUE(log_has(train_log, second)) << kt::file_tail(train_log);
   EXPECT_FALSE(log_has(k.log, "stopped at step")) << kt::file_tail(k.log);
   TrainingState s;
   ASSERT_NO_THROW(s = state_of(k.runs + "/twice", c));
   EXPECT_GE(s.step, 6);  // the line of step 7 comes before its save
+  const std::string log = kt::file_tail(k.log, 1 << 20);
+  const size_t at = log.find(second);
+  ASSERT_NE(at, std::string::npos);
+  const std::string said = log.substr(at + second.size(), log.find('\n', at) - at - second.size());
+  long n = -1;
+  if (std::sscanf(said.c_str(), "the checkpoint of step %ld is saved", &n) == 1) {
+    EXPECT_EQ(s.step, n) << said;
+  } else {
+    ASSERT_EQ(std::sscanf(said.c_str(), "the save of step %ld is cut short", &n), 1) << said;
+    EXPECT_LE(s.step, n) << said;  // the one before it (its save may have ended as the process did)
+  }
   ASSERT_EQ(run_kiln(k, {"train", k.runs + "/twice", "epochs=3"}), 0) << kt::file_tail(k.log);
 }
 
@@ -201,7 +217,16 @@ TEST(Interrupt, SignalDuringValidationAbandonsItAndTheResumedRunEvaluates) {
   EXPECT_EQ(s.epoch_step, 2);
   ASSERT_EQ(run_kiln(k, {"train", k.runs + "/val"}), 0) << kt::file_tail(k.log);
   EXPECT_TRUE(log_has(k.log, "val   1/1  loss")) << kt::file_tail(k.log);
+  EXPECT_TRUE(log_has(k.log, "resumed " + k.runs + "/val/last-2 at step 2: epoch 1 of 1 trained, its evaluation next"))
+      << kt::file_tail(k.log);
+  EXPECT_FALSE(log_has(k.log, "train 1/1 2/2  \n")) << "no empty progress line for the epoch trained before";
   EXPECT_EQ(state_of(k.runs + "/val", c).step, 2);
+  // Its metrics rows are those of the run never stopped (the learning rate of the epoch's last step).
+  json straight = c;
+  straight["name"] = "val-straight";
+  std::ofstream(k.dir + "/straight.json") << straight.dump(2);
+  ASSERT_EQ(run_kiln(k, {"train", k.dir + "/straight.json"}, k.dir + "/straight.log"), 0);
+  kiln::testing::expect_same_epoch_rows(k.runs + "/val-straight", k.runs + "/val");
 }
 
 // A run folder whose config.json has a key this kiln does not read (a newer kiln's), or lacks a

@@ -167,8 +167,8 @@ TEST(ResumeMidEpoch, ResumeWithAnotherEpochLengthIsRefused) {
   json other = config(runs, "refuse");
   apply_overrides(other, {"data.batch_size=16", "resume=" + run});
   const std::string e = kiln::testing::error_of([&] { train(other, true); });
-  EXPECT_NE(e.find("saved at batch 4 of an epoch of 6 steps"), std::string::npos) << e;
-  EXPECT_NE(e.find("12 steps"), std::string::npos) << e;
+  EXPECT_NE(e.find("was saved mid-epoch"), std::string::npos) << e;
+  EXPECT_NE(e.find("data.batch_size (32 -> 16)"), std::string::npos) << e;
 }
 
 // Two replicas (threads, as device=0,1): a stop request (made before any step) acts on both at the

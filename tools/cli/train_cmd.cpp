@@ -27,6 +27,10 @@ json config_from_args(const char* command, const Args& args, const char* usage, 
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, usage);
   // CONFIG may be a run folder: its config.json, the config as run.
   json config = load_config_file(resolve_run_or_config(std::string("kiln ") + command, args[0]).config_file);
+  // A run's config.json from a kiln that recorded the keys of one invocation (train.stop_after): they
+  // are not the run's, and a resume continues it (tools/engine/run_history.h).
+  if (is_run_folder(args[0]) && config.is_object() && config.contains("train") && config["train"].is_object())
+    config["train"].erase("stop_after");
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     if (weights && args[i].rfind("weights=", 0) == 0) *weights = args[i].substr(8);

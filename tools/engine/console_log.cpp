@@ -5,7 +5,9 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -58,6 +60,18 @@ namespace {
 
 constexpr size_t kMaxEarly = 8u << 20;  // bytes kept in memory until the log is attached
 
+// Writes all of buf to fd, as far as it takes it (retrying interrupted and partial writes).
+void write_all(int fd, const char* buf, size_t n) {
+  for (size_t off = 0; off < n;) {
+    ssize_t w = ::write(fd, buf + off, n - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    off += static_cast<size_t>(w);
+  }
+}
+
+std::atomic<int> g_log_fd{-1};  // the attached log's descriptor, for console_log_fd()
+
 // The one active capture of this process.
 struct Capture {
   int saved[2] = {-1, -1};            // the original stdout, stderr
@@ -68,15 +82,14 @@ struct Capture {
   LineFolder folders[2];
   std::string early;                  // complete lines captured before the log was attached
   bool early_cut = false;
-  std::ofstream log;
+  int log = -1;                       // the attached train.log (O_APPEND), or -1
   std::thread reader;
   std::string note;
 
   void to_log(const std::string& lines) {  // with mu held
     if (lines.empty()) return;
-    if (log.is_open()) {
-      log << lines;
-      log.flush();
+    if (log >= 0) {
+      write_all(log, lines.data(), lines.size());
     } else if (early.size() + lines.size() <= kMaxEarly) {
       early += lines;
     } else {
@@ -86,12 +99,7 @@ struct Capture {
 
   // One chunk of stream s: to the original descriptor as it came, to the log as final lines.
   void take(int s, const char* buf, size_t n) {
-    for (size_t off = 0; off < n;) {
-      ssize_t w = ::write(saved[s], buf + off, n - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) break;  // the terminal went away: the log still gets it
-      off += static_cast<size_t>(w);
-    }
+    write_all(saved[s], buf, n);  // the terminal may go away: the log still gets it
     std::lock_guard<std::mutex> lk(mu);
     to_log(folders[s].feed(std::string(buf, n)));
   }
@@ -175,6 +183,8 @@ ConsoleCapture::~ConsoleCapture() {
   }
   for (int* p : {c->pipes[0], c->pipes[1], c->stop, c->saved})
     for (int k = 0; k < 2; ++k) ::close(p[k]);
+  g_log_fd.store(-1);
+  if (c->log >= 0) ::close(c->log);
   delete c;
   g_capture = nullptr;
 }
@@ -185,20 +195,26 @@ void ConsoleCapture::note(const std::string& line) {
   g_capture->note = line;
 }
 
-void attach_console_log(const std::string& path) {
+void attach_console_log(const std::string& path, const std::string& header) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (!g_capture) return;
   flush_stdio();
   std::lock_guard<std::mutex> lk2(g_capture->mu);
   Capture& c = *g_capture;
-  if (c.log.is_open()) c.log.close();
-  c.log.open(path, std::ios::app);
-  KILN_CHECK(c.log.good(), "cannot write the console log '", path, "'");
-  if (c.early_cut) c.log << "[kiln: the first lines of this run's console were too long to keep]\n";
-  c.log << c.early;
-  c.log.flush();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  KILN_CHECK(fd >= 0, "cannot write the console log '", path, "': ", std::strerror(errno));
+  g_log_fd.store(-1);
+  if (c.log >= 0) ::close(c.log);
+  c.log = fd;
+  std::string first = header.empty() ? "" : header + "\n";
+  if (c.early_cut) first += "[kiln: the first lines of this run's console were too long to keep]\n";
+  first += c.early;
+  write_all(c.log, first.data(), first.size());
   c.early.clear();
+  g_log_fd.store(fd);
 }
+
+int console_log_fd() { return g_log_fd.load(); }
 
 bool console_is_tty() {
   std::lock_guard<std::mutex> lk(g_mu);

@@ -28,9 +28,14 @@ class ConsoleCapture {
   bool active_ = false;
 };
 
-// The active capture's log becomes `path` (opened for appending; what was captured so far is
-// written first). Without an active capture: nothing (no train.log).
-void attach_console_log(const std::string& path);
+// The active capture's log becomes `path` (opened for appending): `header` first (a line that
+// starts this invocation's part of the log: when, which kiln, the command line; none when empty),
+// then what was captured so far. Without an active capture: nothing (no train.log).
+void attach_console_log(const std::string& path, const std::string& header = "");
+
+// The attached log's file descriptor (appending), or -1: for the signal handler's lines, which
+// cannot wait for the capture's thread (tools/engine/interrupt.h). Async-signal-safe.
+int console_log_fd();
 
 // Whether stdout was a terminal before the capture made it a pipe (Progress draws its bar by it).
 bool console_is_tty();

@@ -306,6 +306,17 @@ std::map<std::string, double> epoch_result(ReplicaRun& r, const EpochStats& st, 
 
 double run_seconds(const ReplicaRun& r) { return r.seconds_before + seconds_since(r.start); }
 
+// Rank 0: the `last` checkpoint at r.state, with what a second SIGINT/SIGTERM would leave kept true
+// (tools/engine/interrupt.h): during the save, the checkpoint before it; after it, this one.
+void save_last(ReplicaRun& r) {
+  set_second_signal_note("the save of step " + std::to_string(r.state.step) +
+                         " is cut short; checkpoints are switched in whole, so kiln train " + r.run_dir +
+                         " resumes from the one saved before it, if any");
+  save_checkpoint(r.run_dir + "/last", *r.model, r.state, r.ema ? r.ema->model.get() : nullptr, r.opt.keep_last);
+  set_second_signal_note("the checkpoint of step " + std::to_string(r.state.step) + " is saved: kiln train " +
+                         r.run_dir + " resumes from it");
+}
+
 void save_mid_epoch(ReplicaRun& r, int64_t epoch, int64_t done, const std::map<std::string, double>& totals) {
   r.state.epoch = epoch;
   r.state.epoch_step = done;
@@ -317,7 +328,7 @@ void save_mid_epoch(ReplicaRun& r, int64_t epoch, int64_t done, const std::map<s
   r.last_save = Clock::now();
   if (!r.lead) return;
   r.state.optimizer = r.optimizer->state_dict();
-  save_checkpoint(r.run_dir + "/last", *r.model, r.state, r.ema ? r.ema->model.get() : nullptr, r.opt.keep_last);
+  save_last(r);
   if (r.show && !r.interrupted)
     std::cout << (r.tty ? "\n" : "") << "saved " << r.run_dir << "/last at step " << r.state.step << " (epoch "
               << epoch + 1 << ", batch " << done << " of " << r.steps_per_epoch << ")\n";
@@ -342,6 +353,7 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
   for (; i < r.steps_per_epoch && ((i > first && opt.reuse_first_batch) || r.train_loader->next(b)); ++i) {
     double lr = r.schedule->lr_at(r.state.step);
     r.optimizer->set_lr(lr);
+    r.last_lr = lr;
     // train.mixup: the mixed images, soft targets and the labels accuracy counts (data/mix.h), drawn
     // for the whole batch, so that train.accumulate does not change what is mixed.
     MixedBatch mixed =
@@ -375,9 +387,10 @@ EpochOutcome run_epoch(ReplicaRun& r, int64_t epoch) {
     if (r.show && r.tty) std::cout << "\n";
     return EpochOutcome{seconds_since(t0), i, {}};
   }
-  if (i % st.read_every != 0) read_and_show(r, st, EpochClock{epoch, t0, r.optimizer->lr()}, i, nullptr, fields);
+  if (i % st.read_every != 0) read_and_show(r, st, EpochClock{epoch, t0, r.last_lr}, i, nullptr, fields);
   std::map<std::string, double> totals = epoch_result(r, st, seconds_since(t0));
-  if (r.show) bar.finish(fields);
+  // An epoch resumed after its last step (its evaluation abandoned) trained nothing here: no line.
+  if (r.show && i > first) bar.finish(fields);
   if (r.show) std::cout << ops::conv_algo::report_once();  // the first epoch's convolution timing cost
   // data.skip_bad_samples: each loader (train and val) reports what it skipped (data/loader.h).
   const double train_time = totals["train_seconds"];
@@ -443,7 +456,7 @@ void write_metrics_row(ReplicaRun& r, int64_t epoch, bool evaluated, double trai
   const TrainResult& res = r.result;
   std::vector<std::pair<std::string, double>> row{{"epoch", static_cast<double>(epoch + 1)},
               {"step", static_cast<double>(r.state.step)},
-              {"lr", r.optimizer->lr()},
+              {"lr", r.last_lr},
               {"train_loss", res.train_loss},
               {"train_acc", res.train_acc},
               {"val_loss", evaluated ? res.val_loss : NAN},
@@ -469,7 +482,7 @@ void save_checkpoints(ReplicaRun& r, bool evaluated) {
   bool best = evaluated && top1 > r.state.best_top1;
   if (best) r.state.best_top1 = top1;
   Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
-  save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model, r.opt.keep_last);
+  save_last(r);
   if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
   if (r.show && r.save_asked) std::cout << "saved " << r.run_dir << "/last at step " << r.state.step << " (epoch end)\n";
   r.save_asked = false;

@@ -10,6 +10,7 @@
 // ranks of a data-parallel run agree on the step they act at (trainer's InterruptPoll).
 // Tests: tests/engine/interrupt_test.cpp (real signals to a real `kiln train`).
 #pragma once
+#include <string>
 
 namespace kiln {
 
@@ -32,5 +33,11 @@ bool take_save_request();
 void request_signal(int sig);
 // "SIGINT", "SIGTERM", "SIGUSR1", else "signal N".
 const char* signal_name(int sig);
+
+// What a second SIGINT/SIGTERM says after "kiln: second SIGINT: exiting now; " (the trainer keeps it
+// true: what is saved, what a save in flight means). The signal lines go to the terminal and to the
+// console log's file (console_log.h) directly, not through the capture's pipe, whose bytes die with
+// the process. Copied into a buffer the handler reads (at most 1000 characters).
+void set_second_signal_note(const std::string& note);
 
 }  // namespace kiln

@@ -44,6 +44,13 @@ std::string num(double v) {
 
 std::string json_num(double v) { return std::isfinite(v) ? num(v) : "null"; }
 
+// Unix seconds to the millisecond (%.8g would round today's 1.77e9 to 100 s).
+std::string time_num(double t) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f", t);
+  return buf;
+}
+
 std::string read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -166,7 +173,7 @@ void MetricsLog::write(const std::vector<std::pair<std::string, double>>& row) {
     if (tag != epoch_tags().end()) scalars.emplace_back(tag->second, v);
   }
   csv << "\n";
-  jl << ", \"time\": " << num(unix_time()) << "}\n";
+  jl << ", \"time\": " << time_num(unix_time()) << "}\n";
   if (events_) events_->scalars(step, scalars);
 }
 
@@ -198,7 +205,7 @@ void MetricsLog::write_step(const StepSample& s) {
     blocked = secs > 0 ? (s.blocked_seconds - std::max(prev.blocked_seconds, 0.0)) / secs : NAN;
     jl << ", \"host_blocked_share\": " << json_num(blocked);
   }
-  jl << ", \"time\": " << num(r.time) << "}\n";
+  jl << ", \"time\": " << time_num(r.time) << "}\n";
   if (events_)
     events_->scalars(r.step, {{"train/loss", r.loss},
                               {"train/acc", r.acc},

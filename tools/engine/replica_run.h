@@ -33,6 +33,7 @@
 #include "tools/engine/evaluate.h"
 #include "tools/engine/metrics.h"
 #include "tools/engine/progress.h"
+#include "tools/engine/run_lock.h"
 #include "tools/engine/time_budget.h"
 #include "tools/engine/train_ema.h"
 #include "tools/engine/train_step.h"
@@ -113,6 +114,8 @@ struct ReplicaRun {
   json as_run;  // the config as run (the run folder's config.json)
   TrainingState state;
   std::string run_dir;
+  std::unique_ptr<RunLock> lock;  // rank 0's: the run folder's one writer (tools/engine/run_lock.h)
+  json changed = json::object();  // a resume's changed keys: {"optim.lr": [old, new]} (run_history.h)
   std::unique_ptr<MetricsLog> log;  // rank 0's
   std::unique_ptr<GradSync> sync;
   StepSetup step;
@@ -134,6 +137,9 @@ struct ReplicaRun {
   bool save_asked = false;  // a SIGUSR1 at an epoch's last step: its end's save says it is the one
   Clock::time_point last_save;
   int64_t poll_every = 1;
+  // The learning rate of the last step taken (the epoch's metrics row): a run resumed after its
+  // epoch's last step (an abandoned evaluation) takes no step before that row.
+  double last_lr = 0;
   PinnedStaging mix_staging;  // MixUp/CutMix's batch in pinned memory on a GPU: its upload does not wait
   RunClock run_clock;         // the progress line's run ETA: where this invocation's training started
 };

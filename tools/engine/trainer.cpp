@@ -3,6 +3,8 @@
 // (tools/engine/epoch.cpp) and the finish (TTA, plots, the report); also `kiln eval`'s evaluate().
 #include "tools/engine/trainer.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +25,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/deploy/checkpoint.h"
+#include "tools/deploy/config.h"
 #include "tools/deploy/model_check.h"
 #include "tools/deploy/predict.h"
 #include "tools/engine/accumulate.h"
@@ -38,6 +41,8 @@
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
 #include "tools/engine/report.h"
+#include "tools/engine/run_history.h"
+#include "tools/engine/run_lock.h"
 #include "tools/engine/time_budget.h"
 #include "tools/engine/train_ema.h"
 #include "tools/engine/train_step.h"
@@ -354,6 +359,10 @@ void record_as_run(ReplicaRun& r) {
   r.as_run["optim"] = r.optimizer->to_json();
   r.as_run["schedule"] = r.schedule->to_json();
   r.as_run["kiln_version"] = kiln_version();
+  // Keys that shape this invocation only are not the run's: a resume (kiln train RUN) of a run that
+  // train.stop_after ended continues it (run_history.h's invocation_only_key).
+  r.as_run["train"]["stop_after"] = 0;
+  r.as_run["train"]["resume"] = "";
   r.state.config = r.as_run;
 }
 
@@ -373,19 +382,83 @@ void resume_position(ReplicaRun& r, const std::string& base) {
              "), or from a checkpoint saved at an epoch's end");
 }
 
+// The checkpoint `base` names, as a path: runs/x/last is the link to its pair folder, runs/x/last-300.
+std::string pair_path(const std::string& base) {
+  std::error_code ec;
+  const fs::path target = fs::read_symlink(base, ec);
+  return ec || target.has_parent_path() ? base : (fs::path(base).parent_path() / target).string();
+}
+
+// "resumed runs/x/last-300 at step 300: epoch 2 of 3 from batch 101 of 300" (epochs and batches
+// counted from 1, as the progress lines count them).
+std::string resume_banner(const ReplicaRun& r, const std::string& base) {
+  const int64_t e = r.state.epoch, b = r.first_batch, n = r.steps_per_epoch;
+  std::string where;
+  if (b == 0) where = "after epoch " + std::to_string(e) + " of " + std::to_string(r.opt.epochs);
+  else if (b >= n) where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " trained, its evaluation next";
+  else where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " from batch " +
+               std::to_string(b + 1) + " of " + std::to_string(n);
+  return "resumed " + pair_path(base) + " at step " + std::to_string(r.state.step) + ": " + where;
+}
+
+// The checkpoint loaded; a failure (the model's shapes) names the model keys this invocation changed
+// from the run's config.json.
+TrainingState load_checkpoint_naming_changes(ReplicaRun& r, const std::string& base) {
+  try {
+    return load_checkpoint(base, *r.model, r.ema ? r.ema->model.get() : nullptr);
+  } catch (const Error& e) {
+    json before;
+    try {
+      before = load_config_file(r.run_dir + "/config.json");
+    } catch (const Error&) {
+      throw e;
+    }
+    std::string model_keys;
+    for (const auto& [k, v] : changed_keys(before, r.as_run))
+      if (k.rfind("model.", 0) == 0) model_keys += (model_keys.empty() ? "" : ", ") + k + " (" + v.first.dump() + " -> " + v.second.dump() + ")";
+    if (model_keys.empty()) throw;
+    KILN_FAIL(e.what(), "; this resume changed ", model_keys,
+              ", which changes the checkpoint's shapes: resume with the run's own model keys, or start a new run "
+              "(kiln train CONFIG train.init=", r.run_dir, " to start from its weights)");
+  }
+}
+
+// The keys this invocation changed from the checkpoint's config as run that a mid-epoch checkpoint
+// cannot honour (the data's order and position), refused naming them.
+void refuse_mid_epoch_changes(const ReplicaRun& r, const std::string& base) {
+  const std::string where = base + " (epoch " + std::to_string(r.state.epoch + 1) + ", batch " +
+                            std::to_string(r.state.epoch_step) + ")";
+  const std::string refusal = resume_refusal(changed_keys(r.state.config, r.as_run), r.state.epoch_step > 0, where);
+  KILN_CHECK(refusal.empty(), refusal);
+}
+
+// The keys this invocation changed from the checkpoint's config as run, printed and kept for
+// invocations.jsonl.
+void note_changes(ReplicaRun& r) {
+  const auto changed = changed_keys(r.state.config, r.as_run);
+  r.changed = json::object();
+  for (const auto& [k, v] : changed) r.changed[k] = json::array({v.first, v.second});
+  if (r.show && !changed.empty())
+    std::cout << "resume: " << changed.size() << " key(s) changed from the run's config as run "
+              << "(recorded in " << r.run_dir << "/invocations.jsonl):\n" << describe_changes(changed);
+}
+
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
 // folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
 void resume(ReplicaRun& r) {
   const TrainOptions& opt = r.opt;
   std::string base = resolve_checkpoint(opt.resume);
-  r.state = load_checkpoint(base, *r.model, r.ema ? r.ema->model.get() : nullptr);
+  r.run_dir = fs::path(base).parent_path().string();
+  // One writer: before anything of the run folder is read for writing (rank 0 writes it).
+  if (r.lead) r.lock = std::make_unique<RunLock>(r.run_dir);
+  r.state = load_checkpoint_naming_changes(r, base);
   if (r.ema && !r.state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
     r.ema->ema->reset_to_live();
     if (r.show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
   }
   r.optimizer->load_state_dict(r.state.optimizer);
   default_generator().set_state(r.state.rng);
-  r.run_dir = fs::path(base).parent_path().string();
+  refuse_mid_epoch_changes(r, base);
   resume_position(r, base);
   // A budget not decided yet when the checkpoint was saved (mid-way through the first epoch, whose
   // config as run still has it) is decided in this invocation (start_budget).
@@ -403,25 +476,30 @@ void resume(ReplicaRun& r) {
     if (r.show)
       std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
   }
-  r.state.config = r.as_run;
-  if (r.show)
-    std::cout << "resumed " << base << " at epoch " << r.state.epoch
-              << (r.first_batch > 0 ? " + " + std::to_string(r.first_batch) + " of " + std::to_string(r.steps_per_epoch) +
-                                          " batches"
-                                    : std::string())
-              << ", step " << r.state.step << "\n";
-  KILN_CHECK(r.state.epoch < opt.epochs, "resume: the checkpoint has finished ", r.state.epoch,
+  KILN_CHECK(r.state.epoch < opt.epochs, "resume: ", base, " has finished ", r.state.epoch,
              " epochs and train.epochs is ", opt.epochs,
              budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
                                         "ask for more epochs, epochs=N, to continue)"
                                       : "; ask for more epochs (epochs=N) to continue");
+  note_changes(r);
+  r.state.config = r.as_run;
+  if (r.show) std::cout << resume_banner(r, base) << "\n";
 }
 
 // Rank 0: the run folder's config.json, classes.json and metrics log, and the run's first line.
 void open_run_folder(ReplicaRun& r) {
-  std::ofstream(r.run_dir + "/config.json") << r.as_run.dump(2) << "\n";
+  write_file_atomically(r.run_dir + "/config.json", r.as_run.dump(2) + "\n");
   save_class_names(r.run_dir + "/classes.json", r.train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
-  attach_console_log(r.run_dir + "/train.log");  // tools/engine/console_log.h: also what was printed before
+  // tools/engine/console_log.h: this invocation's header line, then also what was printed before.
+  attach_console_log(r.run_dir + "/train.log", invocation_header());
+  append_invocation(r.run_dir, json{{"event", "start"}, {"kiln_version", kiln_version()},
+                                     {"command", process_command_line()}, {"pid", static_cast<int64_t>(::getpid())},
+                                     {"resumed", r.opt.resume.empty() ? json() : json(pair_path(resolve_checkpoint(r.opt.resume)))},
+                                     {"step", r.state.step}, {"epoch", r.state.epoch}, {"epoch_step", r.state.epoch_step},
+                                     {"changed", r.changed}});
+  set_second_signal_note(r.opt.resume.empty() ? "nothing of this run is saved yet"
+                                              : "kiln train " + r.run_dir + " resumes it from step " +
+                                                    std::to_string(r.state.step) + ", as this invocation did");
   // A resumed run's logs lose the rows past its checkpoint's step; TensorBoard is told likewise.
   r.log = std::make_unique<MetricsLog>(r.run_dir, r.opt.resume.empty() ? -1 : r.state.step, r.opt.tensorboard);
   if (!r.show) return;
@@ -473,8 +551,16 @@ void start_budget(ReplicaRun& r) {
 
 void open_run(ReplicaRun& r) {
   record_as_run(r);
-  if (!r.opt.resume.empty()) resume(r);
-  else if (r.lead) r.run_dir = make_run_dir(r.opt.runs_dir, r.s.name);
+  if (!r.opt.resume.empty()) {
+    resume(r);
+  } else if (r.lead) {
+    r.run_dir = make_run_dir(r.opt.runs_dir, r.s.name);
+    r.lock = std::make_unique<RunLock>(r.run_dir);  // a new folder: nobody else can hold it yet
+  }
+  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
+  KILN_CHECK(r.state.epoch < r.last_epoch, "train.stop_after = ", r.opt.stop_after, ": ", r.run_dir, " has trained ",
+             r.state.epoch, " epoch(s) already, so this invocation would train nothing; give a larger train.stop_after "
+             "(at most train.epochs = ", r.opt.epochs, "), or none to train to the end");
   if (r.lead) open_run_folder(r);
   make_run_step(r);
   r.result.run_dir = r.run_dir;
@@ -486,9 +572,9 @@ void open_run(ReplicaRun& r) {
   r.weights_bytes = device_alloc.stats().allocated;
   r.tty = Progress::stdout_is_tty();
   r.num_classes = r.train_set->num_classes();
-  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
   start_budget(r);
   r.first_epoch = r.state.epoch;
+  r.last_lr = r.schedule->lr_at(std::max<int64_t>(0, r.state.step - 1));  // the checkpoint's last step's
   r.last_save = Clock::now();
   // Over several ranks, signals are agreed on every 8 steps (one small all-reduce that waits for the
   // device); alone, every step at no cost (tools/engine/interrupt.h).
@@ -511,6 +597,9 @@ TrainResult interrupt_run(ReplicaRun& r) {
               << r.state.epoch + 1 << " of " << r.opt.epochs << ", batch " << r.state.epoch_step << " of "
               << r.steps_per_epoch << "); saved " << r.run_dir << "/last\n"
               << "resume with: kiln train " << r.run_dir << "\n";
+  if (r.lead)
+    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", std::string("stopped by ") + signal_name(r.interrupted)},
+                                      {"step", r.state.step}, {"epoch", r.state.epoch}, {"epoch_step", r.state.epoch_step}});
   r.result.interrupted = r.interrupted;
   r.result.epochs = r.opt.epochs;
   r.result.steps = r.state.step;
@@ -541,6 +630,9 @@ TrainResult finish_run(ReplicaRun& r) {
   if (r.lead && !r.final_confusion.empty())
     write_run_report(r.run_dir, r.final_confusion, report_class_names(*r.val_set), r.show);
   r.result.epochs = opt.epochs;
+  if (r.lead)
+    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", r.last_epoch < opt.epochs ? "stopped by train.stop_after" : "finished"},
+                                      {"step", r.state.step}, {"epoch", r.state.epoch}, {"val_top1", r.result.val_top1}});
   if (r.show && r.budget.minutes > 0)
     std::cout << "time budget " << fmt("%.4g", r.budget.minutes) << " min: the run took "
               << fmt("%.1f", seconds_since(r.start) / 60) << " min (" << fmt("%.0f", seconds_since(r.start))
