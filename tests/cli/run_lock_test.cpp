@@ -70,6 +70,13 @@ TEST(RunLock, ASecondWriterIsRefusedNamingTheHolderAndKillNineLeavesNothingToCle
   const pid_t holder = kt::spawn_logged({kt::kiln_binary(), "train", cfg}, log1);
   ASSERT_GT(holder, 0);
   int status = 0;
+  // Before its first checkpoint: refused as a second writer (not as a folder without a checkpoint).
+  ASSERT_TRUE(kt::wait_until(holder, [&] { return has(log1, "/6  loss"); }, 120, &status))
+      << kt::file_tail(log1);
+  if (!fs::exists(run + "/last")) {
+    EXPECT_EQ(run_kiln({"train", run}, log2), 1) << kt::file_tail(log2);
+    EXPECT_TRUE(has(log2, "is being written by another kiln train (host ")) << kt::file_tail(log2);
+  }
   ASSERT_TRUE(kt::wait_until(holder, [&] { return has(log1, "saved " + run + "/last at step 6"); }, 120, &status))
       << kt::file_tail(log1);
 

@@ -27,6 +27,7 @@
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_check.h"
+#include "tools/deploy/model_io.h"
 #include "tools/deploy/predict.h"
 #include "tools/engine/accumulate.h"
 #include "tools/engine/autobatch.h"
@@ -426,7 +427,7 @@ TrainingState load_checkpoint_naming_changes(ReplicaRun& r, const std::string& b
 // The keys this invocation changed from the checkpoint's config as run that a mid-epoch checkpoint
 // cannot honour (the data's order and position), refused naming them.
 void refuse_mid_epoch_changes(const ReplicaRun& r, const std::string& base) {
-  const std::string where = base + " (epoch " + std::to_string(r.state.epoch + 1) + ", batch " +
+  const std::string where = pair_path(base) + " (epoch " + std::to_string(r.state.epoch + 1) + ", after batch " +
                             std::to_string(r.state.epoch_step) + ")";
   const std::string refusal = resume_refusal(changed_keys(r.state.config, r.as_run), r.state.epoch_step > 0, where);
   KILN_CHECK(refusal.empty(), refusal);
@@ -447,10 +448,12 @@ void note_changes(ReplicaRun& r) {
 // folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
 void resume(ReplicaRun& r) {
   const TrainOptions& opt = r.opt;
+  // One writer: the lock before anything of the run folder is read (rank 0 writes it); a live
+  // writer's run may have no checkpoint yet, and its refusal is the one to give.
+  if (r.lead && is_run_folder(opt.resume)) r.lock = std::make_unique<RunLock>(opt.resume);
   std::string base = resolve_checkpoint(opt.resume);
   r.run_dir = fs::path(base).parent_path().string();
-  // One writer: before anything of the run folder is read for writing (rank 0 writes it).
-  if (r.lead) r.lock = std::make_unique<RunLock>(r.run_dir);
+  if (r.lead && !r.lock) r.lock = std::make_unique<RunLock>(r.run_dir);
   r.state = load_checkpoint_naming_changes(r, base);
   if (r.ema && !r.state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
     r.ema->ema->reset_to_live();
