@@ -31,6 +31,34 @@ int64_t accumulate_from_json(const json& j, const std::string& path) {
 
 json accumulate_to_json(int64_t n) { return n == 0 ? json("auto") : json(n); }
 
+const std::vector<std::string>& validation_metrics() {
+  static const std::vector<std::string> m{"top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss"};
+  return m;
+}
+
+namespace {
+
+bool is_ema_metric(const std::string& m) { return m.rfind("ema_", 0) == 0; }
+
+// An ema_* figure named at `path` needs train.ema.
+void check_ema_metric(const std::string& metric, const std::string& path, bool ema) {
+  KILN_CHECK(ema || !is_ema_metric(metric), "config: ", path, " = \"", metric, "\" is a figure of the EMA weights, and "
+             "train.ema is off; accepted without train.ema: top1, top5, loss (or turn train.ema on: train.ema=true)");
+}
+
+// train.best_metric: given, or train.ema.best_by's older form ("ema": "ema_top1"); the two must agree.
+std::string best_metric_from(JsonReader& r, const EmaOptions& ema) {
+  const bool by_ema = ema.enabled && ema.best_by == "ema";
+  const std::string m = r.get_choice("best_metric", by_ema ? "ema_top1" : "top1", validation_metrics());
+  check_ema_metric(m, r.path_of("best_metric"), ema.enabled);
+  KILN_CHECK(!by_ema || is_ema_metric(m), "config: ", r.path_of("best_metric"), " = \"", m, "\" (the live weights' "
+             "figure) contradicts train.ema.best_by = \"ema\"; accepted: train.best_metric = \"ema_", m,
+             "\" (train.ema.best_by is its older form: drop it), or train.ema.best_by = \"live\"");
+  return m;
+}
+
+}  // namespace
+
 void check_class_weights_option(const json& option, const std::string& path) {
   if (option.is_null()) return;
   if (option.is_string()) {
@@ -105,6 +133,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
   else r.allow("mixup");
   o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
+  o.best_metric = best_metric_from(r, o.ema);  // tools/engine/metric_watch.h
   r.finish();
   return o;
 }
@@ -142,7 +171,8 @@ json TrainOptions::to_json() const {
               {"ema", ema.to_json()},
               {"accumulate", accumulate_to_json(accumulate)},
               {"mixup", mixup.to_json()},
-              {"tta", tta}};
+              {"tta", tta},
+              {"best_metric", best_metric}};
 }
 
 std::string resolve_precision(const std::string& precision, Device device) {

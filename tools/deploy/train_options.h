@@ -18,6 +18,11 @@
 
 namespace kiln {
 
+// The validation figures train.best_metric may name: the live weights'
+// top-1, top-5 (fractions, higher is better) and loss (lower is better), and with train.ema the EMA
+// weights' (tools/engine/metric_watch.h).
+const std::vector<std::string>& validation_metrics();  // top1, top5, loss, ema_top1, ema_top5, ema_loss
+
 struct TrainOptions {
   /// epochs to train (default 1); with time_budget_minutes, the most epochs to train
   int64_t epochs = 1;
@@ -121,7 +126,11 @@ struct TrainOptions {
   /// test-time augmentation of the evaluations: "none" or "flip" (the mean of the softmax of the
   /// image and of its left-right mirror; docs/mixup_tta.md) (default "none")
   std::string tta = "none";
-
+  /// which validation figure picks the `best` checkpoint: "top1", "top5", "loss" (the lowest), or with
+  /// train.ema the EMA weights' "ema_top1", "ema_top5", "ema_loss" (both weight files are saved in
+  /// `best` whichever it is; docs/ema_accumulate.md) (default "top1"; "ema_top1" with train.ema.best_by
+  /// = "ema", its older form)
+  std::string best_metric = "top1";
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
 };

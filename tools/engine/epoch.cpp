@@ -1,7 +1,8 @@
 // An epoch of the training loop (tools/engine/replica_run.h): run_epoch's step loop with its progress
-// lines and statistics, end_epoch's evaluations, time-budget recheck, metrics row and checkpoints,
-// and train.time_budget_minutes' decision taken inside the first epoch.
-// Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
+// lines and statistics, end_epoch's evaluations, time-budget recheck, train.best_metric's record,
+// metrics row and checkpoints, and train.time_budget_minutes' decision taken inside the first epoch.
+// Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp,
+// tests/engine/metric_watch_test.cpp.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -20,6 +21,7 @@
 #include "core/rng.h"
 #include "data/mix.h"
 #include "tools/engine/batch_images.h"
+#include "tools/engine/metric_watch.h"
 #include "tools/engine/interrupt.h"
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
@@ -461,13 +463,15 @@ void write_metrics_row(ReplicaRun& r, int64_t epoch, bool evaluated, double trai
   r.log->write(row);
 }
 
-// Rank 0: the `last` checkpoint, and `best` by the live weights' top-1 (with train.ema.best_by =
-// "ema" by the EMA's).
-void save_checkpoints(ReplicaRun& r, bool evaluated) {
+// After an evaluation: train.best_metric's record, and whether this epoch's weights become `best`.
+bool watch_metrics(ReplicaRun& r, int64_t epoch) {
+  const std::string& by = r.opt.best_metric;
+  return update_record(r.state.best, by, metric_value(r.result, by), epoch + 1);
+}
+
+// Rank 0: the `last` checkpoint, and `best` when this epoch's weights are (watch_metrics).
+void save_checkpoints(ReplicaRun& r, bool best) {
   r.state.optimizer = r.optimizer->state_dict();
-  const double top1 = r.ema && r.opt.ema.best_by == "ema" ? r.result.ema_val_top1 : r.result.val_top1;
-  bool best = evaluated && top1 > r.state.best_top1;
-  if (best) r.state.best_top1 = top1;
   Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
   save_checkpoint(r.run_dir + "/last", *r.model, r.state, ema_model, r.opt.keep_last);
   if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
@@ -499,9 +503,10 @@ void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
   r.last_save = Clock::now();
   r.state.rng = default_generator().state();
   if (r.step.scaler) r.state.scaler = r.step.scaler->state_dict();
+  const bool best = evaluated && watch_metrics(r, epoch);
   if (!r.lead) return;
   write_metrics_row(r, epoch, evaluated, e.train_seconds);
-  save_checkpoints(r, evaluated);
+  save_checkpoints(r, best);
   if (r.opt.plots) r.log->save_plots(r.run_dir);  // rewritten every epoch: a long run can be looked at
 }
 

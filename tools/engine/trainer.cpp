@@ -30,6 +30,7 @@
 #include "tools/engine/batch_images.h"
 #include "tools/engine/class_weights.h"
 #include "tools/engine/console_log.h"
+#include "tools/engine/metric_watch.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/interrupt.h"
@@ -373,6 +374,18 @@ void resume_position(ReplicaRun& r, const std::string& base) {
              "), or from a checkpoint saved at an epoch's end");
 }
 
+// The checkpoint's record of train.best_metric (tools/engine/metric_watch.h): a record of another
+// metric than this run's starts again (and says so).
+void resume_records(ReplicaRun& r) {
+  TrainingState& st = r.state;
+  if (!st.best.metric.empty() && st.best.metric != r.opt.best_metric) {
+    if (r.show)
+      std::cout << "best: train.best_metric is \"" << r.opt.best_metric << "\", the checkpoint's best was chosen by \""
+                << st.best.metric << "\": best is chosen anew from the next evaluation\n";
+    st.best = MetricRecord{};
+  }
+}
+
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
 // folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
 void resume(ReplicaRun& r) {
@@ -387,6 +400,7 @@ void resume(ReplicaRun& r) {
   default_generator().set_state(r.state.rng);
   r.run_dir = fs::path(base).parent_path().string();
   resume_position(r, base);
+  resume_records(r);
   // A budget not decided yet when the checkpoint was saved (mid-way through the first epoch, whose
   // config as run still has it) is decided in this invocation (start_budget).
   const json saved_train = r.state.config.value("train", json::object());
@@ -534,6 +548,9 @@ TrainResult finish_run(ReplicaRun& r) {
       publish(r, ee, "ema", "tta=" + opt.tta, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
     }
   }
+  if (r.show && r.state.best.epoch > 0)  // train.best_metric's choice (an earlier kiln's record has no epoch)
+    std::cout << "best: epoch " << r.state.best.epoch << ", " << metric_label(r.state.best.metric) << " "
+              << metric_text(r.state.best.metric, r.state.best.best) << " (train.best_metric) -> " << r.run_dir << "/best\n";
   if (r.lead && opt.plots && r.log) {
     r.log->save_plots(r.run_dir);  // also after every epoch (end_epoch); here the run's last word
     if (r.show) std::cout << "results in " << r.run_dir << "\n";

@@ -1,0 +1,154 @@
+// train.best_metric on tiny runs (tools/engine/metric_watch.h, docs/training.md "The best
+// checkpoint"): best_metric = loss / ema_loss picks the epoch of the lowest loss in metrics.jsonl
+// (top1 the highest top-1) and keeps its best across a resume (the learning rate drops to 0 after
+// the first epochs, a model without batch norm: every later evaluation is the same); bad values are
+// refused naming the key.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "models/registry.h"
+#include "tests/expect_error.h"
+#include "tools/deploy/checkpoint.h"
+#include "tools/deploy/config.h"
+#include "tools/engine/trainer.h"
+
+using namespace kiln;
+using kiln::testing::error_of;
+namespace fs = std::filesystem;
+
+namespace {
+
+// 192 samples in batches of 32: 6 steps an epoch. No batch norm, so weights that stop moving give
+// the same evaluation every epoch: from epoch `frozen_after` + 1 on the lr is 0 (multistep, gamma 0).
+json config(const std::string& runs, const std::string& name, int64_t frozen_after) {
+  json c = json::parse(R"({
+    "model": {"layers": [
+      {"type": "conv2d", "in_channels": 3, "out_channels": 8, "kernel_size": 3, "padding": 1},
+      {"type": "relu"},
+      {"type": "max_pool2d", "kernel_size": 2},
+      {"type": "flatten"},
+      {"type": "linear", "in_features": 128, "out_features": 4}]},
+    "data": {"source": "synthetic", "synthetic": {"size": 192, "height": 8, "width": 8, "channels": 3, "num_classes": 4},
+             "batch_size": 32, "workers": 0},
+    "optim": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
+    "train": {"epochs": 8, "seed": 3, "plots": false, "tensorboard": false, "comm_timeout_s": 30}
+  })");
+  c["name"] = name;
+  c["train"]["runs_dir"] = runs;
+  c["schedule"] = {{"name", "multistep"}, {"milestones", {frozen_after}}, {"gamma", 0.0}};
+  return c;
+}
+
+std::string fresh_dir(const std::string& name) {
+  std::string d = ::testing::TempDir() + "kiln_watch_" + name;
+  fs::remove_all(d);
+  return d;
+}
+
+// The run's `last` training state.
+TrainingState last_state(const std::string& run_dir, const json& c) {
+  auto model = models::build_model(c["model"], "model");
+  return load_checkpoint(resolve_checkpoint(run_dir), *model);
+}
+
+// `run`'s own config.json with overrides, resuming it (as `kiln train RUN key=value ...`; a run
+// stopped by train.stop_after records it: train.stop_after=0 trains on to train.epochs).
+json resume_config(const std::string& run, const std::vector<std::string>& overrides) {
+  json c = load_config_file(run + "/config.json");
+  apply_overrides(c, {"resume=" + run});
+  apply_overrides(c, overrides);
+  return c;
+}
+
+// metrics.jsonl's epoch rows.
+std::vector<json> epoch_rows(const std::string& run_dir) {
+  std::vector<json> rows;
+  std::ifstream f(run_dir + "/metrics.jsonl");
+  for (std::string l; std::getline(f, l);) {
+    json j = json::parse(l);
+    if (j.value("kind", "") == "epoch") rows.push_back(j);
+  }
+  return rows;
+}
+
+// The 1-based epoch of the first lowest (`lowest`) or highest value of `key` in the epoch rows.
+int64_t first_extreme_epoch(const std::vector<json>& rows, const std::string& key, bool lowest) {
+  size_t at = 0;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const double v = rows[i][key].get<double>(), b = rows[at][key].get<double>();
+    if (lowest ? v < b : v > b) at = i;
+  }
+  return rows[at]["epoch"].get<int64_t>();
+}
+
+}  // namespace
+
+// best_metric = loss: `best` is the epoch of the lowest val_loss in metrics.jsonl (top1, the
+// default: the first epoch of the highest val_top1); ema_loss: the lowest ema_val_loss.
+TEST(BestMetric, PicksTheEpochOfTheBestFigureInMetricsJsonl) {
+  const std::string runs = fresh_dir("best");
+  for (const char* metric : {"loss", "top1", "ema_loss"}) {
+    json c = config(runs, metric, 100);  // never frozen
+    apply_overrides(c, {"train.epochs=6", "optim.lr=0.5", std::string("train.best_metric=") + metric});
+    if (std::string(metric) == "ema_loss") apply_overrides(c, {"train.ema={\"decay\": 0.9}"});
+    const TrainResult r = train(c, true);
+    const std::vector<json> rows = epoch_rows(r.run_dir);
+    ASSERT_EQ(rows.size(), 6u);
+    const std::string key = std::string(metric) == "ema_loss" ? "ema_val_loss" : "val_" + std::string(metric);
+    const int64_t want = first_extreme_epoch(rows, key, std::string(metric) != "top1");
+    auto model = models::build_model(c["model"], "model");
+    const TrainingState best = load_checkpoint(resolve_checkpoint(r.run_dir + "/best"), *model);
+    EXPECT_EQ(best.epoch, want) << metric;
+    EXPECT_EQ(best.best.metric, metric);
+    EXPECT_EQ(best.best.epoch, want) << metric;
+    EXPECT_NEAR(best.best.best, rows[static_cast<size_t>(want - 1)][key].get<double>(), 1e-6) << metric;
+    EXPECT_EQ(last_state(r.run_dir, c).best.epoch, want) << metric << ": the last checkpoint carries the record";
+  }
+}
+
+// The best value survives a resume: the lr is 0 after epoch 2, so epochs 3.. equal epoch 2's loss
+// and never beat the best (epoch 1 or 2). A run resumed after epoch 3 keeps that `best`; had it
+// forgotten the value, epoch 4's equal loss would have become the best.
+TEST(BestMetric, TheBestValueSurvivesAResume) {
+  const std::string runs = fresh_dir("best_resume");
+  json c = config(runs, "split", 2);
+  apply_overrides(c, {"train.epochs=5", "train.best_metric=loss", "train.stop_after=3"});
+  const TrainResult first = train(c, true);
+  const int64_t best_epoch = last_state(first.run_dir, c).best.epoch;
+  ASSERT_LE(best_epoch, 2);
+  const TrainResult r = train(resume_config(first.run_dir, {"train.stop_after=0"}), true);
+  EXPECT_EQ(r.steps, 5 * 6);
+  auto model = models::build_model(c["model"], "model");
+  EXPECT_EQ(load_checkpoint(resolve_checkpoint(r.run_dir + "/best"), *model).epoch, best_epoch);
+  EXPECT_EQ(last_state(r.run_dir, c).best.epoch, best_epoch);
+}
+
+// Bad values of the keys are refused naming the key and what is accepted.
+TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
+  const std::string runs = fresh_dir("bad");
+  struct Case {
+    std::vector<std::string> overrides;
+    std::vector<std::string> expect;
+  };
+  const std::vector<Case> cases = {
+      {{"train.best_metric=acc"}, {"train.best_metric = \"acc\" is not accepted", "top1, top5, loss, ema_top1"}},
+      {{"train.best_metric=ema_top1"}, {"train.best_metric = \"ema_top1\"", "train.ema is off"}},
+      {{"train.ema={\"best_by\": \"ema\"}", "train.best_metric=loss"},
+       {"train.best_metric = \"loss\"", "train.ema.best_by = \"ema\"", "\"ema_loss\""}},
+  };
+  for (const Case& k : cases) {
+    json c = config(runs, "bad", 1);
+    apply_overrides(c, k.overrides);
+    const std::string msg = error_of([&] { check_config(c); });
+    for (const std::string& e : k.expect) EXPECT_HAS(msg, e) << k.overrides.back();
+  }
+  // The accepted forms.
+  json ok = config(runs, "ok", 1);
+  apply_overrides(ok, {"train.ema=true", "train.best_metric=ema_top5"});
+  EXPECT_EQ(error_of([&] { check_config(ok); }), "");
+  apply_overrides(ok, {"train.ema={\"best_by\": \"ema\"}"});
+  ok["train"].erase("best_metric");
+  EXPECT_EQ(TrainOptions::from_json(ok["train"]).best_metric, "ema_top1") << "best_by = ema is ema_top1";
+}
