@@ -1,13 +1,18 @@
-// train.best_metric on tiny runs (tools/engine/metric_watch.h, docs/training.md "The best
-// checkpoint"): best_metric = loss / ema_loss picks the epoch of the lowest loss in metrics.jsonl
-// (top1 the highest top-1) and keeps its best across a resume (the learning rate drops to 0 after
-// the first epochs, a model without batch norm: every later evaluation is the same); bad values are
-// refused naming the key.
+// train.early_stopping and train.best_metric on tiny runs (tools/engine/metric_watch.h,
+// docs/training.md "Early stopping", "The best checkpoint"): a run whose figures
+// stall (the learning rate drops to 0 after the first epochs, a model without batch norm: every later
+// evaluation is the same) stops at the epoch the patience gives, says so, records the stop, and its
+// resume is refused until the patience is raised or early stopping dropped; an interrupted run counts
+// the patience across the interruption (epoch end and mid-epoch); two replicas stop together;
+// best_metric = loss / ema_loss picks the epoch of the lowest loss in metrics.jsonl and keeps its
+// best across a resume; bad values are refused naming the key.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "core/comm.h"
 #include "models/registry.h"
 #include "tests/expect_error.h"
 #include "tools/deploy/checkpoint.h"
@@ -47,6 +52,13 @@ std::string fresh_dir(const std::string& name) {
   return d;
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 // The run's `last` training state.
 TrainingState last_state(const std::string& run_dir, const json& c) {
   auto model = models::build_model(c["model"], "model");
@@ -83,7 +95,108 @@ int64_t first_extreme_epoch(const std::vector<json>& rows, const std::string& ke
   return rows[at]["epoch"].get<int64_t>();
 }
 
+// A run folder holding only the checkpoint `pair` (a last-<step> folder) of `run` as its `last`.
+std::string run_from_pair(const std::string& run, const std::string& pair, const std::string& to) {
+  fs::create_directories(to);
+  for (const char* f : {"config.json", "classes.json"}) fs::copy_file(run + "/" + f, to + "/" + f);
+  fs::copy(run + "/" + pair, to + "/" + pair, fs::copy_options::recursive);
+  fs::create_directory_symlink(pair, to + "/last");
+  return to;
+}
+
 }  // namespace
+
+// The lr is 0 after epoch 1: the val loss of epochs 2, 3, ... equals epoch 1's, so with patience 2
+// the run stops after epoch 3 of 8, ending as at its end (last checkpoint, report), with its line.
+TEST(EarlyStopping, StopsWhenTheFigureStallsSavesAndSaysWhy) {
+  const std::string runs = fresh_dir("stall");
+  json c = config(runs, "stall", 1);
+  apply_overrides(c, {"train.early_stopping={\"metric\": \"loss\", \"patience\": 2}"});
+  const TrainResult r = train(c, /*quiet=*/false);
+  EXPECT_EQ(r.stopped_early, 3);
+  EXPECT_EQ(r.epochs, 8);
+  EXPECT_EQ(r.steps, 3 * 6);
+  EXPECT_EQ(epoch_rows(r.run_dir).size(), 3u);
+  EXPECT_TRUE(fs::exists(r.run_dir + "/report.csv")) << "the final report is written after an early stop";
+  const TrainingState s = last_state(r.run_dir, c);
+  EXPECT_EQ(s.epoch, 3);
+  EXPECT_EQ(s.stopped_early, 3);
+  EXPECT_EQ(s.early_stopping.metric, "loss");
+  EXPECT_EQ(s.early_stopping.epoch, 1);
+  const std::string log = read_text(r.run_dir + "/train.log");
+  EXPECT_HAS(log, "early stopping: val loss has not improved for 2 epochs (best ");
+  EXPECT_HAS(log, " at epoch 1); stopped after epoch 3 of 8");
+}
+
+// A run that stopped early is not resumed silently: refused with advice; a higher patience trains on
+// until it is spent (epoch 5 = best epoch 1 + 4); without early stopping it trains to its end.
+TEST(EarlyStopping, ResumingAStoppedRunIsRefusedUntilThePatienceIsRaisedOrDropped) {
+  const std::string runs = fresh_dir("resume_stopped");
+  json c = config(runs, "stopped", 1);
+  apply_overrides(c, {"train.early_stopping={\"metric\": \"top1\", \"patience\": 2, \"min_delta\": 0.001}"});
+  const TrainResult r = train(c, true);
+  ASSERT_EQ(r.stopped_early, 3);
+  const std::string msg = error_of([&] { train(resume_config(r.run_dir, {}), true); });
+  EXPECT_HAS(msg, "stopped early after epoch 3 of 8");
+  EXPECT_HAS(msg, "val top1 has not improved by more than 0.001 for 2 epochs");
+  EXPECT_HAS(msg, "train.early_stopping.patience=4");
+  EXPECT_HAS(msg, "train.early_stopping=null");
+  EXPECT_EQ(last_state(r.run_dir, c).epoch, 3) << "the refusal trained nothing";
+
+  const TrainResult more = train(resume_config(r.run_dir, {"train.early_stopping.patience=4"}), true);
+  EXPECT_EQ(more.stopped_early, 5);
+  EXPECT_EQ(more.steps, 5 * 6);
+  const TrainResult rest = train(resume_config(r.run_dir, {"train.early_stopping=null"}), true);
+  EXPECT_EQ(rest.stopped_early, 0);
+  EXPECT_EQ(rest.steps, 8 * 6);
+  EXPECT_EQ(last_state(r.run_dir, c).stopped_early, 0);
+}
+
+// The lr is 0 after epoch 2, patience 3: the run stops 3 epochs after its best (epoch 1 or 2). Runs
+// interrupted after epoch 3 and inside epoch 4 (a mid-epoch checkpoint), then resumed, stop at the
+// same epoch with the same record: the count is in the checkpoint (a count that restarted at the
+// resume would stop at epoch 7 or later).
+TEST(EarlyStopping, PatienceCountsAcrossAnInterruption) {
+  const std::string runs = fresh_dir("across");
+  auto cfg = [&](const std::string& name) {
+    json c = config(runs, name, 2);
+    apply_overrides(c, {"train.early_stopping={\"metric\": \"loss\", \"patience\": 3}", "train.save_every_steps=3",
+                        "train.keep_last=100"});
+    return c;
+  };
+  const TrainResult straight = train(cfg("straight"), true);
+  const TrainingState ss = last_state(straight.run_dir, cfg("x"));
+  ASSERT_LE(ss.early_stopping.epoch, 2);
+  ASSERT_EQ(straight.stopped_early, ss.early_stopping.epoch + 3) << "stops 3 epochs after its best, inside the 8";
+
+  json first = cfg("split");
+  apply_overrides(first, {"train.stop_after=3"});
+  const TrainResult b1 = train(first, true);
+  EXPECT_EQ(b1.stopped_early, 0);
+  const TrainResult b2 = train(resume_config(b1.run_dir, {"train.stop_after=0"}), true);
+  // From the mid-epoch checkpoint at step 21 (epoch 4, batch 3 of 6) of the straight run.
+  const std::string mid = run_from_pair(straight.run_dir, "last-21", runs + "/from-21");
+  const TrainResult b3 = train(resume_config(mid, {}), true);
+  for (const TrainResult* r : {&b2, &b3}) {
+    EXPECT_EQ(r->stopped_early, straight.stopped_early) << r->run_dir;
+    EXPECT_EQ(r->steps, straight.steps) << r->run_dir;
+    const TrainingState s = last_state(r->run_dir, cfg("x"));
+    EXPECT_EQ(s.early_stopping.epoch, ss.early_stopping.epoch) << r->run_dir;
+    EXPECT_EQ(s.early_stopping.best, ss.early_stopping.best) << r->run_dir;
+    EXPECT_EQ(s.stopped_early, ss.stopped_early) << r->run_dir;
+  }
+}
+
+// Two replicas (threads, CPU): both stop after the same epoch (a replica that went on would wait in
+// a collective until train.comm_timeout_s and fail the run).
+TEST(EarlyStopping, ReplicasStopTogether) {
+  const std::string runs = fresh_dir("replicas");
+  json c = config(runs, "replicas", 1);
+  apply_overrides(c, {"train.early_stopping={\"metric\": \"top1\", \"patience\": 2}"});
+  const TrainResult r = train_replicas(c, {Device::cpu(), Device::cpu()}, make_thread_communicators(2), true);
+  EXPECT_EQ(r.stopped_early, 3);
+  EXPECT_EQ(r.steps, 3 * 6);
+}
 
 // best_metric = loss: `best` is the epoch of the lowest val_loss in metrics.jsonl (top1, the
 // default: the first epoch of the highest val_top1); ema_loss: the lowest ema_val_loss.
@@ -137,6 +250,18 @@ TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
       {{"train.best_metric=ema_top1"}, {"train.best_metric = \"ema_top1\"", "train.ema is off"}},
       {{"train.ema={\"best_by\": \"ema\"}", "train.best_metric=loss"},
        {"train.best_metric = \"loss\"", "train.ema.best_by = \"ema\"", "\"ema_loss\""}},
+      {{"train.early_stopping={\"metric\": \"loss\"}"}, {"train.early_stopping.patience is required"}},
+      {{"train.early_stopping={\"patience\": 3}"}, {"train.early_stopping.metric is required"}},
+      {{"train.early_stopping={\"metric\": \"loss\", \"patience\": 0}"}, {"train.early_stopping.patience = 0", "1..100000"}},
+      {{"train.early_stopping={\"metric\": \"acc\", \"patience\": 2}"}, {"train.early_stopping.metric = \"acc\"", "top5"}},
+      {{"train.early_stopping={\"metric\": \"ema_loss\", \"patience\": 2}"},
+       {"train.early_stopping.metric = \"ema_loss\"", "train.ema is off"}},
+      {{"train.early_stopping={\"metric\": \"top1\", \"patience\": 2, \"min_delta\": 1}"},
+       {"train.early_stopping.min_delta = 1", "[0, 1)"}},
+      {{"train.early_stopping={\"metric\": \"loss\", \"patience\": 2, \"min_delta\": -1}"},
+       {"train.early_stopping.min_delta = -1"}},
+      {{"train.early_stopping={\"metric\": \"loss\", \"patient\": 2}"}, {"did you mean 'patience'"}},
+      {{"train.early_stopping=5"}, {"train.early_stopping = 5 is not accepted", "\"patience\""}},
   };
   for (const Case& k : cases) {
     json c = config(runs, "bad", 1);
@@ -146,9 +271,10 @@ TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
   }
   // The accepted forms.
   json ok = config(runs, "ok", 1);
-  apply_overrides(ok, {"train.ema=true", "train.best_metric=ema_top5"});
+  apply_overrides(ok, {"train.ema=true", "train.best_metric=ema_top5",
+                       "train.early_stopping={\"metric\": \"ema_loss\", \"patience\": 1, \"min_delta\": 2.5}"});
   EXPECT_EQ(error_of([&] { check_config(ok); }), "");
-  apply_overrides(ok, {"train.ema={\"best_by\": \"ema\"}"});
+  apply_overrides(ok, {"train.early_stopping=null", "train.ema={\"best_by\": \"ema\"}"});
   ok["train"].erase("best_metric");
   EXPECT_EQ(TrainOptions::from_json(ok["train"]).best_metric, "ema_top1") << "best_by = ema is ema_top1";
 }

@@ -178,7 +178,8 @@ MetricRecord read_metric_record(const json& j, const std::string& path) {
 
 json metric_record_json(const MetricRecord& m) { return json{{"metric", m.metric}, {"value", m.best}, {"epoch", m.epoch}}; }
 
-// The record of train.best_metric ("best"), absent in checkpoints of earlier kiln: their best is `best_top1` (-1: none), by the live weights'
+// The records of train.best_metric and train.early_stopping ("best", "early_stopping", "stopped_early"),
+// absent in checkpoints of earlier kiln: their best is `best_top1` (-1: none), by the live weights'
 // top-1 or, with the config's train.ema.best_by = "ema", the EMA's.
 void read_metric_records(JsonReader& r, TrainingState& s, double best_top1) {
   if (const json* v = r.find("best")) {
@@ -189,6 +190,8 @@ void read_metric_records(JsonReader& r, TrainingState& s, double best_top1) {
     const bool by_ema = ema.is_object() && ema.contains("best_by") && ema["best_by"] == "ema";
     s.best = {by_ema ? "ema_top1" : "top1", best_top1, 0};
   }
+  if (const json* v = r.find("early_stopping")) s.early_stopping = read_metric_record(*v, r.path_of("early_stopping"));
+  r.read("stopped_early", s.stopped_early);
 }
 
 // The training state from the metadata JSON, every field checked; errors name the file and field.
@@ -238,8 +241,12 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
   KILN_CHECK(std::isfinite(best_top1) && (best_top1 == -1 || (best_top1 >= 0 && best_top1 <= 1)),
              "checkpoint '", file, "': training state field best_top1 = ", best_top1,
              " is out of range; accepted: -1 (none yet) or an accuracy in [0, 1]");
-  KILN_CHECK(s.best.epoch <= s.epoch, "checkpoint '", file, "': training state field best.epoch = ", s.best.epoch,
-             " is out of range; accepted: 0 .. epoch (", s.epoch, ")");
+  for (const auto& [name, m] : {std::pair<const char*, const MetricRecord&>{"best", s.best}, {"early_stopping", s.early_stopping}})
+    KILN_CHECK(m.epoch <= s.epoch, "checkpoint '", file, "': training state field ", name, ".epoch = ", m.epoch,
+               " is out of range; accepted: 0 .. epoch (", s.epoch, ")");
+  KILN_CHECK(s.stopped_early >= 0 && s.stopped_early <= s.epoch, "checkpoint '", file,
+             "': training state field stopped_early = ", s.stopped_early, " is out of range; accepted: 0 .. epoch (",
+             s.epoch, ")");
   KILN_CHECK(!s.optimizer.type.empty(), "checkpoint '", file, "': training state field optimizer_type is empty");
   check_finite_map(s.optimizer.scalars, file, "optimizer_scalars");
   check_finite_map(s.scaler, file, "scaler");
@@ -284,7 +291,8 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
                {"optimizer_type", s.optimizer.type}, {"optimizer_scalars", s.optimizer.scalars},
                {"config", s.config}, {"flatten_order", kFlattenOrderChw}, {"epoch_step", s.epoch_step},
                {"progress", s.progress}, {"kiln_version", kiln_version()},
-               {"best", metric_record_json(s.best)}};
+               {"best", metric_record_json(s.best)}, {"early_stopping", metric_record_json(s.early_stopping)},
+               {"stopped_early", s.stopped_early}};
   KILN_CHECK(keep >= 1, "checkpoint: keep = ", keep, " is not accepted; accepted: 1 or more pair folders");
   remove_stale(dir, name, keep);
 

@@ -59,6 +59,32 @@ std::string best_metric_from(JsonReader& r, const EmaOptions& ema) {
 
 }  // namespace
 
+EarlyStoppingOptions EarlyStoppingOptions::from_json(const json& j, const std::string& path, bool ema) {
+  const char* accepted = "; accepted: null (off) or an object {\"metric\": \"top1\"|\"top5\"|\"loss\" (\"ema_top1\"|"
+                         "\"ema_top5\"|\"ema_loss\" with train.ema), \"patience\": epochs >= 1, \"min_delta\": a number >= 0}";
+  EarlyStoppingOptions o;
+  if (j.is_null() || (j.is_boolean() && !j.get<bool>())) return o;
+  KILN_CHECK(j.is_object(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+  JsonReader r(j, path);
+  r.require("metric", o.metric);  // then checked against the choices
+  o.metric = r.get_choice("metric", o.metric, validation_metrics());
+  check_ema_metric(o.metric, r.path_of("metric"), ema);
+  r.require("patience", o.patience);
+  o.patience = r.get("patience", o.patience, int64_t{1}, int64_t{100000});
+  o.min_delta = r.get("min_delta", o.min_delta, 0.0, 1e9);
+  KILN_CHECK(o.metric.find("loss") != std::string::npos || o.min_delta < 1, "config: ", r.path_of("min_delta"), " = ",
+             o.min_delta, " is not accepted for ", r.path_of("metric"), " = \"", o.metric, "\": a top-1 or top-5 is a "
+             "fraction in [0, 1], so no improvement would exceed it; accepted: a number in [0, 1), e.g. 0.001 (0.1 "
+             "percentage point)");
+  r.finish();
+  return o;
+}
+
+json EarlyStoppingOptions::to_json() const {
+  if (!enabled()) return nullptr;
+  return json{{"metric", metric}, {"patience", patience}, {"min_delta", min_delta}};
+}
+
 void check_class_weights_option(const json& option, const std::string& path) {
   if (option.is_null()) return;
   if (option.is_string()) {
@@ -134,6 +160,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   else r.allow("mixup");
   o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
   o.best_metric = best_metric_from(r, o.ema);  // tools/engine/metric_watch.h
+  o.early_stopping = EarlyStoppingOptions::from_json(r.raw("early_stopping"), r.path_of("early_stopping"), o.ema.enabled);
   r.finish();
   return o;
 }
@@ -172,7 +199,8 @@ json TrainOptions::to_json() const {
               {"accumulate", accumulate_to_json(accumulate)},
               {"mixup", mixup.to_json()},
               {"tta", tta},
-              {"best_metric", best_metric}};
+              {"best_metric", best_metric},
+              {"early_stopping", early_stopping.to_json()}};
 }
 
 std::string resolve_precision(const std::string& precision, Device device) {

@@ -1,4 +1,4 @@
-// train.best_metric's comparisons and lines (tools/engine/metric_watch.h).
+// train.best_metric's and train.early_stopping's comparisons and lines (tools/engine/metric_watch.h).
 #include "tools/engine/metric_watch.h"
 
 #include <cstdio>
@@ -40,6 +40,21 @@ std::string metric_text(const std::string& metric, double value) {
   if (lower_is_better(metric)) std::snprintf(buf, sizeof buf, "%.4f", value);
   else std::snprintf(buf, sizeof buf, "%.2f%%", 100 * value);
   return buf;
+}
+
+int64_t epochs_without_improvement(const MetricRecord& rec, int64_t epochs_done) { return epochs_done - rec.epoch; }
+
+bool early_stop_due(const EarlyStoppingOptions& o, const MetricRecord& rec, int64_t epochs_done) {
+  return o.enabled() && rec.metric == o.metric && epochs_without_improvement(rec, epochs_done) >= o.patience;
+}
+
+std::string early_stop_reason(const EarlyStoppingOptions& o, const MetricRecord& rec, int64_t epochs_done) {
+  char delta[64] = "";
+  if (o.min_delta > 0) std::snprintf(delta, sizeof delta, " by more than %g", o.min_delta);
+  const int64_t n = epochs_without_improvement(rec, epochs_done);
+  return metric_label(o.metric) + " has not improved" + delta + " for " + std::to_string(n) + " epoch" +
+         (n == 1 ? "" : "s") + " (best " + metric_text(o.metric, rec.best) +
+         (rec.epoch > 0 ? " at epoch " + std::to_string(rec.epoch) : std::string()) + ")";
 }
 
 }  // namespace kiln

@@ -1,8 +1,8 @@
-// The validation figures that train.best_metric watches (tools/deploy/train_options.h), as the
-// trainer compares them after each evaluation (epoch.cpp's end_epoch) and on resume (trainer.cpp):
-// which figure a name stands for, whether a value improves on the best so far (TrainingState's
-// MetricRecord, kept in the checkpoint), and the lines that say so. docs/training.md, "The best
-// checkpoint".
+// The validation figures that train.best_metric and train.early_stopping watch (tools/deploy/
+// train_options.h), as the trainer compares them after each evaluation (epoch.cpp's end_epoch) and
+// on resume (trainer.cpp): which figure a name stands for, whether a value improves on the best so
+// far (TrainingState's MetricRecord, kept in the checkpoint), when early stopping is due, and the
+// lines that say so. docs/training.md, "Early stopping" and "The best checkpoint".
 // Tests: tests/engine/metric_watch_test.cpp.
 #pragma once
 #include <cstdint>
@@ -28,5 +28,13 @@ bool update_record(MetricRecord& rec, const std::string& metric, double value, i
 // How the lines name a figure and a value: "val top1", "ema loss"; "91.23%", "0.3512".
 std::string metric_label(const std::string& metric);
 std::string metric_text(const std::string& metric, double value);
+
+// The epochs since the record's best, after `epochs_done` epochs.
+int64_t epochs_without_improvement(const MetricRecord& rec, int64_t epochs_done);
+// Early stopping is due after `epochs_done` epochs: the record is of the options' metric and its
+// best is `patience` or more epochs back.
+bool early_stop_due(const EarlyStoppingOptions& o, const MetricRecord& rec, int64_t epochs_done);
+// "val top1 has not improved by more than 0.001 for 5 epochs (best 91.23% at epoch 7)"
+std::string early_stop_reason(const EarlyStoppingOptions& o, const MetricRecord& rec, int64_t epochs_done);
 
 }  // namespace kiln

@@ -5,8 +5,8 @@
 //   plan_batch   AutoBatch and accumulation, the loaders, the schedule            (trainer.cpp)
 //   open_run     run folder or checkpoint resume, the step's setup, time budget   (trainer.cpp)
 //   run_epoch    the step loop, progress lines, statistics read at log intervals  (epoch.cpp)
-//   end_epoch    evaluation (and the EMA's), budget recheck, best_metric (metric_watch.h), (epoch.cpp)
-//                metrics row, checkpoints
+//   end_epoch    evaluation (and the EMA's), budget recheck, best_metric and early  (epoch.cpp)
+//                stopping (metric_watch.h), metrics row, checkpoints
 //   finish_run   TTA evaluation, plots, the report, the result                   (trainer.cpp)
 //
 // Internal to the engine; the public API is trainer.h. Tests: tests/engine/trainer_test.cpp and the

@@ -374,16 +374,39 @@ void resume_position(ReplicaRun& r, const std::string& base) {
              "), or from a checkpoint saved at an epoch's end");
 }
 
-// The checkpoint's record of train.best_metric (tools/engine/metric_watch.h): a record of another
-// metric than this run's starts again (and says so).
+// The checkpoint's records of train.best_metric and train.early_stopping (tools/engine/metric_watch.h)
+// for this run's options: a record of another metric starts again (and says so); a run that early
+// stopping ended is refused while it would stop again at once, else it trains on and says why. A
+// record of early stopping switched off is dropped (switched on again later, it starts afresh).
 void resume_records(ReplicaRun& r) {
   TrainingState& st = r.state;
+  const EarlyStoppingOptions& es = r.opt.early_stopping;
   if (!st.best.metric.empty() && st.best.metric != r.opt.best_metric) {
     if (r.show)
       std::cout << "best: train.best_metric is \"" << r.opt.best_metric << "\", the checkpoint's best was chosen by \""
                 << st.best.metric << "\": best is chosen anew from the next evaluation\n";
     st.best = MetricRecord{};
   }
+  if (es.enabled() && !st.early_stopping.metric.empty() && st.early_stopping.metric != es.metric) {
+    if (r.show)
+      std::cout << "early stopping: watches " << metric_label(es.metric) << " from the next evaluation (the checkpoint "
+                << "watched " << metric_label(st.early_stopping.metric) << ")\n";
+    st.early_stopping = MetricRecord{};
+  }
+  if (st.stopped_early > 0) {
+    const int64_t since = epochs_without_improvement(st.early_stopping, st.epoch);
+    KILN_CHECK(!early_stop_due(es, st.early_stopping, st.epoch), "resume: ", r.run_dir, " stopped early after epoch ",
+               st.stopped_early, " of ", r.opt.epochs, ": ", early_stop_reason(es, st.early_stopping, st.epoch),
+               ", and would stop again; to train on, raise the patience above ", since, " (kiln train ", r.run_dir,
+               " train.early_stopping.patience=", since + es.patience, ") or drop early stopping (kiln train ", r.run_dir,
+               " train.early_stopping=null)");
+    if (r.show)
+      std::cout << "early stopping: " << r.run_dir << " had stopped after epoch " << st.stopped_early << "; "
+                << (es.enabled() ? "with train.early_stopping.patience = " + std::to_string(es.patience) + " it trains on"
+                                 : "train.early_stopping is off: it trains on") << "\n";
+    st.stopped_early = 0;
+  }
+  if (!es.enabled()) st.early_stopping = MetricRecord{};
 }
 
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
