@@ -1,13 +1,17 @@
-// train.early_stopping and train.best_metric on tiny runs (tools/engine/metric_watch.h,
-// docs/training.md "Early stopping", "The best checkpoint"): a run whose figures
+// train.early_stopping, train.best_metric and train.threads on tiny runs (tools/engine/metric_watch.h,
+// docs/training.md "Early stopping", "The best checkpoint", "Threads on the CPU"): a run whose figures
 // stall (the learning rate drops to 0 after the first epochs, a model without batch norm: every later
 // evaluation is the same) stops at the epoch the patience gives, says so, records the stop, and its
 // resume is refused until the patience is raised or early stopping dropped; an interrupted run counts
 // the patience across the interruption (epoch end and mid-epoch); two replicas stop together;
 // best_metric = loss / ema_loss picks the epoch of the lowest loss in metrics.jsonl and keeps its
-// best across a resume; bad values are refused naming the key.
+// best across a resume; train.threads sets the training thread's OpenMP threads, OMP_NUM_THREADS
+// wins; bad values are refused naming the key.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -238,7 +242,38 @@ TEST(BestMetric, TheBestValueSurvivesAResume) {
   EXPECT_EQ(last_state(r.run_dir, c).best.epoch, best_epoch);
 }
 
-// Bad values of the keys are refused naming the key and what is accepted.
+// train.threads sets the training thread's OpenMP threads (oneDNN's too), recorded in the result,
+// config.json and the run's header line; OMP_NUM_THREADS wins where set, and a line says so.
+TEST(TrainThreads, SetsOpenMPThreadsRecordsThemAndOMPNumThreadsWins) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const std::string saved_env = env ? env : "";
+  const int before = omp_get_max_threads();
+  ::unsetenv("OMP_NUM_THREADS");
+  const std::string runs = fresh_dir("threads");
+  const int want = before == 3 ? 2 : 3;
+  json c = config(runs, "threads", 100);
+  apply_overrides(c, {"train.epochs=1", "train.threads=" + std::to_string(want)});
+  const TrainResult r = train(c, /*quiet=*/false);
+  EXPECT_EQ(omp_get_max_threads(), want);
+  EXPECT_EQ(r.threads, want);
+  EXPECT_EQ(load_config_file(r.run_dir + "/config.json")["train"]["threads"], want);
+  EXPECT_HAS(read_text(r.run_dir + "/train.log"), ", " + std::to_string(want) + " CPU threads (train.threads) -> ");
+
+  ::setenv("OMP_NUM_THREADS", "1", 1);
+  const TrainResult e = train(c, false);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  EXPECT_EQ(e.threads, 1);
+  EXPECT_EQ(load_config_file(e.run_dir + "/config.json")["train"]["threads"], 1);
+  const std::string log = read_text(e.run_dir + "/train.log");
+  EXPECT_HAS(log, "threads: OMP_NUM_THREADS=1 overrides train.threads = " + std::to_string(want) + ": 1 CPU threads");
+  EXPECT_HAS(log, ", 1 CPU threads (OMP_NUM_THREADS) -> ");
+
+  if (saved_env.empty()) ::unsetenv("OMP_NUM_THREADS");
+  else ::setenv("OMP_NUM_THREADS", saved_env.c_str(), 1);
+  omp_set_num_threads(before);
+}
+
+// Bad values of the three keys are refused naming the key and what is accepted.
 TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
   const std::string runs = fresh_dir("bad");
   struct Case {
@@ -246,6 +281,9 @@ TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
     std::vector<std::string> expect;
   };
   const std::vector<Case> cases = {
+      {{"train.threads=-1"}, {"train.threads = -1 is not accepted", "\"auto\""}},
+      {{"train.threads=many"}, {"train.threads = \"many\" is not accepted"}},
+      {{"train.threads=5000"}, {"train.threads = 5000", "at most 4096"}},
       {{"train.best_metric=acc"}, {"train.best_metric = \"acc\" is not accepted", "top1, top5, loss, ema_top1"}},
       {{"train.best_metric=ema_top1"}, {"train.best_metric = \"ema_top1\"", "train.ema is off"}},
       {{"train.ema={\"best_by\": \"ema\"}", "train.best_metric=loss"},
@@ -271,10 +309,13 @@ TEST(TrainKeys, BadValuesAreRefusedNamingTheKey) {
   }
   // The accepted forms.
   json ok = config(runs, "ok", 1);
-  apply_overrides(ok, {"train.ema=true", "train.best_metric=ema_top5",
+  apply_overrides(ok, {"train.threads=auto", "train.ema=true", "train.best_metric=ema_top5",
                        "train.early_stopping={\"metric\": \"ema_loss\", \"patience\": 1, \"min_delta\": 2.5}"});
   EXPECT_EQ(error_of([&] { check_config(ok); }), "");
-  apply_overrides(ok, {"train.early_stopping=null", "train.ema={\"best_by\": \"ema\"}"});
+  apply_overrides(ok, {"train.early_stopping=null", "train.threads=0", "train.ema={\"best_by\": \"ema\"}"});
   ok["train"].erase("best_metric");
   EXPECT_EQ(TrainOptions::from_json(ok["train"]).best_metric, "ema_top1") << "best_by = ema is ema_top1";
+  EXPECT_EQ(TrainOptions::from_json(ok["train"]).threads, 0) << "\"0\": a config's \"auto\" kept the override's text";
+  apply_overrides(ok, {"train.threads=4"});
+  EXPECT_EQ(TrainOptions::from_json(ok["train"]).threads, 4);
 }

@@ -31,6 +31,26 @@ int64_t accumulate_from_json(const json& j, const std::string& path) {
 
 json accumulate_to_json(int64_t n) { return n == 0 ? json("auto") : json(n); }
 
+int64_t threads_from_json(const json& j, const std::string& path) {
+  const char* accepted = "; accepted: a positive integer N (N OpenMP threads for the training computations) or "
+                         "\"auto\" (or 0: OpenMP's default, one per core this process may use)";
+  if (j.is_null()) return 0;
+  json v = j;
+  if (j.is_string()) {
+    // A config's "auto" makes `train.threads=4` on the command line the text "4" (apply_overrides
+    // keeps a string key's text): digits read as the number.
+    const std::string t = j.get<std::string>();
+    if (t == "auto") return 0;
+    const bool digits = !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos;
+    KILN_CHECK(digits, "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+    v = std::stoll(t);
+  }
+  int64_t n = 0;
+  KILN_CHECK(json_integer(v, 0, 4096, n) == IntegerCheck::ok, "config: ", path, " = ", j.dump(), " is not accepted",
+             accepted, ", at most 4096");
+  return n;
+}
+
 const std::vector<std::string>& validation_metrics() {
   static const std::vector<std::string> m{"top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss"};
   return m;
@@ -161,6 +181,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
   o.best_metric = best_metric_from(r, o.ema);  // tools/engine/metric_watch.h
   o.early_stopping = EarlyStoppingOptions::from_json(r.raw("early_stopping"), r.path_of("early_stopping"), o.ema.enabled);
+  o.threads = threads_from_json(r.raw("threads"), r.path_of("threads"));
   r.finish();
   return o;
 }
@@ -200,7 +221,8 @@ json TrainOptions::to_json() const {
               {"mixup", mixup.to_json()},
               {"tta", tta},
               {"best_metric", best_metric},
-              {"early_stopping", early_stopping.to_json()}};
+              {"early_stopping", early_stopping.to_json()},
+              {"threads", threads}};
 }
 
 std::string resolve_precision(const std::string& precision, Device device) {

@@ -155,6 +155,11 @@ struct TrainOptions {
   /// 5, "min_delta": 0.001}; the stop is recorded, and resuming a stopped run is refused while it would
   /// stop again (docs/training.md, "Early stopping") (default null: off)
   EarlyStoppingOptions early_stopping;
+  /// CPU threads of the training computations (OpenMP, which oneDNN uses too): N, or 0 or "auto" for
+  /// OpenMP's default (one per core this process may use); OMP_NUM_THREADS, where set, wins; the
+  /// loader's threads are data.workers, apart; the run folder's config records the number used
+  /// (default 0; docs/training.md, "Threads on the CPU")
+  int64_t threads = 0;
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
@@ -172,6 +177,9 @@ std::string resolve_precision(const std::string& precision, Device device);
 // train.accumulate: a positive integer N, or "auto" (returned as 0); null is 1.
 int64_t accumulate_from_json(const json& j, const std::string& path = "train.accumulate");
 json accumulate_to_json(int64_t n);  // 0 -> "auto"
+
+// train.threads: an integer N >= 0, or "auto" (returned as 0, as are 0 and null).
+int64_t threads_from_json(const json& j, const std::string& path = "train.threads");
 
 // train.class_weights' form: null, "balanced", or a non-empty list of finite numbers >= 0, not all 0;
 // errors name `path` and what is accepted.

@@ -6,11 +6,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+
+#include <omp.h>
 
 #include "core/allocator.h"
 #include "core/comm.h"
@@ -123,6 +126,24 @@ void write_run_report(const std::string& run_dir, const std::vector<std::vector<
 
 // --- prepare the run --------------------------------------------------------------------------------
 
+// train.threads: the training thread's OpenMP threads, which oneDNN's primitives and kiln's CPU kernels
+// use (with libgomp a thread's own setting: replicas of one process each set theirs; the loader's
+// threads, data.workers, run no OpenMP). OMP_NUM_THREADS, where set, wins (its first number, set
+// again: an earlier run of this process may have changed the thread's), and a line says so when it
+// differs. The number used goes into the result and the config as run.
+void set_threads(ReplicaRun& r) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const bool by_env = env != nullptr && *env != '\0';
+  const long env_n = by_env ? std::strtol(env, nullptr, 10) : 0;  // "4" or "4,2" (nested levels): 4
+  if (env_n > 0) omp_set_num_threads(static_cast<int>(env_n));
+  else if (!by_env && r.opt.threads > 0) omp_set_num_threads(static_cast<int>(r.opt.threads));
+  r.threads = r.result.threads = omp_get_max_threads();
+  r.threads_from = by_env ? "OMP_NUM_THREADS" : r.opt.threads > 0 ? "train.threads" : "";
+  if (r.show && by_env && r.opt.threads > 0 && r.threads != r.opt.threads)
+    std::cout << "threads: OMP_NUM_THREADS=" << env << " overrides train.threads = " << r.opt.threads << ": "
+              << r.threads << " CPU threads\n";
+}
+
 // The config's sections, the ranks, the precision (train.precision = "auto" agreed over the ranks).
 void read_run_config(ReplicaRun& r, const json& config_in) {
   r.start = Clock::now();
@@ -140,6 +161,7 @@ void read_run_config(ReplicaRun& r, const json& config_in) {
   r.compute = compute_dtype_of(r.opt.precision, r.device);
   r.lead = r.rank == 0;
   r.show = r.lead && !r.quiet;
+  set_threads(r);
   set_conv_benchmark(r.device, r.opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
 }
 
@@ -351,6 +373,7 @@ void record_as_run(ReplicaRun& r) {
   r.as_run["data"]["seed"] = r.data_seed_given;
   r.as_run["data"]["batch_size"] = r.breq.global;
   r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
+  r.as_run["train"]["threads"] = r.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
   r.as_run["model"] = r.model->to_json();
   r.as_run["optim"] = r.optimizer->to_json();
   r.as_run["schedule"] = r.schedule->to_json();
@@ -468,7 +491,8 @@ void open_run_folder(ReplicaRun& r) {
             << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
             << " parameters" << (trainable < r.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
             << ", batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
-            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string())
+            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string()) << ", "
+            << r.threads << " CPU threads" << (r.threads_from.empty() ? std::string() : " (" + r.threads_from + ")")
             << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
             << "\n";
   if (!native_compute(r.device, r.compute))

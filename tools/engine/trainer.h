@@ -43,6 +43,9 @@ struct TrainResult {
   int interrupted = 0;
   // train.early_stopping ended the run after this epoch (1-based), before train.epochs; 0 otherwise.
   int64_t stopped_early = 0;
+  // The CPU threads the training computations used (train.threads, or OMP_NUM_THREADS where set, or
+  // OpenMP's default): omp_get_max_threads() on the training thread.
+  int64_t threads = 0;
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
