@@ -33,7 +33,8 @@ struct EmaOptions {
   /// 0.9998^5000 = 37% of the initial weights after 5000 steps)
   bool warmup = true;
   /// whose validation top-1 picks the `best` checkpoint: "live" or "ema" (default "live"); both
-  /// weight files are saved in every checkpoint whichever it is
+  /// weight files are saved in every checkpoint whichever it is; the older form of train.best_metric
+  /// = "ema_top1", which also takes the other figures
   std::string best_by = "live";
 
   // `j`: null or false (off), true (the defaults), or an object of the keys above (minus enabled).

@@ -181,6 +181,13 @@ TEST(Checkpoint, EveryStateFieldIsCheckedNamingFileAndField) {
       {[](json& j, auto&) { j["epoch"] = 1.5; }, {"kiln_training_state.epoch"}},
       {[](json& j, auto&) { j["best_top1"] = 7; }, {"best_top1 = 7"}},
       {[](json& j, auto&) { j["best_top1"] = "high"; }, {"kiln_training_state.best_top1"}},
+      {[](json& j, auto&) { j["best"]["metric"] = "acc"; }, {"kiln_training_state.best.metric = \"acc\"", "ema_loss"}},
+      {[](json& j, auto&) { j["best"]["epoch"] = 2; }, {"best.epoch = 2", "0 .. epoch (1)"}},
+      {[](json& j, auto&) { j["best"].erase("value"); }, {"kiln_training_state.best.value is required"}},
+      {[](json& j, auto&) { j["best"]["epoch"] = -1; }, {"best.epoch = -1"}},
+      {[](json& j, auto&) { j["early_stopping"]["value"] = "x"; }, {"kiln_training_state.early_stopping.value"}},
+      {[](json& j, auto&) { j["early_stopping"]["epoch"] = -1; }, {"early_stopping.epoch = -1"}},
+      {[](json& j, auto&) { j["stopped_early"] = 2; }, {"stopped_early = 2", "0 .. epoch (1)"}},
       {[](json& j, auto&) { j["optimizer_type"] = ""; }, {"optimizer_type is empty"}},
       {[](json& j, auto&) { j["optimizer_scalars"] = json::object({{"step", "x"}}); }, {"kiln_training_state.optimizer_scalars.step"}},
       {[](json& j, auto&) { j["scaler"] = json::object({{"scale", -1.0}, {"growth_tracker", 0}, {"consecutive_nonfinite", 0}, {"skipped_steps", 0}}); },
@@ -214,6 +221,43 @@ TEST(Checkpoint, EveryStateFieldIsCheckedNamingFileAndField) {
   rewrite(dir + "/last-5/last.safetensors", [](SafetensorsContents& c) { c.metadata.erase("step"); });
   std::string msg = error_of([&] { load_checkpoint(resolve_checkpoint(dir), *m); });
   EXPECT_NE(msg.find("last-5/last.safetensors' has no step"), std::string::npos) << msg;
+}
+
+// train.best_metric's and train.early_stopping's records round-trip; a state of an earlier kiln,
+// which has only best_top1, reads it as a top-1 record (the EMA's where its config's best_by says so).
+TEST(Checkpoint, MetricRecordsRoundTripAndEarlierBestTop1IsRead) {
+  std::string dir = fresh_dir("records");
+  Fixture f;
+  f.state.best = {"loss", 0.25, 1};
+  f.state.early_stopping = {"ema_top5", 0.875, 1};
+  f.state.stopped_early = 1;
+  save_checkpoint(dir + "/last", *f.model, f.state);
+  auto m = f.fresh_model();
+  TrainingState s = load_checkpoint(resolve_checkpoint(dir), *m);
+  EXPECT_EQ(s.best.metric, "loss");
+  EXPECT_EQ(s.best.best, 0.25);
+  EXPECT_EQ(s.best.epoch, 1);
+  EXPECT_EQ(s.early_stopping.metric, "ema_top5");
+  EXPECT_EQ(s.early_stopping.best, 0.875);
+  EXPECT_EQ(s.stopped_early, 1);
+  const std::string state = dir + "/last-5/last.state.safetensors";
+  EXPECT_EQ(json::parse(load_safetensors(state).metadata.at("kiln_training_state"))["best_top1"], -1)
+      << "best_top1 holds a top-1 only";
+  for (const char* by : {"live", "ema"}) {
+    rewrite(state, [&](SafetensorsContents& c) {
+      json j = json::parse(c.metadata.at("kiln_training_state"));
+      for (const char* k : {"best", "early_stopping", "stopped_early"}) j.erase(k);
+      j["best_top1"] = 0.75;
+      j["config"]["train"] = {{"ema", {{"decay", 0.99}, {"best_by", by}}}};
+      c.metadata["kiln_training_state"] = j.dump();
+    });
+    s = load_checkpoint(resolve_checkpoint(dir), *m);
+    EXPECT_EQ(s.best.metric, std::string(by) == "ema" ? "ema_top1" : "top1");
+    EXPECT_EQ(s.best.best, 0.75);
+    EXPECT_EQ(s.best.epoch, 0);
+    EXPECT_TRUE(s.early_stopping.metric.empty());
+    EXPECT_EQ(s.stopped_early, 0);
+  }
 }
 
 // --- training states of an earlier kiln, whose flatten gave (h, w, c) order -------------------------

@@ -189,9 +189,11 @@ std::vector<Section> sections() {
   out.push_back(schedule);
 
   out.push_back({"train", "", "", "", {{"", "train",
-    {{"", {"TrainOptions"}}, {"ema", {"EmaOptions"}}, {"mixup", {"MixupOptions"}}, {"loss_scaler", {"LossScalerOptions"}}},
-    // train.ema.decay is read only when given
-    obj({{"ema", obj({{"decay", 0.9998}})}, {"mixup", json::object()}, {"loss_scaler", json::object()}}),
+    {{"", {"TrainOptions"}}, {"ema", {"EmaOptions"}}, {"mixup", {"MixupOptions"}}, {"loss_scaler", {"LossScalerOptions"}},
+     {"early_stopping", {"EarlyStoppingOptions"}}},
+    // train.ema.decay is read only when given; train.early_stopping's metric and patience are required
+    obj({{"ema", obj({{"decay", 0.9998}})}, {"mixup", json::object()}, {"loss_scaler", json::object()},
+         {"early_stopping", obj({{"metric", "top1"}, {"patience", 5}})}}),
     [](const json& j) { TrainOptions::from_json(j, "train"); }}}});
   return out;
 }

@@ -23,6 +23,7 @@
 #include "optim/loss_scaler.h"
 #include "core/version.h"
 #include "tools/deploy/checkpoint_legacy.h"
+#include "tools/deploy/train_options.h"
 
 namespace fs = std::filesystem;
 
@@ -158,11 +159,47 @@ std::map<std::string, double> read_number_map(const json& j, const std::string& 
   return out;
 }
 
+// A MetricRecord from the state JSON: {"metric", "value", "epoch"}; the metric one of
+// validation_metrics() or "" (none yet), the value finite, the epoch >= 0.
+MetricRecord read_metric_record(const json& j, const std::string& path) {
+  MetricRecord m;
+  JsonReader r(j, path);
+  r.require("metric", m.metric);
+  r.require("value", m.best);
+  r.require("epoch", m.epoch);
+  r.finish();
+  const std::vector<std::string>& ok = validation_metrics();
+  KILN_CHECK(m.metric.empty() || std::find(ok.begin(), ok.end(), m.metric) != ok.end(), path, ".metric = \"", m.metric,
+             "\" is not accepted; accepted: \"\" (none yet), top1, top5, loss, ema_top1, ema_top5, ema_loss");
+  KILN_CHECK(std::isfinite(m.best), path, ".value = ", m.best, " is not finite");
+  KILN_CHECK(m.epoch >= 0, path, ".epoch = ", m.epoch, " is out of range; accepted: >= 0");
+  return m;
+}
+
+json metric_record_json(const MetricRecord& m) { return json{{"metric", m.metric}, {"value", m.best}, {"epoch", m.epoch}}; }
+
+// The records of train.best_metric and train.early_stopping ("best", "early_stopping", "stopped_early"),
+// absent in checkpoints of earlier kiln: their best is `best_top1` (-1: none), by the live weights'
+// top-1 or, with the config's train.ema.best_by = "ema", the EMA's.
+void read_metric_records(JsonReader& r, TrainingState& s, double best_top1) {
+  if (const json* v = r.find("best")) {
+    s.best = read_metric_record(*v, r.path_of("best"));
+  } else if (best_top1 >= 0) {
+    const json ema = s.config.contains("train") && s.config["train"].is_object() ? s.config["train"].value("ema", json())
+                                                                                 : json();
+    const bool by_ema = ema.is_object() && ema.contains("best_by") && ema["best_by"] == "ema";
+    s.best = {by_ema ? "ema_top1" : "top1", best_top1, 0};
+  }
+  if (const json* v = r.find("early_stopping")) s.early_stopping = read_metric_record(*v, r.path_of("early_stopping"));
+  r.read("stopped_early", s.stopped_early);
+}
+
 // The training state from the metadata JSON, every field checked; errors name the file and field.
 // `legacy_flatten`: the state has no "flatten_order" (written before Flatten gave (c, h, w) order,
 // tools/deploy/checkpoint_legacy.h).
 TrainingState parse_state(const json& meta, const std::string& file, bool& legacy_flatten) {
   TrainingState s;
+  double best_top1 = -1;
   try {
     KILN_CHECK(meta.is_object(), "kiln_training_state: expected an object, got ", json_type_name(meta));
     JsonReader r(meta, "kiln_training_state");
@@ -170,7 +207,7 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
     r.require("step", s.step);
     r.require("rng_seed", s.rng.seed);
     r.require("rng_offset", s.rng.offset);
-    r.require("best_top1", s.best_top1);
+    r.require("best_top1", best_top1);
     const json* v = r.find("scaler");
     KILN_CHECK(v, "kiln_training_state.scaler is missing");
     s.scaler = read_number_map(*v, r.path_of("scaler"));
@@ -185,6 +222,7 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
     r.read("epoch_step", s.epoch_step);  // absent in checkpoints before mid-epoch saves: an epoch's end
     if ((v = r.find("progress"))) s.progress = read_number_map(*v, r.path_of("progress"));
     r.read("kiln_version", s.kiln_version);
+    read_metric_records(r, s, best_top1);
     v = r.find("flatten_order");
     KILN_CHECK(!v || *v == kFlattenOrderChw, "kiln_training_state.flatten_order = ", v ? v->dump() : "",
                " is not accepted; accepted: \"", kFlattenOrderChw, "\" (or none: a state of an earlier kiln)");
@@ -200,9 +238,15 @@ TrainingState parse_state(const json& meta, const std::string& file, bool& legac
              "': training state field epoch_step = ", s.epoch_step, " is out of range; accepted: 0 .. step - epoch (",
              s.step - s.epoch, ")");
   check_finite_map(s.progress, file, "progress");
-  KILN_CHECK(std::isfinite(s.best_top1) && (s.best_top1 == -1 || (s.best_top1 >= 0 && s.best_top1 <= 1)),
-             "checkpoint '", file, "': training state field best_top1 = ", s.best_top1,
+  KILN_CHECK(std::isfinite(best_top1) && (best_top1 == -1 || (best_top1 >= 0 && best_top1 <= 1)),
+             "checkpoint '", file, "': training state field best_top1 = ", best_top1,
              " is out of range; accepted: -1 (none yet) or an accuracy in [0, 1]");
+  for (const auto& [name, m] : {std::pair<const char*, const MetricRecord&>{"best", s.best}, {"early_stopping", s.early_stopping}})
+    KILN_CHECK(m.epoch <= s.epoch, "checkpoint '", file, "': training state field ", name, ".epoch = ", m.epoch,
+               " is out of range; accepted: 0 .. epoch (", s.epoch, ")");
+  KILN_CHECK(s.stopped_early >= 0 && s.stopped_early <= s.epoch, "checkpoint '", file,
+             "': training state field stopped_early = ", s.stopped_early, " is out of range; accepted: 0 .. epoch (",
+             s.epoch, ")");
   KILN_CHECK(!s.optimizer.type.empty(), "checkpoint '", file, "': training state field optimizer_type is empty");
   check_finite_map(s.optimizer.scalars, file, "optimizer_scalars");
   check_finite_map(s.scaler, file, "scaler");
@@ -240,11 +284,15 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   const fs::path dir = b.parent_path().empty() ? fs::path(".") : b.parent_path();
   const std::string name = b.filename().string();
   KILN_CHECK(!name.empty() && name != "." && name != "..", "checkpoint: '", base, "' does not name a checkpoint");
+  // best_top1: for readers of earlier kiln, the best where it is a top-1
+  const double best_top1 = !s.best.metric.empty() && s.best.metric.find("top1") != std::string::npos ? s.best.best : -1;
   json meta = {{"epoch", s.epoch},       {"step", s.step},           {"rng_seed", s.rng.seed},
-               {"rng_offset", s.rng.offset}, {"best_top1", s.best_top1}, {"scaler", s.scaler},
+               {"rng_offset", s.rng.offset}, {"best_top1", best_top1}, {"scaler", s.scaler},
                {"optimizer_type", s.optimizer.type}, {"optimizer_scalars", s.optimizer.scalars},
                {"config", s.config}, {"flatten_order", kFlattenOrderChw}, {"epoch_step", s.epoch_step},
-               {"progress", s.progress}, {"kiln_version", kiln_version()}};
+               {"progress", s.progress}, {"kiln_version", kiln_version()},
+               {"best", metric_record_json(s.best)}, {"early_stopping", metric_record_json(s.early_stopping)},
+               {"stopped_early", s.stopped_early}};
   KILN_CHECK(keep >= 1, "checkpoint: keep = ", keep, " is not accepted; accepted: 1 or more pair folders");
   remove_stale(dir, name, keep);
 

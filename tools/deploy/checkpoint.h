@@ -3,7 +3,8 @@
 //                             (safetensors.torch.load_file + model.load_state_dict reads it);
 //   `last.state.safetensors`  the training state: the optimizer's tensors (in kiln's layout: conv
 //                             state (out, kh, kw, in)) plus, in its metadata, the epoch, step, RNG,
-//                             loss scaler, best accuracy, the config as run, a mid-epoch save's
+//                             loss scaler, the best validation figure (train.best_metric's) and
+//                             train.early_stopping's record, the config as run, a mid-epoch save's
 //                             position and figures (epoch_step, progress), the kiln_version that
 //                             wrote it and "flatten_order":
 //                             "chw" (a state without it, from an earlier kiln, has a flattened
@@ -38,6 +39,15 @@
 
 namespace kiln {
 
+// The best value so far of one validation figure (tools/engine/metric_watch.h): train.best_metric's,
+// which picks the `best` checkpoint, and train.early_stopping's, so that a resumed run goes on
+// comparing with it.
+struct MetricRecord {
+  std::string metric;  // "top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss"; "" = nothing yet
+  double best = 0;     // its best value
+  int64_t epoch = 0;   // the epoch (1-based) that reached it; 0 where unknown (an earlier kiln's best_top1)
+};
+
 struct TrainingState {
   int64_t epoch = 0;  // epochs completed
   int64_t step = 0;   // optimizer steps completed
@@ -51,7 +61,13 @@ struct TrainingState {
   std::map<std::string, double> progress;
   std::string kiln_version;  // of the kiln that wrote it (load: "" when the checkpoint predates it)
   RngState rng;       // the default generator after `step`
-  double best_top1 = -1;
+  // train.best_metric's best so far. The metadata also keeps it as "best_top1" (-1 unless the metric
+  // is a top-1) for checkpoints of earlier kiln, whose best_top1 is read into it.
+  MetricRecord best;
+  // train.early_stopping's best so far (only improvements by more than its min_delta count), and the
+  // epoch (1-based) after which it ended the run (0: it did not; a resume clears it when it goes on).
+  MetricRecord early_stopping;
+  int64_t stopped_early = 0;
   std::map<std::string, double> scaler;  // LossScaler::state_dict() (empty without fp16)
   OptimizerState optimizer;
   json config;  // the config as run

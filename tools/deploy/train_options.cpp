@@ -31,6 +31,80 @@ int64_t accumulate_from_json(const json& j, const std::string& path) {
 
 json accumulate_to_json(int64_t n) { return n == 0 ? json("auto") : json(n); }
 
+int64_t threads_from_json(const json& j, const std::string& path) {
+  const char* accepted = "; accepted: a positive integer N (N OpenMP threads for the training computations) or "
+                         "\"auto\" (or 0: OpenMP's default, one per core this process may use)";
+  if (j.is_null()) return 0;
+  json v = j;
+  if (j.is_string()) {
+    // A config's "auto" makes `train.threads=4` on the command line the text "4" (apply_overrides
+    // keeps a string key's text): digits read as the number.
+    const std::string t = j.get<std::string>();
+    if (t == "auto") return 0;
+    const bool digits = !t.empty() && t.size() < 10 && t.find_first_not_of("0123456789") == std::string::npos;
+    KILN_CHECK(digits, "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+    v = std::stoll(t);
+  }
+  int64_t n = 0;
+  KILN_CHECK(json_integer(v, 0, 4096, n) == IntegerCheck::ok, "config: ", path, " = ", j.dump(), " is not accepted",
+             accepted, ", at most 4096");
+  return n;
+}
+
+const std::vector<std::string>& validation_metrics() {
+  static const std::vector<std::string> m{"top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss"};
+  return m;
+}
+
+namespace {
+
+bool is_ema_metric(const std::string& m) { return m.rfind("ema_", 0) == 0; }
+
+// An ema_* figure named at `path` needs train.ema.
+void check_ema_metric(const std::string& metric, const std::string& path, bool ema) {
+  KILN_CHECK(ema || !is_ema_metric(metric), "config: ", path, " = \"", metric, "\" is a figure of the EMA weights, and "
+             "train.ema is off; accepted without train.ema: top1, top5, loss (or turn train.ema on: train.ema=true)");
+}
+
+// train.best_metric: given, or train.ema.best_by's older form ("ema": "ema_top1"); the two must agree.
+std::string best_metric_from(JsonReader& r, const EmaOptions& ema) {
+  const bool by_ema = ema.enabled && ema.best_by == "ema";
+  const std::string m = r.get_choice("best_metric", by_ema ? "ema_top1" : "top1", validation_metrics());
+  check_ema_metric(m, r.path_of("best_metric"), ema.enabled);
+  KILN_CHECK(!by_ema || is_ema_metric(m), "config: ", r.path_of("best_metric"), " = \"", m, "\" (the live weights' "
+             "figure) contradicts train.ema.best_by = \"ema\"; accepted: train.best_metric = \"ema_", m,
+             "\" (train.ema.best_by is its older form: drop it), or train.ema.best_by = \"live\"");
+  return m;
+}
+
+}  // namespace
+
+EarlyStoppingOptions EarlyStoppingOptions::from_json(const json& j, const std::string& path, bool ema) {
+  const char* accepted = "; accepted: null (off) or an object {\"metric\": \"top1\"|\"top5\"|\"loss\" (\"ema_top1\"|"
+                         "\"ema_top5\"|\"ema_loss\" with train.ema), \"patience\": epochs >= 1, \"min_delta\": a number >= 0}";
+  EarlyStoppingOptions o;
+  if (j.is_null() || (j.is_boolean() && !j.get<bool>())) return o;
+  KILN_CHECK(j.is_object(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
+  JsonReader r(j, path);
+  r.require("metric", o.metric);  // then checked against the choices
+  o.metric = r.get_choice("metric", o.metric, validation_metrics());
+  check_ema_metric(o.metric, r.path_of("metric"), ema);
+  r.require("patience", o.patience);
+  o.patience = r.get("patience", o.patience, int64_t{1}, int64_t{100000});
+  o.min_delta = r.get("min_delta", o.min_delta, 0.0, 1e9);
+  KILN_CHECK(o.metric.find("loss") != std::string::npos || o.min_delta < 1, "config: ", r.path_of("min_delta"), " = ",
+             o.min_delta, " is not accepted for ", r.path_of("metric"), " = \"", o.metric, "\": a top-1 or top-5 is a "
+             "fraction in [0, 1], so no improvement would exceed it; accepted: a number in [0, 1), e.g. 0.001 (0.1 "
+             "percentage point)");
+  r.finish();
+  return o;
+}
+
+json EarlyStoppingOptions::to_json() const {
+  if (!enabled()) return nullptr;
+  return json{{"metric", metric}, {"patience", patience}, {"min_delta", min_delta}};
+}
+
 void check_class_weights_option(const json& option, const std::string& path) {
   if (option.is_null()) return;
   if (option.is_string()) {
@@ -105,6 +179,9 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
   else r.allow("mixup");
   o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
+  o.best_metric = best_metric_from(r, o.ema);  // tools/engine/metric_watch.h
+  o.early_stopping = EarlyStoppingOptions::from_json(r.raw("early_stopping"), r.path_of("early_stopping"), o.ema.enabled);
+  o.threads = threads_from_json(r.raw("threads"), r.path_of("threads"));
   r.finish();
   return o;
 }
@@ -142,7 +219,10 @@ json TrainOptions::to_json() const {
               {"ema", ema.to_json()},
               {"accumulate", accumulate_to_json(accumulate)},
               {"mixup", mixup.to_json()},
-              {"tta", tta}};
+              {"tta", tta},
+              {"best_metric", best_metric},
+              {"early_stopping", early_stopping.to_json()},
+              {"threads", threads}};
 }
 
 std::string resolve_precision(const std::string& precision, Device device) {

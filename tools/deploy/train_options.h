@@ -18,6 +18,31 @@
 
 namespace kiln {
 
+// The validation figures train.best_metric and train.early_stopping may name: the live weights'
+// top-1, top-5 (fractions, higher is better) and loss (lower is better), and with train.ema the EMA
+// weights' (tools/engine/metric_watch.h).
+const std::vector<std::string>& validation_metrics();  // top1, top5, loss, ema_top1, ema_top5, ema_loss
+
+// train.early_stopping: ends the run when a validation figure stops improving (docs/training.md,
+// "Early stopping"; tools/engine/metric_watch.h). Off when absent, null or false.
+struct EarlyStoppingOptions {
+  /// the validation figure watched: "top1", "top5", "loss" (lower is better), or with train.ema the EMA
+  /// weights' "ema_top1", "ema_top5", "ema_loss" (required)
+  std::string metric;
+  /// epochs without improvement: the run stops after an evaluation when the figure's best value is
+  /// this many epochs old or more (required, >= 1)
+  int64_t patience = 0;
+  /// an improvement must exceed this, in the figure's units: top1/top5 are fractions (0.001 = 0.1
+  /// percentage point), for a loss a decrease (default 0: any improvement counts)
+  double min_delta = 0;
+
+  bool enabled() const { return !metric.empty(); }
+  // `j`: null or absent (off), or an object of the keys above; `ema`: train.ema is on (the ema_*
+  // figures need it). Errors name `path` and what is accepted.
+  static EarlyStoppingOptions from_json(const json& j, const std::string& path, bool ema);
+  json to_json() const;  // null when off
+};
+
 struct TrainOptions {
   /// epochs to train (default 1); with time_budget_minutes, the most epochs to train
   int64_t epochs = 1;
@@ -121,6 +146,20 @@ struct TrainOptions {
   /// test-time augmentation of the evaluations: "none" or "flip" (the mean of the softmax of the
   /// image and of its left-right mirror; docs/mixup_tta.md) (default "none")
   std::string tta = "none";
+  /// which validation figure picks the `best` checkpoint: "top1", "top5", "loss" (the lowest), or with
+  /// train.ema the EMA weights' "ema_top1", "ema_top5", "ema_loss" (both weight files are saved in
+  /// `best` whichever it is; docs/ema_accumulate.md) (default "top1"; "ema_top1" with train.ema.best_by
+  /// = "ema", its older form)
+  std::string best_metric = "top1";
+  /// stop when a validation figure has not improved for `patience` epochs: {"metric": "top1", "patience":
+  /// 5, "min_delta": 0.001}; the stop is recorded, and resuming a stopped run is refused while it would
+  /// stop again (docs/training.md, "Early stopping") (default null: off)
+  EarlyStoppingOptions early_stopping;
+  /// CPU threads of the training computations (OpenMP, which oneDNN uses too): N, or 0 or "auto" for
+  /// OpenMP's default (one per core this process may use); OMP_NUM_THREADS, where set, wins; the
+  /// loader's threads are data.workers, apart; the run folder's config records the number used
+  /// (default 0; docs/training.md, "Threads on the CPU")
+  int64_t threads = 0;
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
@@ -138,6 +177,9 @@ std::string resolve_precision(const std::string& precision, Device device);
 // train.accumulate: a positive integer N, or "auto" (returned as 0); null is 1.
 int64_t accumulate_from_json(const json& j, const std::string& path = "train.accumulate");
 json accumulate_to_json(int64_t n);  // 0 -> "auto"
+
+// train.threads: an integer N >= 0, or "auto" (returned as 0, as are 0 and null).
+int64_t threads_from_json(const json& j, const std::string& path = "train.threads");
 
 // train.class_weights' form: null, "balanced", or a non-empty list of finite numbers >= 0, not all 0;
 // errors name `path` and what is accepted.

@@ -1,7 +1,9 @@
 // An epoch of the training loop (tools/engine/replica_run.h): run_epoch's step loop with its progress
-// lines and statistics, end_epoch's evaluations, time-budget recheck, metrics row and checkpoints,
-// and train.time_budget_minutes' decision taken inside the first epoch.
-// Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp.
+// lines and statistics, end_epoch's evaluations, time-budget recheck, train.best_metric's and
+// train.early_stopping's records, metrics row and checkpoints, and train.time_budget_minutes'
+// decision taken inside the first epoch.
+// Tests: tests/engine/trainer_test.cpp, tests/engine/time_budget_test.cpp, tests/engine/accumulate_test.cpp,
+// tests/engine/metric_watch_test.cpp.
 #include <algorithm>
 #include <chrono>
 #include <csignal>
@@ -20,6 +22,7 @@
 #include "core/rng.h"
 #include "data/mix.h"
 #include "tools/engine/batch_images.h"
+#include "tools/engine/metric_watch.h"
 #include "tools/engine/interrupt.h"
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
@@ -432,7 +435,8 @@ bool eval_should_stop(ReplicaRun& r, int64_t k) {
 bool evaluate_epoch(ReplicaRun& r, int64_t epoch) {
   const auto eval_start = Clock::now();
   const std::string what = std::to_string(epoch + 1) + "/" + std::to_string(r.opt.epochs);
-  const bool final_eval = epoch + 1 == r.last_epoch;
+  // The last evaluation counts the confusion matrix; with train.early_stopping any may be the last.
+  const bool final_eval = epoch + 1 == r.last_epoch || r.opt.early_stopping.enabled();
   const auto stop = [&r](int64_t k) { return eval_should_stop(r, k); };
   if (final_eval) r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
   const EvalProgress val_line{"val", epoch + 1, r.opt.epochs, r.tty}, ema_line{"ema", epoch + 1, r.opt.epochs, r.tty};
@@ -474,13 +478,31 @@ void write_metrics_row(ReplicaRun& r, int64_t epoch, bool evaluated, double trai
   r.log->write(row);
 }
 
-// Rank 0: the `last` checkpoint, and `best` by the live weights' top-1 (with train.ema.best_by =
-// "ema" by the EMA's).
-void save_checkpoints(ReplicaRun& r, bool evaluated) {
+// After an evaluation (every rank): train.best_metric's record, and whether this epoch's weights
+// become `best` (returned); train.early_stopping's record and its decision, rank 0's on every rank
+// (the figures are all-reduced sums, whose roundings ranks need not share): a stop before
+// train.epochs makes this epoch this invocation's last, so the run ends as at its end (the `last`
+// checkpoint, which records the stop, the plots, the report).
+bool watch_metrics(ReplicaRun& r, int64_t epoch) {
+  const int64_t done = epoch + 1;
+  const std::string& by = r.opt.best_metric;
+  const bool best = update_record(r.state.best, by, metric_value(r.result, by), done);
+  const EarlyStoppingOptions& es = r.opt.early_stopping;
+  if (!es.enabled()) return best;
+  update_record(r.state.early_stopping, es.metric, metric_value(r.result, es.metric), done, es.min_delta);
+  const bool due = done < r.opt.epochs && early_stop_due(es, r.state.early_stopping, done);
+  std::vector<double> stop{r.lead && due ? 1.0 : 0.0};
+  r.comm.all_reduce_doubles(stop);
+  if (stop[0] > 0) {
+    r.state.stopped_early = r.result.stopped_early = done;
+    r.last_epoch = done;
+  }
+  return best;
+}
+
+// Rank 0: the `last` checkpoint, and `best` when this epoch's weights are (watch_metrics).
+void save_checkpoints(ReplicaRun& r, bool best) {
   r.state.optimizer = r.optimizer->state_dict();
-  const double top1 = r.ema && r.opt.ema.best_by == "ema" ? r.result.ema_val_top1 : r.result.val_top1;
-  bool best = evaluated && top1 > r.state.best_top1;
-  if (best) r.state.best_top1 = top1;
   Module* ema_model = r.ema ? r.ema->model.get() : nullptr;
   save_last(r);
   if (best) save_checkpoint(r.run_dir + "/best", *r.model, r.state, ema_model);
@@ -512,10 +534,14 @@ void end_epoch(ReplicaRun& r, int64_t epoch, const EpochOutcome& e) {
   r.last_save = Clock::now();
   r.state.rng = default_generator().state();
   if (r.step.scaler) r.state.scaler = r.step.scaler->state_dict();
+  const bool best = evaluated && watch_metrics(r, epoch);
   if (!r.lead) return;
   write_metrics_row(r, epoch, evaluated, e.train_seconds);
-  save_checkpoints(r, evaluated);
+  save_checkpoints(r, best);
   if (r.opt.plots) r.log->save_plots(r.run_dir);  // rewritten every epoch: a long run can be looked at
+  if (r.show && r.result.stopped_early == epoch + 1)
+    std::cout << "early stopping: " << early_stop_reason(r.opt.early_stopping, r.state.early_stopping, epoch + 1)
+              << "; stopped after epoch " << epoch + 1 << " of " << r.opt.epochs << "\n";
 }
 
 }  // namespace kiln::trainer

@@ -5,7 +5,8 @@
 //   plan_batch   AutoBatch and accumulation, the loaders, the schedule            (trainer.cpp)
 //   open_run     run folder or checkpoint resume, the step's setup, time budget   (trainer.cpp)
 //   run_epoch    the step loop, progress lines, statistics read at log intervals  (epoch.cpp)
-//   end_epoch    evaluation (and the EMA's), budget recheck, metrics row, checkpoints (epoch.cpp)
+//   end_epoch    evaluation (and the EMA's), budget recheck, best_metric and early  (epoch.cpp)
+//                stopping (metric_watch.h), metrics row, checkpoints
 //   finish_run   TTA evaluation, plots, the report, the result                   (trainer.cpp)
 //
 // Internal to the engine; the public API is trainer.h. Tests: tests/engine/trainer_test.cpp and the
@@ -92,6 +93,8 @@ struct ReplicaRun {
   BatchRequest breq;
   int rank = 0, world = 1;
   bool lead = true, show = true;  // rank 0; rank 0 and not quiet
+  int64_t threads = 0;            // the training thread's OpenMP threads (train.threads, OMP_NUM_THREADS)
+  std::string threads_from;       // what set them: "train.threads", "OMP_NUM_THREADS" or "" (OpenMP's default)
   DType compute = DType::f32;
   std::shared_ptr<Module> model;
   DataConfig dcfg;             // the loaders' seed is data.seed ^ train.seed

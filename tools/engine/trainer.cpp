@@ -8,11 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+
+#include <omp.h>
 
 #include "core/allocator.h"
 #include "core/comm.h"
@@ -34,6 +37,7 @@
 #include "tools/engine/batch_images.h"
 #include "tools/engine/class_weights.h"
 #include "tools/engine/console_log.h"
+#include "tools/engine/metric_watch.h"
 #include "tools/engine/evaluate.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/interrupt.h"
@@ -128,6 +132,24 @@ void write_run_report(const std::string& run_dir, const std::vector<std::vector<
 
 // --- prepare the run --------------------------------------------------------------------------------
 
+// train.threads: the training thread's OpenMP threads, which oneDNN's primitives and kiln's CPU kernels
+// use (with libgomp a thread's own setting: replicas of one process each set theirs; the loader's
+// threads, data.workers, run no OpenMP). OMP_NUM_THREADS, where set, wins (its first number, set
+// again: an earlier run of this process may have changed the thread's), and a line says so when it
+// differs. The number used goes into the result and the config as run.
+void set_threads(ReplicaRun& r) {
+  const char* env = std::getenv("OMP_NUM_THREADS");
+  const bool by_env = env != nullptr && *env != '\0';
+  const long env_n = by_env ? std::strtol(env, nullptr, 10) : 0;  // "4" or "4,2" (nested levels): 4
+  if (env_n > 0) omp_set_num_threads(static_cast<int>(env_n));
+  else if (!by_env && r.opt.threads > 0) omp_set_num_threads(static_cast<int>(r.opt.threads));
+  r.threads = r.result.threads = omp_get_max_threads();
+  r.threads_from = by_env ? "OMP_NUM_THREADS" : r.opt.threads > 0 ? "train.threads" : "";
+  if (r.show && by_env && r.opt.threads > 0 && r.threads != r.opt.threads)
+    std::cout << "threads: OMP_NUM_THREADS=" << env << " overrides train.threads = " << r.opt.threads << ": "
+              << r.threads << " CPU threads\n";
+}
+
 // The config's sections, the ranks, the precision (train.precision = "auto" agreed over the ranks).
 void read_run_config(ReplicaRun& r, const json& config_in) {
   r.start = Clock::now();
@@ -145,6 +167,7 @@ void read_run_config(ReplicaRun& r, const json& config_in) {
   r.compute = compute_dtype_of(r.opt.precision, r.device);
   r.lead = r.rank == 0;
   r.show = r.lead && !r.quiet;
+  set_threads(r);
   set_conv_benchmark(r.device, r.opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
 }
 
@@ -356,6 +379,7 @@ void record_as_run(ReplicaRun& r) {
   r.as_run["data"]["seed"] = r.data_seed_given;
   r.as_run["data"]["batch_size"] = r.breq.global;
   r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
+  r.as_run["train"]["threads"] = r.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
   r.as_run["model"] = r.model->to_json();
   r.as_run["optim"] = r.optimizer->to_json();
   r.as_run["schedule"] = r.schedule->to_json();
@@ -444,6 +468,41 @@ void note_changes(ReplicaRun& r) {
               << "(recorded in " << r.run_dir << "/invocations.jsonl):\n" << describe_changes(changed);
 }
 
+// The checkpoint's records of train.best_metric and train.early_stopping (tools/engine/metric_watch.h)
+// for this run's options: a record of another metric starts again (and says so); a run that early
+// stopping ended is refused while it would stop again at once, else it trains on and says why. A
+// record of early stopping switched off is dropped (switched on again later, it starts afresh).
+void resume_records(ReplicaRun& r) {
+  TrainingState& st = r.state;
+  const EarlyStoppingOptions& es = r.opt.early_stopping;
+  if (!st.best.metric.empty() && st.best.metric != r.opt.best_metric) {
+    if (r.show)
+      std::cout << "best: train.best_metric is \"" << r.opt.best_metric << "\", the checkpoint's best was chosen by \""
+                << st.best.metric << "\": best is chosen anew from the next evaluation\n";
+    st.best = MetricRecord{};
+  }
+  if (es.enabled() && !st.early_stopping.metric.empty() && st.early_stopping.metric != es.metric) {
+    if (r.show)
+      std::cout << "early stopping: watches " << metric_label(es.metric) << " from the next evaluation (the checkpoint "
+                << "watched " << metric_label(st.early_stopping.metric) << ")\n";
+    st.early_stopping = MetricRecord{};
+  }
+  if (st.stopped_early > 0) {
+    const int64_t since = epochs_without_improvement(st.early_stopping, st.epoch);
+    KILN_CHECK(!early_stop_due(es, st.early_stopping, st.epoch), "resume: ", r.run_dir, " stopped early after epoch ",
+               st.stopped_early, " of ", r.opt.epochs, ": ", early_stop_reason(es, st.early_stopping, st.epoch),
+               ", and would stop again; to train on, raise the patience above ", since, " (kiln train ", r.run_dir,
+               " train.early_stopping.patience=", since + es.patience, ") or drop early stopping (kiln train ", r.run_dir,
+               " train.early_stopping=null)");
+    if (r.show)
+      std::cout << "early stopping: " << r.run_dir << " had stopped after epoch " << st.stopped_early << "; "
+                << (es.enabled() ? "with train.early_stopping.patience = " + std::to_string(es.patience) + " it trains on"
+                                 : "train.early_stopping is off: it trains on") << "\n";
+    st.stopped_early = 0;
+  }
+  if (!es.enabled()) st.early_stopping = MetricRecord{};
+}
+
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
 // folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
 void resume(ReplicaRun& r) {
@@ -463,6 +522,7 @@ void resume(ReplicaRun& r) {
   default_generator().set_state(r.state.rng);
   refuse_mid_epoch_changes(r, base);
   resume_position(r, base);
+  resume_records(r);
   // A budget not decided yet when the checkpoint was saved (mid-way through the first epoch, whose
   // config as run still has it) is decided in this invocation (start_budget).
   const json saved_train = r.state.config.value("train", json::object());
@@ -512,7 +572,8 @@ void open_run_folder(ReplicaRun& r) {
             << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
             << " parameters" << (trainable < r.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
             << ", batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
-            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string())
+            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string()) << ", "
+            << r.threads << " CPU threads" << (r.threads_from.empty() ? std::string() : " (" + r.threads_from + ")")
             << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
             << "\n";
   if (!native_compute(r.device, r.compute))
@@ -626,6 +687,9 @@ TrainResult finish_run(ReplicaRun& r) {
       publish(r, ee, "ema", "tta=" + opt.tta, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
     }
   }
+  if (r.show && r.state.best.epoch > 0)  // train.best_metric's choice (an earlier kiln's record has no epoch)
+    std::cout << "best: epoch " << r.state.best.epoch << ", " << metric_label(r.state.best.metric) << " "
+              << metric_text(r.state.best.metric, r.state.best.best) << " (train.best_metric) -> " << r.run_dir << "/best\n";
   if (r.lead && opt.plots && r.log) {
     r.log->save_plots(r.run_dir);  // also after every epoch (end_epoch); here the run's last word
     if (r.show) std::cout << "results in " << r.run_dir << "\n";
@@ -634,7 +698,9 @@ TrainResult finish_run(ReplicaRun& r) {
     write_run_report(r.run_dir, r.final_confusion, report_class_names(*r.val_set), r.show);
   r.result.epochs = opt.epochs;
   if (r.lead)
-    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", r.last_epoch < opt.epochs ? "stopped by train.stop_after" : "finished"},
+    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", r.result.stopped_early > 0          ? "stopped by train.early_stopping"
+                                                    : r.last_epoch < opt.epochs ? "stopped by train.stop_after"
+                                                                                : "finished"},
                                       {"step", r.state.step}, {"epoch", r.state.epoch}, {"val_top1", r.result.val_top1}});
   if (r.show && r.budget.minutes > 0)
     std::cout << "time budget " << fmt("%.4g", r.budget.minutes) << " min: the run took "

@@ -41,6 +41,11 @@ struct TrainResult {
   // SIGINT/SIGTERM (tools/engine/interrupt.h): the signal that stopped the run after saving its `last`
   // checkpoint (0: the run ran to its end); the figures above are then those of the last epoch ended.
   int interrupted = 0;
+  // train.early_stopping ended the run after this epoch (1-based), before train.epochs; 0 otherwise.
+  int64_t stopped_early = 0;
+  // The CPU threads the training computations used (train.threads, or OMP_NUM_THREADS where set, or
+  // OpenMP's default): omp_get_max_threads() on the training thread.
+  int64_t threads = 0;
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
