@@ -111,8 +111,8 @@ struct ImageFolderOptions : ImageSourceOptions {
 struct ImageListOptions : ImageSourceOptions {
   /// the list files of the train and val splits (required)
   std::string train_list, val_list;
-  /// the number of classes, labels must lie below it; 0 = 1 + the largest label of the split's
-  /// list (default 0)
+  /// the number of classes, >= 1; labels must lie below it (default: 1 + the largest label of the
+  /// split's list)
   int64_t num_classes = 0;
 };
 

@@ -26,7 +26,8 @@ struct TrainOptions {
   /// the schedule still ends within it (tools/engine/time_budget.h, docs/training.md); needs a schedule
   /// whose length follows the epochs (constant, cosine) and no data.progressive_resize; 0 = off (default 0)
   double time_budget_minutes = 0;
-  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
+  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1", or a GPU number (0) or
+  /// a list ([0, 1]), recorded as the string (default "")
   std::string device;
   /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
   /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
@@ -67,10 +68,10 @@ struct TrainOptions {
   /// model's initial values, e.g. a new classifier head for other classes of the same number
   /// (default []: everything that fits is loaded)
   std::vector<std::string> init_fresh;
-  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]), or
-  /// "backbone" for everything but the classifier head (the model's last Linear; docs/finetune.md):
-  /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
-  /// statistics (default []: nothing frozen)
+  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]);
+  /// the prefix "backbone" (["backbone"]) is everything but the classifier head (the model's last
+  /// Linear; docs/finetune.md): they are never updated, and batch-norm layers whose parameters are all
+  /// frozen keep their running statistics (default []: nothing frozen)
   std::vector<std::string> freeze;
   /// folder that holds the run folders (default "runs")
   std::string runs_dir = "runs";
