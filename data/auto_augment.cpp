@@ -27,8 +27,15 @@ double linspace_f32(double start, double end, int64_t steps, int64_t i) {
   return e - step * static_cast<float>(steps - i - 1);
 }
 
+Json fill_json(const std::vector<int64_t>& fill) {
+  if (fill.size() == 1) return Json(fill[0]);
+  return Json(fill);
+}
+
 // "fill": one byte or a list of bytes (one per channel).
 std::vector<int64_t> read_fill(JsonReader& r, std::vector<int64_t> fill) {
+  if (KeyRecorder* rec = KeyRecorder::current())
+    rec->note({r.path_of("fill"), "integer or list of integers", fill_json(fill), true, false, "bytes 0..255"});
   if (const Json* v = r.find("fill")) {
     const std::string at = r.path_of("fill");
     if (v->is_array()) {
@@ -44,11 +51,6 @@ std::vector<int64_t> read_fill(JsonReader& r, std::vector<int64_t> fill) {
       KILN_CHECK(b >= 0 && b <= 255, at, ": fill values must be bytes 0..255, got ", v->dump());
   }
   return fill;
-}
-
-Json fill_json(const std::vector<int64_t>& fill) {
-  if (fill.size() == 1) return Json(fill[0]);
-  return Json(fill);
 }
 
 ImageShape check_shape(const std::string& type, ImageShape in, const std::vector<int64_t>& fill) {

@@ -87,6 +87,8 @@ ImageListOptions read_image_list(JsonReader& r, const std::string&) {
     KILN_CHECK(r.read(key, *out), r.path_of(key), " is required: the list file of \"<path> <label>\" lines");
     KILN_CHECK(!out->empty(), r.path_of(key), ": empty file name");
   }
+  // Without it the classes are counted from the list (0 here, never a given value): no default is listed.
+  if (KeyRecorder* rec = KeyRecorder::current()) rec->note({r.path_of("num_classes"), "integer", Json(), false, false, ">= 1"});
   if (r.read("num_classes", o.num_classes))
     KILN_CHECK(o.num_classes > 0, r.path_of("num_classes"),
                ": a positive number of classes, only used with source \"image_list\" (got ", o.num_classes, ")");

@@ -111,8 +111,8 @@ struct ImageFolderOptions : ImageSourceOptions {
 struct ImageListOptions : ImageSourceOptions {
   /// the list files of the train and val splits (required)
   std::string train_list, val_list;
-  /// the number of classes, labels must lie below it; 0 = 1 + the largest label of the split's
-  /// list (default 0)
+  /// the number of classes, >= 1; labels must lie below it (default: 1 + the largest label of the
+  /// split's list)
   int64_t num_classes = 0;
 };
 
@@ -126,9 +126,11 @@ struct DataConfig {
   // the options of the source: IdxOptions for "mnist" and "fashion_mnist", CifarOptions for
   // "cifar10" and "cifar100", SyntheticOptions, ImageFolderOptions or ImageListOptions
   SourceOptions options;
-  /// transforms of training images, in order (default none: pixels / 255)
+  /// transforms of training images, in order; without any, the source's pixels / 255 (image_folder
+  /// and image_list images vary in size: there the list is required and must end in a fixed size)
   Pipeline train_transforms;
-  /// transforms of validation images, in order (default none: pixels / 255)
+  /// transforms of validation images, in order; without any, the source's pixels / 255; image_folder
+  /// and image_list require them, as train_transforms
   Pipeline val_transforms;
   // the training loader's options (defaults of LoaderOptions; its keys are flat keys of "data")
   LoaderOptions loader;

@@ -22,11 +22,13 @@ RandomErasingOptions RandomErasingOptions::from_json(const Json& j, const std::s
   r.allow("type");
   r.read("p", o.p);
   for (auto [key, out] : {std::pair{"scale", &o.scale}, {"ratio", &o.ratio}}) {
-    std::vector<double> v;
+    std::vector<double> v = {(*out)[0], (*out)[1]};  // the default, as `kiln config keys` lists it
     if (!r.read(key, v)) continue;
     KILN_CHECK(v.size() == 2, r.path_of(key), ": expected a pair [lo, hi], got ", v.size(), " values");
     *out = {v[0], v[1]};
   }
+  if (KeyRecorder* rec = KeyRecorder::current())
+    rec->note({r.path_of("value"), "integer or \"random\"", o.value, true, false, "0..255"});
   if (const Json* v = r.find("value")) {
     if (v->is_string()) {
       KILN_CHECK(v->get<std::string>() == "random", r.path_of("value"),

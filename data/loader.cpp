@@ -41,8 +41,10 @@ int64_t LoaderOptions::auto_workers() {
 }
 
 namespace {
-// A count that may also be "auto" (true; `out` untouched); a number goes through r.read.
-bool read_auto(JsonReader& r, const std::string& key, int64_t& out) {
+// A count that may also be "auto" (true; `out` untouched); a number goes through r.read. `def` and
+// `accepted` are what `kiln config keys` lists (noted first: the typed read below would say "integer").
+bool read_auto(JsonReader& r, const std::string& key, int64_t& out, const Json& def, const std::string& accepted) {
+  if (KeyRecorder* rec = KeyRecorder::current()) rec->note({r.path_of(key), "integer or \"auto\"", def, true, false, accepted});
   const Json* v = r.find(key);
   if (!v || !v->is_string()) {
     r.read(key, out);
@@ -66,10 +68,10 @@ void LoaderOptions::read_fields(JsonReader& r, LoaderOptions& o) {
   r.read("batch_size", o.batch_size);
   r.read("shuffle", o.shuffle);
   r.read("drop_last", o.drop_last);
-  if (read_auto(r, "workers", o.workers)) o.workers = auto_workers();
+  if (read_auto(r, "workers", o.workers, o.workers, "0..256")) o.workers = auto_workers();
   KILN_CHECK(o.workers >= 0 && o.workers <= 256, r.path_of("workers"), ": must be in [0, 256] or \"auto\", got ", o.workers);
   const bool given = r.find("prefetch") != nullptr;
-  if (read_auto(r, "prefetch", o.prefetch)) o.prefetch = 0;
+  if (read_auto(r, "prefetch", o.prefetch, "auto", ">= 0")) o.prefetch = 0;
   else if (given) KILN_CHECK(o.prefetch >= 0, r.path_of("prefetch"), ": must be at least 1, or 0 or \"auto\" (workers + 2), got ", o.prefetch);
   o.prefetch = o.prefetch_depth();  // "auto" resolved: the number is what the config records
   r.read("fast_decode", o.fast_decode);

@@ -51,7 +51,10 @@
 namespace kiln {
 
 struct LoaderOptions {
-  /// samples per batch on each rank (default 64)
+  /// samples per optimizer step over all ranks, the global batch: each of N ranks loads batch_size / N
+  /// (it must divide); -1: AutoBatch picks it (60% of free memory, train.autobatch_fraction), a
+  /// fraction in (0, 1): AutoBatch at that share (docs/training.md, "Batch size and AutoBatch");
+  /// a DataLoader built directly delivers batches of this size (default 64)
   int64_t batch_size = 64;
   /// visit the samples in a new random order every epoch (default true)
   bool shuffle = true;

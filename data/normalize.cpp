@@ -9,6 +9,10 @@ NormalizeOptions NormalizeOptions::from_json(const Json& j, const std::string& p
   NormalizeOptions o;
   JsonReader r(j, path);
   r.allow("type");
+  // A single number reads as a list of one (json_read): listed as such, with the defaults.
+  if (KeyRecorder* rec = KeyRecorder::current())
+    for (auto [key, def] : {std::pair{"mean", &o.mean}, {"std", &o.std}})
+      rec->note({r.path_of(key), "list of numbers or number", Json(*def), true, false, ""});
   r.read("mean", o.mean);
   r.read("std", o.std);
   r.finish();

@@ -26,7 +26,8 @@
 namespace kiln {
 
 struct ProgressiveResizeOptions {
-  /// the side of the first epochs' images in pixels, > 0; 0 = no progressive resizing (default 0)
+  /// the side of the first epochs' images in pixels, 1..65536 (required; without
+  /// data.progressive_resize there is no progressive resizing)
   int64_t min_size = 0;
   /// the side from end_epoch on; 0 = the side the training transforms give (default 0)
   int64_t max_size = 0;

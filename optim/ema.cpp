@@ -18,6 +18,8 @@ EmaOptions EmaOptions::from_json(const json& j, const std::string& path) {
   if (j.is_boolean()) return o;
   KILN_CHECK(j.is_object(), "config: ", path, " = ", j.dump(), " is not accepted", accepted);
   JsonReader r(j, path);
+  if (KeyRecorder* rec = KeyRecorder::current())  // read raw below: its type, default and range for `kiln config keys`
+    rec->note({r.path_of("decay"), "number", o.decay, true, false, "(0, 1)"});
   if (r.has("decay")) {
     const json& d = r.raw("decay");
     KILN_CHECK(d.is_number() && d.get<double>() > 0 && d.get<double>() < 1, "config: ", r.path_of("decay"), " = ",

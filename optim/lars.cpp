@@ -27,6 +27,8 @@ LARSOptions LARSOptions::from_json(const json& j, const std::string& path) {
   o.lr = r.get("lr", o.lr, 0.0, 1e6);
   o.momentum = r.get("momentum", o.momentum, 0.0, 1.0);
   o.weight_decay = r.get("weight_decay", o.weight_decay, 0.0, 1e6);
+  if (KeyRecorder* rec = KeyRecorder::current())  // > 0 (validate()), which get()'s closed range cannot say
+    rec->note({r.path_of("eta"), "number", o.eta, true, false, "(0, 1e+06]"});
   o.eta = r.get("eta", o.eta, 0.0, 1e6);
   o.epsilon = r.get("epsilon", o.epsilon, 0.0, 1e6);
   o.nesterov = r.get("nesterov", o.nesterov);

@@ -53,6 +53,7 @@ std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> p
   json options = j;
   std::map<std::string, double> mult;
   const std::string mult_path = path.empty() ? "lr_mult" : path + ".lr_mult";
+  if (KeyRecorder* rec = KeyRecorder::current()) rec->note({mult_path, "object", json::object(), true, false, ""});
   if (j.is_object() && j.contains("lr_mult")) {
     const json& m = j["lr_mult"];
     KILN_CHECK(m.is_object(), "config: ", mult_path, " = ", m.dump(), " is not accepted; accepted: an object of "

@@ -76,7 +76,8 @@ TEST(ConfigSchema, ListsTrainKeysWithTheirDefaultsAndRanges) {
   EXPECT_EQ(find_key("train.epochs")->accepted, "1..100000");
   // Raw-read keys get their default from the section's own to_json(); nested sections list their keys.
   EXPECT_EQ(find_key("train.device")->def, "\"\"");
-  EXPECT_EQ(find_key("train.ema")->type, "object");
+  EXPECT_EQ(find_key("train.ema")->type, "boolean or object");  // true, false or its options
+  EXPECT_EQ(find_key("train.ema")->def, "false");
   EXPECT_NE(find_key("train.ema.decay"), nullptr);
   EXPECT_NE(find_key("train.mixup.cutmix_alpha"), nullptr);
   // Required is what the reader refuses to go without, however it says so.

@@ -1,6 +1,7 @@
 // `kiln train` (tools/cli/train_cmd.cpp): a run folder resumes that run in place, a finished run is
 // refused naming epochs=N, epochs=N continues it, resume=RUN needs no config, and a folder that is not
-// a run is named.
+// a run is named; an argument with dashes or a misspelt short form ends it with exit status 1 and the
+// suggestion, before anything is made.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "tests/data_parallel_config.h"
 #include "tests/expect_error.h"
 #include "tests/data/data_test_util.h"  // TempDir
+#include "tests/kiln_process.h"
 #include "tools/cli/commands.h"
 
 using namespace kiln;
@@ -66,4 +68,24 @@ TEST(TrainCommand, ARunFolderResumesThatRunInPlace) {
 
   // A folder that is not a run (no config.json) is named, not trained from.
   EXPECT_HAS(error_of([&] { cli::cmd_train({runs}); }), "is a folder without config.json, not a run folder");
+}
+
+TEST(TrainCommand, DashesAndMisspeltShortFormsExitWithTheSuggestion) {
+  kiln::testing::TempDir dir;
+  const std::string cfg = dir.str() + "/tiny.json";
+  std::ofstream(cfg) << kiln::testing::tiny_report_config(dir.str()).dump();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--epochs=1", "kiln: error: argument '--epochs=1': did you mean epochs=1? kiln takes key=value without dashes"},
+      {"--lr=0.1", "kiln: error: argument '--lr=0.1': did you mean lr=0.1? kiln takes key=value without dashes"},
+      {"--train.epochs=3", "did you mean train.epochs=3? kiln takes key=value without dashes"},
+      {"epohcs=1", "kiln: error: argument 'epohcs=1': unknown key epohcs (did you mean epochs (train.epochs)?)"},
+  };
+  for (const auto& [arg, message] : cases) {
+    const fs::path cwd = fs::path(dir.str()) / "cwd";
+    fs::create_directories(cwd);
+    const kiln::testing::KilnRun r = kiln::testing::run_kiln_in(cwd, "train '" + cfg + "' " + arg);
+    EXPECT_EQ(r.exit_code, 1) << arg << ": " << r.err;
+    EXPECT_HAS(r.err, message);
+    EXPECT_FALSE(fs::exists(dir.str() + "/tiny")) << arg << ": no run may start";
+  }
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/check.h"
+#include "core/registry.h"
 #include "data/config.h"
 #include "data/pipeline.h"
 #include "layers/registry.h"
@@ -42,7 +43,7 @@ struct Variant {
   std::string base;              // the JSON path its reader reads ("optim", "data.train_transforms[0]")
   std::vector<DocScope> docs;
   json sample;                           // the object at `base` the reader reads
-  std::function<void(const json&)> read;  // runs the reader on a sample
+  std::function<json(const json&)> read;  // runs the reader on a sample; the section written back, resolved
 };
 
 struct Section {
@@ -84,10 +85,13 @@ const std::map<std::string, json>& layer_samples() {
 }
 
 const std::map<std::string, json>& source_samples() {
+  // Images of a folder or list vary in size: their batches need transforms that end in a fixed size.
+  const json fixed = json::array({obj({{"type", "center_crop"}, {"size", 8}})});
   static const std::map<std::string, json> m = {
       {"mnist", {{"root", "r"}}},      {"fashion_mnist", {{"root", "r"}}}, {"cifar10", {{"root", "r"}}},
       {"cifar100", {{"root", "r"}}},   {"synthetic", {{"synthetic", json::object()}}},
-      {"image_folder", {{"root", "r"}}}, {"image_list", {{"train_list", "a"}, {"val_list", "b"}}}};
+      {"image_folder", {{"root", "r"}, {"train_transforms", fixed}, {"val_transforms", fixed}}},
+      {"image_list", {{"train_list", "a"}, {"val_list", "b"}, {"train_transforms", fixed}, {"val_transforms", fixed}}}};
   return m;
 }
 
@@ -99,36 +103,65 @@ json with(json sample, const std::string& key, const std::string& value, const s
 }
 
 // The model options reader of a registry name (the same from_json the model registry calls; building
-// the models themselves would allocate every network's weights) and the structs documenting it.
-std::pair<std::function<void(const json&)>, std::string> model_reader(const std::string& name) {
+// the models themselves would allocate every network's weights) and the structs documenting it. The
+// options' to_json() is what the built model's to_json() writes.
+std::pair<std::function<json(const json&)>, std::string> model_reader(const std::string& name) {
   using namespace models;
-  if (name == "lenet") return {[](const json& j) { LeNetOptions::from_json(j, "model"); }, "LeNetOptions"};
-  if (name == "alexnet") return {[](const json& j) { AlexNetOptions::from_json(j, "model"); }, "AlexNetOptions"};
-  if (name.rfind("vgg", 0) == 0) return {[name](const json& j) { VGGOptions::from_json(j, "model", name); }, "VGGOptions"};
+  if (name == "lenet") return {[](const json& j) { return LeNetOptions::from_json(j, "model").to_json(); }, "LeNetOptions"};
+  if (name == "alexnet")
+    return {[](const json& j) { return AlexNetOptions::from_json(j, "model").to_json(); }, "AlexNetOptions"};
+  if (name.rfind("vgg", 0) == 0)
+    return {[name](const json& j) { return VGGOptions::from_json(j, "model", name).to_json(); }, "VGGOptions"};
   if (name.rfind("resnet", 0) == 0)
-    return {[name](const json& j) { ResNetOptions::from_json(j, "model", name); }, "ResNetOptions"};
+    return {[name](const json& j) { return ResNetOptions::from_json(j, "model", name).to_json(); }, "ResNetOptions"};
   KILN_FAIL("config schema: model \"", name, "\" has no options reader in tools/cli/config_schema.cpp (model_reader)");
 }
 
-std::vector<Section> sections() {
-  std::vector<Section> out;
-  // The top level: read_sections, the trainer's own reader (tools/engine/replica_run.h).
-  out.push_back({"", "", "", "", {{"", "", {{"", {"TopKeys"}}},
-                                    obj({{"name", "run"}, {"model", obj({{"name", "lenet"}})},
-                                         {"data", obj({{"source", "synthetic"}})}, {"optim", obj({{"name", "sgd"}})},
-                                         {"schedule", obj({{"name", "constant"}})}, {"train", json::object()}}),
-                                    [](const json& j) { trainer::read_sections(j); }}}});
+// The model section read as build_model reads it (the same registry lookup, so the same errors for a
+// missing, mistyped or unknown name), a registry model by its options reader rather than built.
+json read_model(const json& j) {
+  using Reader = std::function<json(const json&)>;
+  static const Registry<Reader> readers = [] {
+    std::vector<std::pair<std::string, Reader>> entries;
+    for (const std::string& name : models::model_names()) entries.push_back({name, model_reader(name).first});
+    return Registry<Reader>("a model", entries, ", or a \"layers\" list");
+  }();
+  if (j.is_object() && j.contains("layers")) return models::build_model(j, "model")->to_json();
+  return readers.lookup(j, "model", "name")(j);
+}
 
+// The data section as a run reads it (resolve_config): data.batch_size -1 or a fraction asks AutoBatch,
+// which chooses when the run starts, so it is kept as given; the rest is DataConfig's, written back.
+json resolve_data(json data, double autobatch_fraction) {
+  const trainer::BatchRequest batch = trainer::read_batch(data, autobatch_fraction);
+  const json given = batch.auto_fraction > 0 ? data["batch_size"] : json();
+  if (batch.auto_fraction > 0) data["batch_size"] = batch.global;
+  json out = DataConfig::from_json(data, "data").to_json();
+  if (batch.auto_fraction > 0) out["batch_size"] = given;
+  return out;
+}
+
+// The top level: read_sections, the trainer's own reader (tools/engine/replica_run.h).
+Section top_section() {
+  return {"", "", "", "", {{"", "", {{"", {"TopKeys"}}},
+                            obj({{"name", "run"}, {"model", obj({{"name", "lenet"}})},
+                                 {"data", obj({{"source", "synthetic"}})}, {"optim", obj({{"name", "sgd"}})},
+                                 {"schedule", obj({{"name", "constant"}})}, {"train", json::object()}}),
+                            [](const json& j) { return resolve_config(j); }}}};
+}
+
+Section model_section() {
   Section model{"model", "name", "ModelKeys", "", {}};
   for (const std::string& name : models::model_names()) {
-    auto [read, doc] = model_reader(name);
-    model.variants.push_back({name, "model", {{"", {doc, "CommonOptions", "ModelKeys"}}}, obj({{"name", name}}), read});
+    const std::string doc = model_reader(name).second;
+    model.variants.push_back({name, "model", {{"", {doc, "CommonOptions", "ModelKeys"}}}, obj({{"name", name}}), read_model});
   }
   model.variants.push_back({"(none: a custom \"layers\" list)", "model", {{"", {"ModelKeys"}}},
-                            obj({{"layers", json::array({obj({{"type", "relu"}})})}}),
-                            [](const json& j) { models::build_model(j, "model"); }});
-  out.push_back(model);
+                            obj({{"layers", json::array({obj({{"type", "relu"}})})}}), read_model});
+  return model;
+}
 
+Section layer_section() {
   Section layers{"model.layers[]", "type", "LayerKeys", "", {}};
   for (const std::string& t : layer_types()) {
     json sample = with(json::object(), "type", t, layer_samples());
@@ -136,11 +169,14 @@ std::vector<Section> sections() {
                                {{"", {"Conv2dOptions", "LinearOptions", "BatchNormOptions", "Pool2dOptions",
                                       "AdaptiveAvgPool2dOptions", "DropoutOptions", "LocalResponseNormOptions",
                                       "BlockOptions", "LayerKeys"}}},
-                               sample, [](const json& j) { build_layer(j, "model.layers[0]"); }});
+                               sample, [](const json& j) { return build_layer(j, "model.layers[0]")->to_json(); }});
   }
-  out.push_back(layers);
+  return layers;
+}
 
+Section data_section() {
   Section data{"data", "source", "DataConfig", "", {}};
+  const TrainOptions train;  // AutoBatch's default share of memory, for data.batch_size -1
   for (const std::string& s : data_source_names()) {
     json sample = with(obj({{"train_transforms", json::array()}, {"val_transforms", json::array()},
                             {"progressive_resize", obj({{"min_size", 8}, {"end_epoch", 2}})}}),
@@ -155,10 +191,12 @@ std::vector<Section> sections() {
     own.insert(own.end(), source_docs.begin(), source_docs.end());
     data.variants.push_back({s, "data",
                              {{"", own}, {"synthetic", {"SyntheticOptions"}}, {"progressive_resize", {"ProgressiveResizeOptions"}}},
-                             sample, [](const json& j) { DataConfig::from_json(j, "data", /*batches=*/false); }});
+                             sample, [f = train.autobatch_fraction](const json& j) { return resolve_data(j, f); }});
   }
-  out.push_back(data);
+  return data;
+}
 
+Section transform_section() {
   Section transforms{"data.*_transforms[]", "type", "TransformKeys", "", {}};
   for (const std::string& t : transform_types()) {
     transforms.variants.push_back(
@@ -167,35 +205,45 @@ std::vector<Section> sections() {
                 "CenterCropOptions", "ColorJitterOptions", "TrivialAugmentWideOptions", "RandAugmentOptions",
                 "RandomErasingOptions", "NormalizeOptions", "TransformKeys"}}},
          with(json::object(), "type", t, transform_samples()),
-         [](const json& j) { Pipeline::from_json(json::array({j}), "data.train_transforms"); }});
+         [](const json& j) { return Pipeline::from_json(json::array({j}), "data.train_transforms").to_json().at(0); }});
   }
-  out.push_back(transforms);
+  return transforms;
+}
 
-  Section optim{"optim", "name", "OptimKeys", "\"sgd\"", {}};
+Section optim_section() {
+  Section optim{"optim", "name", "OptimKeys", "", {}};  // required in the section (absent: the top level's default)
   for (const std::string& n : optimizer_names()) {
     optim.variants.push_back({n, "optim", {{"", {"SGDOptions", "AdamWOptions", "LARSOptions", "OptimKeys"}}}, obj({{"name", n}}),
-                              [](const json& j) { make_optimizer(j, {}, "optim"); }});
+                              [](const json& j) { return make_optimizer(j, {}, "optim")->to_json(); }});
   }
-  out.push_back(optim);
+  return optim;
+}
 
-  Section schedule{"schedule", "name", "ScheduleKeys", "\"constant\"", {}};
+Section schedule_section() {
+  Section schedule{"schedule", "name", "ScheduleKeys", "", {}};
   for (const std::string& n : schedule_names()) {
     schedule.variants.push_back(
         {n, "schedule",
          {{"", {"ConstantLROptions", "StepLROptions", "MultiStepLROptions", "CosineLROptions", "PolyLROptions",
                 "ScheduleKeys"}}},
-         obj({{"name", n}}), [](const json& j) { make_schedule(j, ScheduleContext{}, "schedule"); }});
+         obj({{"name", n}}), [](const json& j) { return make_schedule(j, ScheduleContext{}, "schedule")->to_json(); }});
   }
-  out.push_back(schedule);
+  return schedule;
+}
 
-  out.push_back({"train", "", "", "", {{"", "train",
+Section train_section() {
+  return {"train", "", "", "", {{"", "train",
     {{"", {"TrainOptions"}}, {"ema", {"EmaOptions"}}, {"mixup", {"MixupOptions"}}, {"loss_scaler", {"LossScalerOptions"}},
      {"early_stopping", {"EarlyStoppingOptions"}}},
     // train.ema.decay is read only when given; train.early_stopping's metric and patience are required
     obj({{"ema", obj({{"decay", 0.9998}})}, {"mixup", json::object()}, {"loss_scaler", json::object()},
          {"early_stopping", obj({{"metric", "top1"}, {"patience", 5}})}}),
-    [](const json& j) { TrainOptions::from_json(j, "train"); }}}});
-  return out;
+    [](const json& j) { return TrainOptions::from_json(j, "train").to_json(); }}}};
+}
+
+std::vector<Section> sections() {
+  return {top_section(),   model_section(), layer_section(),    data_section(),
+          transform_section(), optim_section(), schedule_section(), train_section()};
 }
 
 // --- meanings ----------------------------------------------------------------------------------------
@@ -376,12 +424,13 @@ void add_section(const Section& sec, const json& defaults, std::set<std::pair<st
                  Built& b) {
   std::vector<std::vector<SchemaKey>> per;
   for (const Variant& v : sec.variants) per.push_back(variant_keys(sec, v, defaults, used, b.problems));
+  auto reader = [&](size_t v) { return SchemaReader{sec.name, sec.variants[v].sample, sec.variants[v].read}; };
   if (sec.selector.empty()) {
-    b.groups.push_back({sec.name.empty() ? "top level" : sec.name, per[0]});
+    b.groups.push_back({sec.name.empty() ? "top level" : sec.name, per[0], reader(0)});
     return;
   }
   // The keys every variant has alike, once; then each variant's own, variants with the same keys together.
-  SchemaGroup common{sec.name + " (every " + sec.selector + ")", {}};
+  SchemaGroup common{sec.name + " (every " + sec.selector + ")", {}, reader(0)};
   SchemaKey sel;
   sel.path = sec.name + "." + sec.selector;
   sel.type = "string";
@@ -429,7 +478,8 @@ void add_section(const Section& sec, const json& defaults, std::set<std::pair<st
       }
     if (mine.empty() && names.size() == per.size()) continue;
     const bool quoted = names.size() == 1 && names[0].find(' ') == std::string::npos;
-    b.groups.push_back({sec.name + "." + sec.selector + " = " + (quoted ? "\"" + names[0] + "\"" : join(names)), mine});
+    b.groups.push_back(
+        {sec.name + "." + sec.selector + " = " + (quoted ? "\"" + names[0] + "\"" : join(names)), mine, reader(i)});
   }
 }
 
@@ -569,12 +619,7 @@ json resolve_config(const json& config) {
   out["name"] = s.name;
   std::shared_ptr<Module> model = models::build_model(s.model, "model");
   out["model"] = model->to_json();
-  // data.batch_size -1 or a fraction asks AutoBatch, which chooses when the run starts: kept as given.
-  const trainer::BatchRequest batch = trainer::read_batch(s.data, s.train.autobatch_fraction);
-  json data = s.data;
-  if (batch.auto_fraction > 0) data["batch_size"] = batch.global;
-  out["data"] = DataConfig::from_json(data, "data").to_json();
-  if (batch.auto_fraction > 0) out["data"]["batch_size"] = s.data["batch_size"];
+  out["data"] = resolve_data(s.data, s.train.autobatch_fraction);
   std::vector<ParamRef> params = trainable_params(*model, s.train.freeze, /*show=*/false);
   mark_no_decay_1d(params);
   std::unique_ptr<Optimizer> optimizer = make_optimizer(s.optim, params, "optim");

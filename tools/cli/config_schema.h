@@ -13,8 +13,9 @@
 //     a section) is documented by a field of the *Keys structs below;
 //   - schema_problems() lists every key without a meaning and every meaning of a struct the schema
 //     reads that names no accepted key; tests/cli/config_schema_test.cpp requires it to be empty.
-// Tests: tests/cli/config_schema_test.cpp, tests/cli/config_cmd_test.cpp.
+// Tests: tests/cli/config_schema_test.cpp, tests/cli/config_schema_truth_test.cpp, tests/cli/config_cmd_test.cpp.
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,14 +76,16 @@ struct TransformKeys {
   std::string type;
 };
 struct OptimKeys {
-  /// the optimizer: "sgd", "adamw" or "lars" (optim/optimizer.h, optim/lars.h)
+  /// the optimizer: "sgd", "adamw" or "lars" (optim/optimizer.h, optim/lars.h) (required in an optim
+  /// section; without the section: {"name": "sgd", "lr": 0.1})
   std::string name;
   /// per-part learning rates: {"<parameter-name prefix>": factor}; the longest matching prefix wins
   /// (docs/finetune.md) (default {}: every parameter at lr)
   json lr_mult;
 };
 struct ScheduleKeys {
-  /// the schedule: "constant", "step", "multistep", "cosine" or "poly" (optim/lr_schedule.h)
+  /// the schedule: "constant", "step", "multistep", "cosine" or "poly" (optim/lr_schedule.h) (required in a
+  /// schedule section; without the section: {"name": "constant"})
   std::string name;
 };
 
@@ -95,10 +98,21 @@ struct SchemaKey {
   std::string meaning;   // one line
   std::string source;    // the header that documents it ("tools/deploy/train_options.h")
 };
+// The reader of a group's keys, so that the listing can be held against what it accepts
+// (tests/cli/config_schema_truth_test.cpp): the section's own reader, run as a run reads that section.
+struct SchemaReader {
+  std::string section;  // the prefix of the group's key paths: "train", "data.*_transforms[]", "" (the top level)
+  json sample;          // an object of that section the reader accepts: the group's first variant, its required keys given
+  // Reads such an object and writes it back, every default filled in (the section's to_json(), as `kiln config
+  // show` gives it; a registry model's options are read, not built); throws what the reader throws.
+  std::function<json(const json&)> resolve;
+};
+
 // The keys of one section, or of one variant of a polymorphic section.
 struct SchemaGroup {
   std::string title;  // "train", "optim (every name)", "optim.name = \"adamw\"", "model.name = resnet18, resnet34"
   std::vector<SchemaKey> keys;
+  SchemaReader reader;
 };
 
 // The schema, built once (the readers run over their samples the first time). Throws if a sample

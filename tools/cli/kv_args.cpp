@@ -14,6 +14,8 @@ KeyValueArgs::KeyValueArgs(std::string cmd, const std::vector<std::string>& args
                            std::map<std::string, std::string> defaults, Mode mode)
     : cmd_(std::move(cmd)), values_(std::move(defaults)) {
   for (const std::string& a : args) {
+    const std::string dashed = dashed_argument_problem(a);  // "--epochs=1": did you mean epochs=1?
+    KILN_CHECK(dashed.empty(), cmd_, ": ", dashed);
     const std::optional<KeyValue> kv = split_key_value(a);
     if (kv && values_.count(kv->key)) {
       values_[kv->key] = kv->value;

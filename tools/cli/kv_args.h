@@ -4,7 +4,8 @@
 //   KeyValueArgs a("bench train", args, {{"model", "resnet50"}, {"batch", "128"}});
 //   a.str("model"); a.integer("batch", 1);
 //
-// Each argument must be key=value (the value may be empty and may hold '='). A key of the command
+// Each argument must be key=value (the value may be empty and may hold '='), without dashes ("--batch=8" is
+// refused: "did you mean batch=8?", dashed_argument_problem in tools/deploy/config.h). A key of the command
 // (one of `defaults`) sets its value (the last one wins); any other key is an error that lists the
 // accepted keys, unless the command takes config overrides (Mode::overrides), which are then kept,
 // in order, for apply_overrides (tools/deploy/config.h). Errors are one line, naming the command and the

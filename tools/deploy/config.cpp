@@ -1,6 +1,7 @@
 // Config files and key=value overrides (see config.h). Tests: tests/engine/config_test.cpp.
 #include "tools/deploy/config.h"
 
+#include <cctype>
 #include <fstream>
 #include <sstream>
 
@@ -168,8 +169,41 @@ std::optional<KeyValue> split_key_value(const std::string& arg) {
   return KeyValue{arg.substr(0, eq), arg.substr(eq + 1)};
 }
 
+std::string dashed_argument_problem(const std::string& arg) {
+  const size_t dashes = arg.find_first_not_of('-');
+  if (dashes == 0 || dashes == std::string::npos || !std::isalpha(static_cast<unsigned char>(arg[dashes]))) return "";
+  const std::string bare = arg.substr(dashes);
+  const std::string head = "argument '" + arg + "': ";
+  if (bare == "help" || bare == "h")
+    return head + "help goes right after the command (kiln <command> --help); the arguments after it are "
+                  "key=value without dashes";
+  if (bare.find('=') == std::string::npos)
+    return head + "kiln takes key=value without dashes: " + bare + "=VALUE (e.g. epochs=3)";
+  return head + "did you mean " + bare + "? kiln takes key=value without dashes";
+}
+
+namespace {
+// A key without a dot that is not a short form but close to one ("epohcs"): refused, naming the short form
+// and its path. Any other key is left to the section readers (an unknown top-level key, a misspelt dotted one).
+void check_short_form(const std::string& arg, const std::string& key) {
+  if (key.find('.') != std::string::npos) return;
+  std::vector<std::string> shorts;
+  for (const ShortForm& s : kShortForms) {
+    if (key == s.key) return;
+    shorts.emplace_back(s.key);
+  }
+  const std::string near = closest_match(key, shorts);
+  if (near.empty()) return;
+  const std::string path = expand_short_form(near);
+  KILN_FAIL("argument '", arg, "': unknown key ", key, " (did you mean ", near, path == near ? "" : " (" + path + ")",
+            "?); short forms: ", join(shorts), "; any other key by its dotted path, e.g. train.epochs=3");
+}
+}  // namespace
+
 void apply_overrides(json& config, const std::vector<std::string>& overrides) {
   for (const std::string& arg : overrides) {
+    const std::string dashed = dashed_argument_problem(arg);
+    KILN_CHECK(dashed.empty(), dashed);
     const std::optional<KeyValue> kv = split_key_value(arg);
     KILN_CHECK(kv.has_value(), "argument '", arg, "' is not key=value; e.g. epochs=3, batch=-1, device=0,1, optim.lr=0.05");
     try {  // the config is written back as JSON (config.json, messages): only UTF-8 text fits
@@ -178,6 +212,7 @@ void apply_overrides(json& config, const std::vector<std::string>& overrides) {
       KILN_FAIL("argument '", arg, "' is not valid UTF-8 text");
     }
     const std::string& short_key = kv->key;
+    check_short_form(arg, short_key);
     std::string key = expand_short_form(short_key);
     bool text_key = false;
     for (const ShortForm& s : kShortForms)

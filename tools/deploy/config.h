@@ -36,8 +36,17 @@ json parse_config_text(const std::string& text, const std::string& source, bool*
 // Reads and parses `path`; errors name the file (and the line/column of a JSON syntax error).
 json load_config_file(const std::string& path);
 
-// Applies each `key=value` to `config`; errors name the argument and what is accepted.
+// Applies each `key=value` to `config`; errors name the argument and what is accepted. Before anything is
+// applied, an argument with dashes is refused (dashed_argument_problem), and so is a key without a dot that
+// is not a short form but close to one: "argument 'epohcs=1': unknown key epohcs (did you mean epochs
+// (train.epochs)?); short forms: ...; any other key by its dotted path, e.g. train.epochs=3".
 void apply_overrides(json& config, const std::vector<std::string>& overrides);
+
+// What is wrong with a command-line argument that starts with a dash followed by a letter, "" for any other:
+// "argument '--epochs=1': did you mean epochs=1? kiln takes key=value without dashes" (also "-lr=0.1",
+// "--train.epochs=3"; "--epochs" alone: epochs=VALUE; "--help" after the command: where help goes).
+// apply_overrides and every command's key=value arguments (tools/cli/kv_args.h) refuse such an argument.
+std::string dashed_argument_problem(const std::string& arg);
 
 // The one reading of a `key=value` argument (config overrides and every command's own keys, tools/cli/kv_args.h):
 // the key before the first '=' and the value after it (which may be empty and may hold '='); nullopt when

@@ -141,22 +141,31 @@ std::vector<std::string> freeze_list_from_json(const json& j, const std::string&
 TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   TrainOptions o;
   JsonReader r(j, path);
+  // A key read raw takes more than one kind of value: its listing (`kiln config keys`) is noted before its read.
+  auto describe = [&r](const char* key, const char* type, json def, const char* accepted = "") {
+    if (KeyRecorder* rec = KeyRecorder::current())
+      rec->note({r.path_of(key), type, std::move(def), true, false, accepted});
+  };
   o.epochs = r.get("epochs", o.epochs, int64_t{1}, int64_t{100000});
   o.time_budget_minutes = r.get("time_budget_minutes", o.time_budget_minutes, 0.0, 1e7);
+  describe("device", "string or integer or list", o.device);
   o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
   o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
   o.cuda_graph = r.get_choice("cuda_graph", o.cuda_graph, {"auto", "on", "off"});
   o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16", "auto"});
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
+  describe("class_weights", "\"balanced\" or list of numbers", nullptr);
   o.class_weights = r.raw("class_weights");  // null when absent
   check_class_weights_option(o.class_weights, r.path_of("class_weights"));
   o.clip_grad_norm = r.get("clip_grad_norm", o.clip_grad_norm, 0.0, 1e9);
   o.checkpoint = r.get("checkpoint", o.checkpoint);
   o.resume = r.get("resume", o.resume);
   o.init = r.get("init", o.init);
+  describe("freeze", "list of strings", o.freeze);
   if (r.has("freeze")) o.freeze = freeze_list_from_json(r.raw("freeze"), r.path_of("freeze"));
   else r.allow("freeze");
+  describe("init_fresh", "list of strings", o.init_fresh);
   if (r.has("init_fresh")) o.init_fresh = freeze_list_from_json(r.raw("init_fresh"), r.path_of("init_fresh"));
   else r.allow("init_fresh");
   o.runs_dir = r.get("runs_dir", o.runs_dir);
@@ -174,13 +183,16 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.autobatch_fraction = r.get("autobatch_fraction", o.autobatch_fraction, 0.01, 1.0);
   if (r.has("loss_scaler")) o.loss_scaler = LossScalerOptions::from_json(r.raw("loss_scaler"), r.path_of("loss_scaler"));
   else r.allow("loss_scaler");
+  describe("ema", "boolean or object", o.ema.to_json());
   o.ema = EmaOptions::from_json(r.raw("ema"), r.path_of("ema"));
+  describe("accumulate", "integer or \"auto\"", accumulate_to_json(o.accumulate), "1..1048576");
   o.accumulate = accumulate_from_json(r.raw("accumulate"), r.path_of("accumulate"));
   if (r.has("mixup")) o.mixup = MixupOptions::from_json(r.raw("mixup"), r.path_of("mixup"));  // data/mix.h
   else r.allow("mixup");
   o.tta = r.get_choice("tta", o.tta, {"none", "flip"});  // tools/deploy/tta.h
   o.best_metric = best_metric_from(r, o.ema);  // tools/engine/metric_watch.h
   o.early_stopping = EarlyStoppingOptions::from_json(r.raw("early_stopping"), r.path_of("early_stopping"), o.ema.enabled);
+  describe("threads", "integer or \"auto\"", json("auto"), "0..4096");
   o.threads = threads_from_json(r.raw("threads"), r.path_of("threads"));
   r.finish();
   return o;

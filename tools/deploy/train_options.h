@@ -51,7 +51,8 @@ struct TrainOptions {
   /// the schedule still ends within it (tools/engine/time_budget.h, docs/training.md); needs a schedule
   /// whose length follows the epochs (constant, cosine) and no data.progressive_resize; 0 = off (default 0)
   double time_budget_minutes = 0;
-  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1" (default "")
+  /// device(s): "" (first GPU if any, else cpu), "cpu", "0", "cuda:1", "0,1", or a GPU number (0) or
+  /// a list ([0, 1]), recorded as the string (default "")
   std::string device;
   /// on a GPU: cuDNN benchmark mode, i.e. time every convolution algorithm once per shape and keep the
   /// fastest; pays off for long runs with fixed shapes (default false: cuDNN's heuristics choose)
@@ -92,10 +93,10 @@ struct TrainOptions {
   /// model's initial values, e.g. a new classifier head for other classes of the same number
   /// (default []: everything that fits is loaded)
   std::vector<std::string> init_fresh;
-  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]), or
-  /// "backbone" for everything but the classifier head (the model's last Linear; docs/finetune.md):
-  /// they are never updated, and batch-norm layers whose parameters are all frozen keep their running
-  /// statistics (default []: nothing frozen)
+  /// fine-tuning: parameters to freeze, as dotted name prefixes (["layer1", "features.0", "fc.bias"]);
+  /// the prefix "backbone" (["backbone"]) is everything but the classifier head (the model's last
+  /// Linear; docs/finetune.md): they are never updated, and batch-norm layers whose parameters are all
+  /// frozen keep their running statistics (default []: nothing frozen)
   std::vector<std::string> freeze;
   /// folder that holds the run folders (default "runs")
   std::string runs_dir = "runs";
@@ -158,7 +159,7 @@ struct TrainOptions {
   /// CPU threads of the training computations (OpenMP, which oneDNN uses too): N, or 0 or "auto" for
   /// OpenMP's default (one per core this process may use); OMP_NUM_THREADS, where set, wins; the
   /// loader's threads are data.workers, apart; the run folder's config records the number used
-  /// (default 0; docs/training.md, "Threads on the CPU")
+  /// (default "auto"; docs/training.md, "Threads on the CPU")
   int64_t threads = 0;
 
   static TrainOptions from_json(const json& j, const std::string& path = "train");

@@ -85,6 +85,9 @@ Sections read_sections(const json& config) {
 
 BatchRequest read_batch(json& data, double default_fraction) {
   BatchRequest b;
+  if (KeyRecorder* rec = KeyRecorder::current())  // read here before the loader's integer: its listing
+    rec->note({"data.batch_size", "number", b.global, true, false,
+               "an integer >= 1, -1 (AutoBatch) or a fraction in (0, 1)"});
   if (!data.is_object() || !data.contains("batch_size")) return b;
   const json& v = data["batch_size"];
   KILN_CHECK(v.is_number(), "config: data.batch_size must be a number (a batch size, -1 for AutoBatch, or a memory "
