@@ -51,10 +51,15 @@ if ((build)); then
   nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
   [[ -x "$nvcc" ]] || die "nvcc not found (PATH or /usr/local/cuda/bin): the kit needs the CUDA toolkit to build"
   t0=$(date +%s)
+  launcher=()
+  if [ "${KILN_CCACHE:-1}" != 0 ] && command -v ccache >/dev/null; then  # as tools/build.sh: one cache for every clone
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+  fi
   # shellcheck disable=SC2086
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="${KIT_CUDA_ARCHS:-90}" \
-    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_SKIP_RPATH=ON ${KIT_CMAKE_ARGS:-} >/dev/null
+    -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_SKIP_RPATH=ON "${launcher[@]}" ${KIT_CMAKE_ARGS:-} >/dev/null
   cmake --build "$build_dir" -j "$(nproc)" --target kiln kiln_test_gpu
   say "built in $(($(date +%s) - t0)) s"
 fi
