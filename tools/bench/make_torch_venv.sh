@@ -19,6 +19,6 @@ if ! "$python" -c "import venv, ensurepip" 2>/dev/null; then
 fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet "torch==$version" numpy
+"$venv/bin/python" -m pip install --quiet "torch==$version" torchvision numpy  # torchvision: ResNet-18
 "$venv/bin/python" -c "import torch; print('make_torch_venv: torch', torch.__version__, 'threads', torch.get_num_threads())"
 echo "make_torch_venv: ready: $venv/bin/python tools/bench/bench_train.py build/tools/kiln"
