@@ -446,4 +446,9 @@ TrainingState load_checkpoint(const std::string& base, Module& model, Module* em
   return s;
 }
 
+std::string checkpoint_pair_path(const std::string& base) {
+  const std::string target = link_target(base);
+  return target.empty() || fs::path(target).has_parent_path() ? base : (fs::path(base).parent_path() / target).string();
+}
+
 }  // namespace kiln

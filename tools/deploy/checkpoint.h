@@ -98,6 +98,9 @@ std::string run_weights_checkpoint(const std::string& path);
 // `runs/x/last.state.safetensors`, a checkpoint folder `runs/x/last-12` or a file inside it; returns
 // the checkpoint (its parent is the run folder), or throws naming what is missing.
 std::string resolve_checkpoint(const std::string& path);
+// The pair folder the checkpoint `base` names: runs/x/last (the link) -> runs/x/last-12; `base`
+// itself when it is no link (a pair folder, a flat pair).
+std::string checkpoint_pair_path(const std::string& base);
 
 // The two files of the checkpoint `base` (as load_checkpoint reads them).
 struct CheckpointFiles {

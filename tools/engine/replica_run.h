@@ -93,8 +93,7 @@ struct ReplicaRun {
   BatchRequest breq;
   int rank = 0, world = 1;
   bool lead = true, show = true;  // rank 0; rank 0 and not quiet
-  int64_t threads = 0;            // the training thread's OpenMP threads (train.threads, OMP_NUM_THREADS)
-  std::string threads_from;       // what set them: "train.threads", "OMP_NUM_THREADS" or "" (OpenMP's default)
+  std::string threads_from;       // what set result.threads: "train.threads", "OMP_NUM_THREADS" or "" (OpenMP's default)
   DType compute = DType::f32;
   std::shared_ptr<Module> model;
   DataConfig dcfg;             // the loaders' seed is data.seed ^ train.seed

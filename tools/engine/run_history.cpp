@@ -97,9 +97,7 @@ void append_invocation(const std::string& run_dir, json row) {
 }
 
 std::string invocation_header() {
-  char host[256] = {0};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '?';
-  return "==== " + local_time_text() + "  kiln " + kiln_version() + "  (" + host + ", PID " +
+  return "==== " + local_time_text() + "  kiln " + kiln_version() + "  (" + host_name() + ", PID " +
          std::to_string(::getpid()) + "): " + process_command_line();
 }
 

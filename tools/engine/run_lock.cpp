@@ -34,13 +34,13 @@ std::string local_time_text() {
   return buf;
 }
 
-namespace {
-
 std::string host_name() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
   return buf;
 }
+
+namespace {
 
 std::string lock_path(const std::string& run_dir) { return run_dir + "/.lock"; }
 

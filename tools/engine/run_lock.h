@@ -37,6 +37,9 @@ std::string run_lock_holder(const std::string& run_dir);
 // "" where it cannot be read.
 std::string process_command_line();
 
+// This machine's host name ("?" where it cannot be read).
+std::string host_name();
+
 // The local time now as "2026-12-07 03:41:07 +0000".
 std::string local_time_text();
 

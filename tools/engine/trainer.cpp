@@ -146,11 +146,11 @@ void set_threads(ReplicaRun& r) {
   const long env_n = by_env ? std::strtol(env, nullptr, 10) : 0;  // "4" or "4,2" (nested levels): 4
   if (env_n > 0) omp_set_num_threads(static_cast<int>(env_n));
   else if (!by_env && r.opt.threads > 0) omp_set_num_threads(static_cast<int>(r.opt.threads));
-  r.threads = r.result.threads = omp_get_max_threads();
+  r.result.threads = omp_get_max_threads();
   r.threads_from = by_env ? "OMP_NUM_THREADS" : r.opt.threads > 0 ? "train.threads" : "";
-  if (r.show && by_env && r.opt.threads > 0 && r.threads != r.opt.threads)
+  if (r.show && by_env && r.opt.threads > 0 && r.result.threads != r.opt.threads)
     std::cout << "threads: OMP_NUM_THREADS=" << env << " overrides train.threads = " << r.opt.threads << ": "
-              << r.threads << " CPU threads\n";
+              << r.result.threads << " CPU threads\n";
 }
 
 // The config's sections, the ranks, the precision (train.precision = "auto" agreed over the ranks).
@@ -382,7 +382,7 @@ void record_as_run(ReplicaRun& r) {
   r.as_run["data"]["seed"] = r.data_seed_given;
   r.as_run["data"]["batch_size"] = r.breq.global;
   r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
-  r.as_run["train"]["threads"] = r.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
+  r.as_run["train"]["threads"] = r.result.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
   r.as_run["model"] = r.model->to_json();
   r.as_run["optim"] = r.optimizer->to_json();
   r.as_run["schedule"] = r.schedule->to_json();
@@ -410,13 +410,6 @@ void resume_position(ReplicaRun& r, const std::string& base) {
              "), or from a checkpoint saved at an epoch's end");
 }
 
-// The checkpoint `base` names, as a path: runs/x/last is the link to its pair folder, runs/x/last-300.
-std::string pair_path(const std::string& base) {
-  std::error_code ec;
-  const fs::path target = fs::read_symlink(base, ec);
-  return ec || target.has_parent_path() ? base : (fs::path(base).parent_path() / target).string();
-}
-
 // "resumed runs/x/last-300 at step 300: epoch 2 of 3 from batch 101 of 300" (epochs and batches
 // counted from 1, as the progress lines count them).
 std::string resume_banner(const ReplicaRun& r, const std::string& base) {
@@ -426,7 +419,7 @@ std::string resume_banner(const ReplicaRun& r, const std::string& base) {
   else if (b >= n) where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " trained, its evaluation next";
   else where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " from batch " +
                std::to_string(b + 1) + " of " + std::to_string(n);
-  return "resumed " + pair_path(base) + " at step " + std::to_string(r.state.step) + ": " + where;
+  return "resumed " + checkpoint_pair_path(base) + " at step " + std::to_string(r.state.step) + ": " + where;
 }
 
 // The checkpoint loaded; a failure (the model's shapes) names the model keys this invocation changed
@@ -454,7 +447,7 @@ TrainingState load_checkpoint_naming_changes(ReplicaRun& r, const std::string& b
 // The keys this invocation changed from the checkpoint's config as run that a mid-epoch checkpoint
 // cannot honour (the data's order and position), refused naming them.
 void refuse_mid_epoch_changes(const ReplicaRun& r, const std::string& base) {
-  const std::string where = pair_path(base) + " (epoch " + std::to_string(r.state.epoch + 1) + ", after batch " +
+  const std::string where = checkpoint_pair_path(base) + " (epoch " + std::to_string(r.state.epoch + 1) + ", after batch " +
                             std::to_string(r.state.epoch_step) + ")";
   const std::string refusal = resume_refusal(changed_keys(r.state.config, r.as_run), r.state.epoch_step > 0, where);
   KILN_CHECK(refusal.empty(), refusal);
@@ -560,7 +553,7 @@ void open_run_folder(ReplicaRun& r) {
   attach_console_log(r.run_dir + "/train.log", invocation_header());
   append_invocation(r.run_dir, json{{"event", "start"}, {"kiln_version", kiln_version()},
                                      {"command", process_command_line()}, {"pid", static_cast<int64_t>(::getpid())},
-                                     {"resumed", r.opt.resume.empty() ? json() : json(pair_path(resolve_checkpoint(r.opt.resume)))},
+                                     {"resumed", r.opt.resume.empty() ? json() : json(checkpoint_pair_path(resolve_checkpoint(r.opt.resume)))},
                                      {"step", r.state.step}, {"epoch", r.state.epoch}, {"epoch_step", r.state.epoch_step},
                                      {"changed", r.changed}});
   set_second_signal_note(r.opt.resume.empty() ? "nothing of this run is saved yet"
@@ -576,7 +569,7 @@ void open_run_folder(ReplicaRun& r) {
             << " parameters" << (trainable < r.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
             << ", batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
             << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string()) << ", "
-            << r.threads << " CPU threads" << (r.threads_from.empty() ? std::string() : " (" + r.threads_from + ")")
+            << r.result.threads << " CPU threads" << (r.threads_from.empty() ? std::string() : " (" + r.threads_from + ")")
             << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
             << "\n";
   if (!native_compute(r.device, r.compute))
