@@ -42,5 +42,11 @@ if compgen -G "tools/*.cpp" >/dev/null || compgen -G "tools/*.h" >/dev/null; the
   echo "layering_test: C++ files at tools/ root: $(ls tools/*.cpp tools/*.h 2>/dev/null | tr '\n' ' ')"
   bad=1
 fi
+# The umbrella header (tools/deploy/kiln.h, <kiln/kiln.h>) is for programs: no library file includes it.
+if grep -rnE '^\s*#\s*include\s+[<"](kiln/)?(tools/deploy/)?kiln\.h[">]' core layers models optim data tools \
+     --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh'; then
+  echo "layering_test: the lines above include the umbrella header kiln.h, which is for programs only"
+  bad=1
+fi
 [ $bad -eq 0 ] && echo "layering_test: every include follows the library direction"
 exit $bad
