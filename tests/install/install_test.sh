@@ -10,7 +10,7 @@
 #   4. the example (kiln::Predictor) classifies every exported image: five "NAME PROBABILITY" lines, most
 #      probable first, the names those of the run's classes.json, and the top class is the image's
 #      class folder (the model fits its training set); with a config and weights file, the source's names;
-#   5. examples/custom_loop (<kiln/kiln.h>, a Module subclass, a hand-written loop) trains a few steps on
+#   5. examples/custom_loop (<kiln/kiln.h>, a Module subclass, a hand-written loop) trains 5 steps on
 #      Fashion-MNIST (a small random IDX set written here when dataset-fashion-mnist is not installed),
 #      saves in PyTorch's layout, reloads, and every prediction agrees.
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR CXX_COMPILER [COMPILER_LAUNCHER]   (tests/CMakeLists.txt)
@@ -141,8 +141,8 @@ if [ ! -f "$data/train-images-idx3-ubyte.gz" ]; then  # 96 + 64 random 28x28 ima
   idx train 96
   idx t10k 64
 fi
-"$tmp/ex/custom_loop" data="$data" epochs=10 steps=12 eval=256 out="$tmp/loop.safetensors" >loop.txt 2>&1 ||
+"$tmp/ex/custom_loop" data="$data" epochs=10 steps=5 eval=256 out="$tmp/loop.safetensors" >loop.txt 2>&1 ||
   { cat loop.txt; fail "custom_loop on $data"; }
-grep -qE "^trained 12 steps " loop.txt || { cat loop.txt; fail "custom_loop did not train 12 steps"; }
+grep -qE "^trained 5 steps " loop.txt || { cat loop.txt; fail "custom_loop did not train 5 steps"; }
 grep -qE "agrees on ([0-9]+) of \1 predictions" loop.txt || { cat loop.txt; fail "custom_loop: the reloaded model disagrees"; }
 echo "install_test: installed into a temporary prefix, built examples/ (classify, custom_loop) against kiln::deploy alone (ONNX, protobuf, MPI hidden), loaded every component, classified $n images correctly, custom_loop trained on $data and its reload agreed"

@@ -8,7 +8,9 @@
 #
 #   tools/bench/libtorch/compare.sh [STEPS]     training steps each program runs (default 300)
 #
-# Environment: KILN_BUILD (a built kiln to install from, default build/), KILN_TORCH_VENV (PyPI's torch,
+# Environment: THREADS (the compute threads of both, OMP_NUM_THREADS, which kiln's oneDNN and OpenMP loops and
+# libtorch's intra-op pool both follow; default 1: on a machine shared with other jobs, OpenMP threads
+# that wait for each other at every barrier measure the neighbours more than the program), KILN_BUILD (a built kiln to install from, default build/), KILN_TORCH_VENV (PyPI's torch,
 # tools/bench/make_torch_venv.sh, default build-torch-venv/), DATA (default /usr/share/datasets/fashion-mnist).
 # NOTE: libtorch is compiled with one g++ line, not find_package(Torch): the CMake config of PyPI's CUDA
 # wheel runs a GPU detection and then prefers a system libtorch (Debian's 1.13 here) over its own.
@@ -20,6 +22,7 @@ venv=${KILN_TORCH_VENV:-$src/build-torch-venv}
 data=${DATA:-/usr/share/datasets/fashion-mnist}
 torch=$("$venv/bin/python" -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 torch_version=$("$venv/bin/python" -c 'import torch; print(torch.__version__)')
+export OMP_NUM_THREADS=${THREADS:-1}
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kiln_vs_libtorch.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
@@ -49,17 +52,22 @@ timed torch_build g++ -std=c++20 -O3 -DNDEBUG -I"$torch/include" -I"$torch/inclu
   -L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10
 
 run() {  # run LABEL BINARY: trains `steps` steps, evaluates on the 10000 test images, checks the reload
-  "$2" data="$tmp/data" steps="$steps" out="$tmp/$1.weights" >"$tmp/$1.run" 2>&1 || { cat "$tmp/$1.run"; exit 1; }
+  timed "$1_run" "$2" data="$tmp/data" steps="$steps" out="$tmp/$1.weights"
+  cp "$tmp/$1_run.log" "$tmp/$1.run"
   sed -nE 's/^trained .*: ([0-9.]+) steps\/s$/\1/p' "$tmp/$1.run" >"$tmp/$1.rate"
   sed -nE 's/^test accuracy ([0-9.]+)%.*/\1/p' "$tmp/$1.run" >"$tmp/$1.acc"
 }
 run kiln "$tmp/kiln-build/custom_loop"
 run torch "$tmp/custom_loop_torch"
 
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(nproc) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "kiln $(cat "$src/CMakeLists.txt" | sed -nE 's/^project\(kiln VERSION ([0-9.]+).*/\1/p'), libtorch $torch_version (PyPI), g++ $(g++ -dumpversion), $steps steps of 64"
-printf '| %-10s | %13s | %26s | %7s | %15s |\n' "" "lines of code" "compile + link, wall / CPU" "steps/s" "test accuracy"
-printf '| %-10s | %13s | %26s | %7s | %15s |\n' kiln "$(loc "$src/examples/custom_loop.cpp")" \
-  "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/kiln_build.secs")" "$(cat "$tmp/kiln.rate")" "$(cat "$tmp/kiln.acc")%"
-printf '| %-10s | %13s | %26s | %7s | %15s |\n' libtorch "$(loc "$src/tools/bench/libtorch/custom_loop.cpp")" \
-  "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/torch_build.secs")" "$(cat "$tmp/torch.rate")" "$(cat "$tmp/torch.acc")%"
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(getconf _NPROCESSORS_ONLN) cores; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "kiln $(sed -nE 's/^project\(kiln VERSION ([0-9.]+).*/\1/p' "$src/CMakeLists.txt"), libtorch $torch_version (PyPI), g++ $(g++ -dumpversion), $steps steps of 64, $OMP_NUM_THREADS compute thread(s)"
+row() {  # row NAME LABEL SOURCE
+  printf '| %-8s | %13s | %26s | %7s | %20s | %13s |\n' "$1" "$(loc "$3")" \
+    "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/$2_build.secs")" "$(cat "$tmp/$2.rate")" \
+    "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/$2_run.secs")" "$(cat "$tmp/$2.acc")%"
+}
+printf '| %-8s | %13s | %26s | %7s | %20s | %13s |\n' "" "lines of code" "compile + link, wall / CPU" "steps/s" \
+  "whole run, wall / CPU" "test accuracy"
+row kiln kiln "$src/examples/custom_loop.cpp"
+row libtorch torch "$src/tools/bench/libtorch/custom_loop.cpp"
