@@ -55,7 +55,8 @@ StateDict export_pytorch_state_dict(Module& m) {
 }
 
 namespace {
-// Loads `sd`, laid out as `to_pytorch` says, into `m`; `what` names the source in errors.
+// Loads `sd` into `m`, its conv weights in PyTorch's layout when `pytorch`, else kiln's; `what` names
+// the source in errors.
 void load_in_layout(Module& m, const StateDict& sd, bool strict, bool pytorch, const std::string& what) {
   StateDict own = m.state_dict();
   std::vector<std::pair<std::string, Shape>> expected;

@@ -11,7 +11,8 @@
 // model has one. A Module subclass written in code (a user's network, docs/library.md) needs none to
 // train, save and load its weights; only what rebuilds a model from its description (a run's
 // config.json, `kiln export`'s metadata, predicting from a run folder) asks for it, and then fails
-// naming itself and the model (config_for()). Tests: tests/layers/module_test.cpp.
+// naming itself and the model (config_for()).
+// Tests: tests/layers/module_test.cpp, tests/layers/code_model_test.cpp (a model built in code).
 #pragma once
 #include <map>
 #include <memory>
