@@ -22,7 +22,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/param.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/replica_run.h"
 

@@ -28,6 +28,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_check.h"
 #include "tools/deploy/model_io.h"
