@@ -15,8 +15,9 @@
 //   interrupt_run      after a stop signal: plots, the resume line, the result           (trainer.cpp)
 //
 // run_epoch, end_epoch and finish_run take EpochInputs: the parts above by name, built once by
-// train_replica (as timm's train_one_epoch(model, loader, optimizer, ...) takes its arguments); the
-// helpers inside take only the parts they use.
+// train_replica (as timm's train_one_epoch(model, loader, optimizer, ...) takes its arguments). The
+// helpers inside take only the parts they use, but for the epoch's helpers that reach into most of
+// them, which take EpochInputs and bind the parts they use in their first lines.
 // Internal to the engine; the public API is trainer.h. Tests: tests/engine/trainer_test.cpp and the
 // tests that train through it (accumulate, time_budget, replicas, finetune, report).
 #pragma once
