@@ -20,7 +20,7 @@
 #include "optim/optimizer.h"
 #include "optim/param.h"
 #include "optim/registry.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/replica_run.h"
 

@@ -30,7 +30,7 @@ struct FieldDoc {
   std::string type;   // the struct, "TrainOptions"
   std::string field;  // "epochs"
   std::string doc;    // the comment, one line
-  std::string file;   // "tools/deploy/train_options.h"
+  std::string file;   // "tools/engine/train_options.h"
 };
 const std::vector<FieldDoc>& field_docs();
 const std::vector<std::pair<std::string, std::string>>& struct_bases();  // {struct, its base}
@@ -47,7 +47,7 @@ struct TopKeys {
   json optim;
   /// the learning-rate schedule (optim/lr_schedule.h) (default {"name": "constant"})
   json schedule;
-  /// how the run trains: epochs, device, precision, checkpoints, fine-tuning (tools/deploy/train_options.h)
+  /// how the run trains: epochs, device, precision, checkpoints, fine-tuning (tools/engine/train_options.h)
   json train;
   /// the kiln that ran it, as a run folder's config.json records it (informational; `kiln train RUN` names
   /// it when this kiln does not accept the file) (default: none)
@@ -97,7 +97,7 @@ struct SchemaKey {
   std::string def;       // the default as JSON ("0", "\"fp32\""), "required", or "" where none applies
   std::string accepted;  // "0..100000", ">= 0", "fp32, bf16, fp16, auto", or ""
   std::string meaning;   // one line
-  std::string source;    // the header that documents it ("tools/deploy/train_options.h")
+  std::string source;    // the header that documents it ("tools/engine/train_options.h")
 };
 // The reader of a group's keys, so that the listing can be held against what it accepts
 // (tests/cli/config_schema_truth_test.cpp): the section's own reader, run as a run reads that section.

@@ -19,7 +19,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/json_reader.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 
 namespace kiln {
 
