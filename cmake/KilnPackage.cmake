@@ -83,11 +83,11 @@ function(kiln_include_directories name scope)
                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 endfunction()
 
-# kiln_umbrella_header(SOURCE NAME): the header SOURCE (in the calling folder, which includes kiln's
+# kiln_umbrella_header(SOURCE NAME): the header SOURCE (relative to the calling folder; it includes kiln's
 # headers as "core/tensor.h") becomes <kiln/NAME> for programs: installed as P/include/kiln/NAME,
 # and copied to build/include/kiln/NAME for the build tree's tests (its includes resolve through the
-# source root there and through P/include/kiln once installed). A component's umbrella (kiln.h, the
-# base's: tools/deploy) is made by one such line in the folder of the component's top library.
+# source root there and through P/include/kiln once installed). The umbrellas live in cmake/, one per
+# package component (kiln.h: the base; engine.h: the engine), each named by one line in CMakeLists.txt.
 function(kiln_umbrella_header source name)
   set(_src ${CMAKE_CURRENT_SOURCE_DIR}/${source})
   configure_file(${_src} ${PROJECT_BINARY_DIR}/include/kiln/${name} COPYONLY)  # copied again when it changes

@@ -2,7 +2,7 @@
 // optim/param.h): the same steps as the engine's ParamRef form over equal values, weight decay on
 // every tensor given unless no_decay_bn_bias, the names that key the state, and LARS's refusal of
 // name-based exclusion on unnamed tensors. A Module's parameters() through the umbrella header:
-// tests/deploy/umbrella_test.cpp.
+// tests/engine/umbrella_test.cpp.
 #include <gtest/gtest.h>
 
 #include <utility>

@@ -2,27 +2,27 @@
 //
 //   #include <kiln/kiln.h>      // installed: P/include/kiln/kiln.h; in the build tree: build/include/kiln/kiln.h
 //
-// brings everything a hand-written training loop and a prediction program use, all of it in the
-// package's base component (find_package(kiln), link kiln::deploy, which links the rest):
-//   tensors, devices, dtypes, autograd, random numbers, errors       core/
-//   the ops (arithmetic, conv, pooling, batch norm, losses, argmax)  core/ops/
-//   safetensors files                                                core/io/
-//   Module and the layers, PyTorch interop, save_weights/load_weights layers/
-//   the models' registry (build_model) and the built-in models      models/
-//   optimizers, parameter utilities, schedules, loss scaler, EMA    optim/
-//   data sources, transforms, the loader, a data config             data/
-//   a run's config, checkpoints' weights, load_model, Predictor     tools/deploy/
+// brings every header of the package's base component (find_package(kiln); link kiln::deploy, which
+// links models, layers, data and core, and kiln::optim for the optimizers):
+//   tensors, devices, dtypes, autograd, random numbers, errors, registries  core/
+//   the ops (arithmetic, conv, pooling, batch norm, losses, argmax)         core/ops/
+//   safetensors files                                                       core/io/
+//   Module and the layers, PyTorch interop, save_weights / load_weights     layers/
+//   the models' registry (build_model, register_model), the built-in models models/
+//   optimizers, parameter utilities, schedules, loss scaler, EMA            optim/
+//   data sources, transforms, the loader, a data config                     data/
+//   a run's config, checkpoints' weights, load_model, Predictor             tools/deploy/
 // Names: everything is in namespace kiln, the ops in kiln::ops.
 //
-// The training engine (kiln::train, its step) and the commands are the `engine` and `cli`
-// components (find_package(kiln COMPONENTS engine)), which a program asks for on purpose (they link
-// MPI and ONNX where kiln was built with them), so none of their headers is here. A component's
-// umbrella is made as this one is: kiln_umbrella_header() (cmake/KilnPackage.cmake) in its folder's
-// CMakeLists.txt installs it as P/include/kiln/<name>.h.
+// The training engine is a component of its own (find_package(kiln COMPONENTS engine), kiln::engine:
+// it links MPI where kiln was built with it): its umbrella, <kiln/engine.h> (cmake/engine.h), is this
+// header plus kiln::train. The package's umbrella headers live here in cmake/, beside the package's
+// config, one per component; each is installed by one kiln_umbrella_header() line in the top
+// CMakeLists.txt (cmake/KilnPackage.cmake).
 //
 // Only programs include this: kiln's own files include what each uses (docs/architecture.md), and
 // the layering test (tests/layering) refuses an include of it inside the libraries.
-// Tests: tests/deploy/umbrella_test.cpp (this header alone, first in its file), the example
+// Tests: tests/engine/umbrella_test.cpp (this header alone, first in its file), the example
 // examples/custom_loop.cpp built against the installed package (tests/install/install_test.sh).
 #pragma once
 
@@ -34,6 +34,7 @@
 #include "core/dtype.h"
 #include "core/io/safetensors.h"
 #include "core/json_reader.h"
+#include "core/registry.h"
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "core/version.h"
@@ -81,6 +82,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/param.h"
+#include "optim/registry.h"
 #include "optim/sgd.h"
 
 // --- data: sources, transforms, the loader, a config's "data" section -------------------------
@@ -101,6 +103,7 @@
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_io.h"
+#include "tools/deploy/precision.h"
 #include "tools/deploy/predict.h"
 #include "tools/deploy/tta.h"
 // clang-format on
