@@ -60,6 +60,7 @@
 #include "layers/init.h"
 #include "layers/interop.h"
 #include "layers/linear.h"
+#include "layers/loss.h"
 #include "layers/module.h"
 #include "layers/norm.h"
 #include "layers/pooling.h"

@@ -233,7 +233,6 @@ Registry<Source>& sources() {
 }
 
 const Source& source_of(const std::string& name) {
-  check_choice(name, sources().names(), "data.source");
   return sources().at(name, "data.source");
 }
 
@@ -283,7 +282,7 @@ DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool ba
   DataConfig c;
   JsonReader r(j, path);
   r.require("source", c.source);
-  check_choice(c.source, sources().names(), r.path_of("source"));
+  sources().at(c.source, r.path_of("source"));  // an unknown source: the names and the linking hint
   c.options = read_source_options(r, c.source);
   if (const Json* t = r.find("train_transforms")) c.train_transforms = Pipeline::from_json(*t, r.path_of("train_transforms"));
   if (const Json* t = r.find("val_transforms")) c.val_transforms = Pipeline::from_json(*t, r.path_of("val_transforms"));

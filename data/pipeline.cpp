@@ -67,7 +67,7 @@ std::string read_type(const Json& j, const std::string& path) {
   KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: ", join(transform_registry().names()));
   std::string type;
   json_read(*it, json_path(path, "type"), type);
-  check_choice(type, transform_registry().names(), json_path(path, "type"));
+  transform_registry().at(type, json_path(path, "type"));  // an unknown type: the names and the linking hint
   return type;
 }
 }  // namespace

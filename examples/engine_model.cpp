@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include <kiln/tools/engine/train_api.h>  // kiln::train(config, overrides) -> TrainResult
+#include <kiln/engine.h>  // kiln::train(config, overrides) -> TrainResult
 
 int main(int argc, char** argv) {
   if (argc < 2) {

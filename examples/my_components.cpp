@@ -6,15 +6,7 @@
 //   model "tiny_cnn" {"width": 16, "num_classes": 10, "checkpoint": "none"}: two conv-BN-ReLU-pool units and
 //     a linear classifier, for 28x28 grey images (Fashion-MNIST);
 //   transform "random_invert" {"p": 0.5}: inverts an image's pixels with probability p.
-#include <kiln/core/registry.h>
-#include <kiln/data/pipeline.h>
-#include <kiln/layers/activation.h>
-#include <kiln/layers/conv.h>
-#include <kiln/layers/linear.h>
-#include <kiln/layers/norm.h>
-#include <kiln/layers/pooling.h>
-#include <kiln/layers/recompute.h>
-#include <kiln/models/registry.h>
+#include <kiln/engine.h>  // kiln.h (layers, models, registries) and kiln::train
 
 namespace {
 

@@ -55,7 +55,7 @@ TEST(DataConfig, ErrorsNameThePathAndSuggest) {
   m = config_error(Json{{"source", "fashion_mnist"}, {"root", "/r"}, {"batch", 2}});
   EXPECT_HAS(m, "did you mean data.batch_size?");
   m = config_error(Json{{"source", "fashion-mnist"}, {"root", "/r"}});
-  EXPECT_HAS(m, "value 'fashion-mnist' at data.source (did you mean 'fashion_mnist'?)");
+  EXPECT_HAS(m, "data.source = \"fashion-mnist\" is not a data source (did you mean \"fashion_mnist\"?)");
   m = config_error(Json{{"sorce", "mnist"}, {"root", "/r"}});
   EXPECT_HAS(m, "data.source is required (found 'sorce': did you mean 'source'?)");
   m = config_error(Json{{"source", "mnist"}});

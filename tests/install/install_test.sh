@@ -184,7 +184,9 @@ cmp runs/straight/last.safetensors runs/cut/last.safetensors || fail "the resume
 img=$(ls fm/val/*/*.png | head -1)
 "$tmp/ex2/user_kiln" predict runs/cut "$img" >pred.txt || { cat pred.txt; fail "user_kiln predict runs/cut"; }
 "$prefix/bin/kiln" predict runs/cut "$img" >/dev/null 2>err.txt && fail "kiln's own predict rebuilt the user's tiny_cnn"
-grep -qF '"tiny_cnn" is not a model' err.txt || { cat err.txt; fail "kiln's own predict: the error does not name tiny_cnn"; }
+# the first of the user's components it reads (the transform random_invert, or tiny_cnn), and the linking hint
+grep -qE '"(random_invert|tiny_cnn)" is not a' err.txt && grep -qF 'is not linked in' err.txt ||
+  { cat err.txt; fail "kiln's own predict: the error names neither the user's component nor what to link"; }
 "$tmp/ex2/user_kiln" export runs/cut format=onnx out=cut.onnx >export.log 2>&1 || { cat export.log; fail "user_kiln export runs/cut"; }
 [ -s cut.onnx ] || fail "user_kiln export wrote no cut.onnx"
 echo "install_test: engine_model trained tiny_cnn straight and with a SIGINT (resumed bit-exact); user_kiln listed its keys, predicted and exported it"

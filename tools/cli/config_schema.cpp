@@ -14,6 +14,7 @@
 #include "core/registry.h"
 #include "data/config.h"
 #include "data/pipeline.h"
+#include "layers/loss.h"
 #include "layers/registry.h"
 #include "models/registry.h"
 #include "optim/lr_schedule.h"
@@ -170,13 +171,23 @@ Section train_section() {
      {"early_stopping", {"EarlyStoppingOptions"}}},
     // train.ema.decay is read only when given; train.early_stopping's metric and patience are required
     obj({{"ema", obj({{"decay", 0.9998}})}, {"mixup", json::object()}, {"loss_scaler", json::object()},
-         {"early_stopping", obj({{"metric", "top1"}, {"patience", 5}})}}),
+         {"early_stopping", obj({{"metric", "top1"}, {"patience", 5}})}, {"loss", obj({{"name", "cross_entropy"}})}}),
     [](const json& j) { return TrainOptions::from_json(j, "train").to_json(); }}}};
+}
+
+Section loss_section() {
+  Section loss{"train.loss", "name", "LossKeys", "", {}};  // required in the object (the string form is the name)
+  for (const auto& e : loss_registry().entries())
+    loss.variants.push_back(registered(e, "name", "train.loss", json::object(), {"LossKeys"}, [](const json& j) {
+      make_loss(loss_options(j), LossContext{}, "train.loss");
+      return loss_options(j);
+    }));
+  return loss;
 }
 
 std::vector<Section> sections() {
   return {top_section(),   model_section(), layer_section(),    data_section(),
-          transform_section(), optim_section(), schedule_section(), train_section()};
+          transform_section(), optim_section(), schedule_section(), train_section(), loss_section()};
 }
 
 // --- meanings ----------------------------------------------------------------------------------------

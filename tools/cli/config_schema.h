@@ -84,6 +84,11 @@ struct OptimKeys {
   /// (docs/finetune.md) (default {}: every parameter at lr)
   json lr_mult;
 };
+struct LossKeys {
+  /// a registered loss (layers/loss.h): "cross_entropy", or a program's own (required in the object form;
+  /// train.loss as a string is the name alone; without train.loss: "cross_entropy")
+  std::string name;
+};
 struct ScheduleKeys {
   /// a registered learning-rate schedule (optim/registry.h) (required in a schedule section; without the
   /// section: {"name": "constant"})

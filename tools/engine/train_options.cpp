@@ -2,6 +2,8 @@
 // declared in tools/engine/train_options.h.
 #include "tools/engine/train_options.h"
 
+#include "layers/loss.h"
+
 #include <cmath>
 
 #include "core/check.h"
@@ -154,6 +156,12 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.cuda_graph = r.get_choice("cuda_graph", o.cuda_graph, {"auto", "on", "off"});
   o.precision = r.get_choice("precision", o.precision, precision_names());  // tools/deploy/precision.h
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
+  describe("loss", "string or object", "cross_entropy");
+  if (const json* loss = r.find("loss")) {
+    o.loss = loss_options(*loss, r.path_of("loss"));
+    KeyRecorder quiet;  // its own keys are the loss section's (the config schema lists them there)
+    make_loss(o.loss, LossContext{}, r.path_of("loss"));  // a bad name or option is refused here, naming it
+  }
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
   describe("class_weights", "\"balanced\" or list of numbers", nullptr);
   o.class_weights = r.raw("class_weights");  // null when absent
@@ -206,6 +214,7 @@ json TrainOptions::to_json() const {
               {"cuda_graph", cuda_graph},
               {"precision", precision},
               {"seed", seed},
+              {"loss", loss},
               {"label_smoothing", label_smoothing},
               {"class_weights", class_weights},
               {"clip_grad_norm", clip_grad_norm},

@@ -70,6 +70,9 @@ struct TrainOptions {
   std::string precision = "fp32";
   /// seed of the initial weights, the data order, augmentation and dropout (default 0)
   int64_t seed = 0;
+  /// the training loss (layers/loss.h): a registered loss's name, or {"name": ..., options} for one that takes
+  /// options; the run's config records the object (default "cross_entropy")
+  json loss = json{{"name", "cross_entropy"}};
   /// label smoothing of the cross-entropy loss, in [0, 1) (default 0)
   double label_smoothing = 0.0;
   /// class weights of the loss, for imbalanced data: "balanced" (n_samples / (n_classes * count_c),

@@ -34,6 +34,7 @@ bool verdict_on_device(const StepOptions& o, Device device, const Optimizer& opt
 StepOptions step_options(const TrainOptions& t) {
   StepOptions o;
   o.precision = t.precision;
+  o.loss = t.loss;
   o.label_smoothing = t.label_smoothing;
   o.accumulate = t.accumulate;
   o.clip_grad_norm = t.clip_grad_norm;
@@ -48,6 +49,7 @@ StepSetup make_step_setup(const StepOptions& o, Device device, const Optimizer& 
   s.compute = compute_dtype_of(o.precision, device);
   s.label_smoothing = o.label_smoothing;
   s.class_weights = o.class_weights;
+  s.loss = make_loss(o.loss, LossContext{o.label_smoothing, o.class_weights});
   if (o.use == StepUse::probe) {  // one micro-batch's forward and backward: the memory a step needs
     s.read_loss = false;
     s.update = false;
@@ -89,10 +91,10 @@ void micro_batches(Module& model, Optimizer& opt, const StepBatch& batch, const 
     Tensor y = part_of(batch.labels).to(setup.device);
     Tensor logits = model.forward(x);
     Tensor logits32 = logits.to(DType::f32);  // softmax and the loss in f32 whatever the compute dtype
-    Tensor loss = batch.targets.defined()
-                      ? ops::soft_cross_entropy(logits32, part_of(batch.targets).to(setup.device), 0.0,
-                                                setup.class_weights)
-                      : ops::cross_entropy(logits32, y, setup.label_smoothing, setup.class_weights);
+    const Tensor targets = batch.targets.defined() ? part_of(batch.targets).to(setup.device) : y;
+    Tensor loss = setup.loss ? setup.loss(logits32, targets)
+                  : batch.targets.defined() ? ops::soft_cross_entropy(logits32, targets, 0.0, setup.class_weights)
+                                            : ops::cross_entropy(logits32, y, setup.label_smoothing, setup.class_weights);
     const double share = static_cast<double>(m) / static_cast<double>(n);
     Tensor part = whole ? loss : ops::mul_scalar(loss, share);
     if (setup.sync) setup.sync->set_deferred(k + 1 < micro.size());

@@ -39,6 +39,7 @@
 
 #include "core/tensor.h"
 #include "data/normalize.h"
+#include "layers/loss.h"
 #include "layers/module.h"
 #include "optim/grad_sync.h"
 #include "optim/loss_scaler.h"
@@ -61,6 +62,7 @@ struct StepSetup {
   DType compute = DType::f32;
   double label_smoothing = 0;  // hard labels only (soft targets carry their own)
   Tensor class_weights;        // optional (K) f32 on `device`
+  LossFunction loss;           // train.loss (layers/loss.h) with the two above; empty: kiln's cross-entropy
   int64_t accumulate = 1;      // micro-batches per step
   double clip_grad_norm = 0;   // 0: no clipping
   std::shared_ptr<LossScaler> scaler;  // fp16 dynamic loss scaling (copies of a setup share it)
@@ -91,6 +93,7 @@ enum class StepUse {
 // caller has (class weights counted on its data, its ranks' all-reduce).
 struct StepOptions {
   std::string precision = "fp32";  // train.precision ("auto" resolved for the device); fp16 adds a loss scaler
+  json loss = json{{"name", "cross_entropy"}};  // train.loss (layers/loss.h)
   double label_smoothing = 0;      // train.label_smoothing
   Tensor class_weights;            // train.class_weights resolved: (K) f32 on the device, or undefined
   int64_t accumulate = 1;          // micro-batches per step (train.accumulate, "auto" resolved)

@@ -9,6 +9,7 @@
 //   optimizer "plain_sgd" {lr}: SGD without momentum
 //   schedule "halving": the lr halves every epoch
 //   data source "stripes" {stripes_size}: 8x8x3 images whose label (0..3) is the row that is lit
+//   loss "scaled_ce" {scale}: scale x kiln's cross-entropy
 #include <memory>
 
 #include "core/ops/elementwise.h"
@@ -17,6 +18,7 @@
 #include "data/pipeline.h"
 #include "layers/activation.h"
 #include "layers/linear.h"
+#include "layers/loss.h"
 #include "layers/registry.h"
 #include "models/registry.h"
 #include "optim/registry.h"
@@ -179,5 +181,19 @@ KILN_REGISTER(kiln::register_data_source(
      }},
     {.summary = "8x8 images of four lit rows (the test plugin's)",
      .keys = {{"stripes_size", "images per split of the stripes source"}}}));
+
+KILN_REGISTER(kiln::register_loss(
+    "scaled_ce",
+    [](const json& j, const kiln::LossContext& c, const std::string& path) -> kiln::LossFunction {
+      JsonReader r(j, path);
+      r.allow("name");
+      const double scale = r.get("scale", 1.0, 0.0, 100.0);
+      r.finish();
+      const kiln::LossFunction ce = kiln::make_loss({{"name", "cross_entropy"}}, c, path);
+      return [ce, scale](const kiln::Tensor& logits, const kiln::Tensor& targets) {
+        return kiln::ops::mul_scalar(ce(logits, targets), scale);
+      };
+    },
+    {.keys = {{"scale", "the factor of the cross-entropy"}}}));
 
 }  // namespace plugin

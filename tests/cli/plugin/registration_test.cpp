@@ -10,6 +10,7 @@
 
 #include "data/config.h"
 #include "data/pipeline.h"
+#include "layers/loss.h"
 #include "layers/registry.h"
 #include "models/registry.h"
 #include "optim/registry.h"
@@ -35,7 +36,7 @@ json plugin_config(const std::string& runs) {
              "train_transforms": [{"type": "invert"}], "val_transforms": [{"type": "invert"}]},
     "optim": {"name": "plain_sgd", "lr": 0.5},
     "schedule": {"name": "halving"},
-    "train": {"epochs": 3, "plots": false, "seed": 1}
+    "train": {"epochs": 3, "plots": false, "seed": 1, "loss": {"name": "scaled_ce", "scale": 1.5}}
   })");
   c["train"]["runs_dir"] = runs;
   return c;
@@ -53,6 +54,7 @@ TEST(Registration, EveryFamilyHoldsTheProgramsComponentsAfterKilnsOwn) {
   EXPECT_TRUE(contains(optimizer_registry().names(), "plain_sgd"));
   EXPECT_TRUE(contains(schedule_registry().names(), "halving"));
   EXPECT_TRUE(contains(data_source_names(), "stripes"));
+  EXPECT_TRUE(contains(loss_registry().names(), "scaled_ce"));
   // Where each was registered: the user's file and line, for "registered twice" and errors.
   EXPECT_NE(models::model_registry().entry("plugin_net")->place.find("plugin_components.cpp:"), std::string::npos);
 }
@@ -113,6 +115,8 @@ TEST(Registration, TheSchemaListsTheProgramsComponentsWithTheirMeanings) {
   EXPECT_HAS(help, "resnet_cifar, plugin_net, broken_net");
   EXPECT_HAS(help, "invert");
   EXPECT_HAS(help, "halving");
+  EXPECT_HAS(help, "train.loss.scale  number, default 1");
+  EXPECT_HAS(help, "the factor of the cross-entropy");
 }
 
 TEST(Registration, KilnTrainTrainsTheProgramsComponentsAndResumesThem) {
@@ -128,6 +132,7 @@ TEST(Registration, KilnTrainTrainsTheProgramsComponentsAndResumesThem) {
   EXPECT_EQ(as_run["data"]["stripes_size"], 64);
   EXPECT_EQ(as_run["model"]["layers"][0], (json{{"type", "scale"}, {"factor", 0.5}}));
   EXPECT_EQ(as_run["optim"]["name"], "plain_sgd");
+  EXPECT_EQ(as_run["train"]["loss"], (json{{"name", "scaled_ce"}, {"scale", 1.5}}));
   const TrainResult resumed = kiln::train(json(r.run_dir), {}, true);
   EXPECT_EQ(resumed.run_dir, r.run_dir);
   EXPECT_GT(resumed.val_top1, 0.9);  // the lit row is easy: the halving lr still learns it in 3 epochs
