@@ -327,9 +327,10 @@ void validate_plan(SweepPlan& plan, const Validate& validate) {
     KILN_CHECK(sets.emplace(set, v.label).second, "kiln sweep ", plan.name, ": variants '", sets[set], "' and '", v.label,
                "' are the same (", set.empty() ? "the base config" : set, "); each variant must differ");
   }
-  for (Variant& v : plan.variants) {
+  for (size_t i = 0; i < plan.variants.size(); ++i) {
+    Variant& v = plan.variants[i];
     try {
-      v.params = validate(run_config(plan, PlannedRun{v.label + "-s" + std::to_string(plan.seeds[0]), 0, plan.seeds[0]}));
+      v.params = validate(run_config(plan, PlannedRun{v.label + "-s" + std::to_string(plan.seeds[0]), i, plan.seeds[0]}));
     } catch (const std::exception& e) {
       KILN_FAIL("kiln sweep ", plan.name, ": variant '", v.label, "' (",
                 v.overrides.empty() ? std::string("the base config") : join(v.overrides, " "), "): ", e.what(),
