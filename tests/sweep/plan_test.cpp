@@ -31,6 +31,16 @@ std::string base_config(const fs::path& dir) {
   return f.string();
 }
 
+// Removes this process's folders when every test passed.
+class Cleanup : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (!::testing::UnitTest::GetInstance()->Failed())
+      fs::remove_all(fs::temp_directory_path() / ("kiln_sweep_plan_" + std::to_string(getpid())));
+  }
+};
+const auto* const kCleanup = ::testing::AddGlobalTestEnvironment(new Cleanup);
+
 std::string expect_error(const std::function<void()>& f) {
   try {
     f();

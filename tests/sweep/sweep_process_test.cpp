@@ -79,6 +79,9 @@ class SweepProcess : public ::testing::Test {
     ASSERT_TRUE(fs::exists(kt::kiln_binary())) << "build the kiln target";
     setenv("OMP_NUM_THREADS", "1", 1);  // the machines have 2 cores and tests run beside each other
   }
+  void TearDown() override {  // the folders stay for a look when the test failed
+    if (!HasFailure()) fs::remove_all(fs::temp_directory_path() / ("kiln_sweep_process_" + std::to_string(getpid())));
+  }
 };
 
 }  // namespace
@@ -86,7 +89,7 @@ class SweepProcess : public ::testing::Test {
 TEST_F(SweepProcess, InterruptedBySigintAndContinuedThenTheTableMatchesTheRuns) {
   const fs::path d = temp_dir("signal");
   const fs::path cfg = write_config(d, 1024, 2), sweep = d / "runs" / "sig", log = d / "sweep.log";
-  const pid_t pid = kt::spawn_logged({kt::kiln_binary(), "sweep", cfg.string(), "optim.lr=0.05,0.1", "seeds=0,1", "name=sig"},
+  const pid_t pid = kt::spawn_logged({kt::kiln_binary(), "sweep", cfg.string(), "optim.lr=0.05,0.1", "seeds=0,1", "name=sig", "parallel=1"},
                                      log.string());
   ASSERT_GT(pid, 0);
   int status = 0;
@@ -205,4 +208,32 @@ TEST_F(SweepProcess, AFailedRunIsRecordedTheSweepCompletesAndRetryIsExplicit) {
   EXPECT_NE(r.out.find("broken-s0 FAILED"), std::string::npos) << r.out;
   r = kt::run_kiln_in(d, "sweep " + sweep.string() + " retry=all");
   EXPECT_NE(r.err.find("retry=all is not accepted; accepted: retry=failed"), std::string::npos) << r.err;
+}
+
+// A scheduler's SIGTERM (SLURM's scancel) reaches every process of the job, the run's as well as the
+// sweep's: the sweep does not forward a second one, which would stop the run unsaved.
+TEST_F(SweepProcess, ASigtermToTheRunAndTheSweepAtOnceStillSavesTheRun) {
+  const fs::path d = temp_dir("scancel");
+  const fs::path cfg = write_config(d, 1024, 3), sweep = d / "runs" / "job", log = d / "sweep.log";
+  // Steps of about a second (64x64 images, 64 channels, 128 a batch): the run is still in its step when the
+  // sweep would forward the signal, so a forwarded second SIGTERM would stop it unsaved.
+  json c = json::parse(text(cfg));
+  c["data"]["synthetic"]["height"] = c["data"]["synthetic"]["width"] = 64;
+  c["data"]["batch_size"] = 128;
+  c["model"]["layers"][0]["out_channels"] = 64;
+  c["model"]["layers"][4]["in_features"] = 64 * 32 * 32;
+  c["train"]["save_every_steps"] = 1;
+  std::ofstream(cfg) << c.dump(2);
+  const pid_t pid = kt::spawn_logged({kt::kiln_binary(), "sweep", cfg.string(), "name=job"}, log.string());
+  ASSERT_GT(pid, 0);
+  int status = 0;
+  ASSERT_TRUE(kt::wait_until(pid, [&] { return fs::exists(sweep / "base-s0" / "last"); }, 120, &status)) << text(log);
+  const pid_t run = jsonl(sweep / "base-s0" / "invocations.jsonl")[0]["pid"].get<pid_t>();
+  kill(run, SIGTERM);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(kt::wait_exit_code(pid), 143) << text(log);
+  EXPECT_EQ(jsonl(sweep / "base-s0" / "invocations.jsonl").back()["outcome"], "stopped by SIGTERM")
+      << text(sweep / "logs" / "base-s0.log");
+  EXPECT_EQ(text(sweep / "logs" / "base-s0.log").find("second SIGTERM"), std::string::npos);
+  EXPECT_NE(text(log).find("continue the sweep with: kiln sweep " + sweep.string()), std::string::npos) << text(log);
 }

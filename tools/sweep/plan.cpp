@@ -111,9 +111,9 @@ Placement read_placement(const json& devices, const json& parallel, const std::s
     KILN_CHECK(devices.is_null(), where, ".devices must be a device list (\"0,1,2,3\" or [0, 1]), not ",
                json_type_name(devices));
   }
-  if (!parallel.is_null()) {
+  if (!parallel.is_null() && parallel != "auto") {
     KILN_CHECK(parallel.is_number_integer() && parallel.get<int64_t>() >= 1 && parallel.get<int64_t>() <= 256, where,
-               ".parallel = ", parallel.dump(), " is not accepted; accepted: a whole number 1..256 (runs at a time)");
+               ".parallel = ", parallel.dump(), " is not accepted; accepted: \"auto\" or a whole number 1..256 (runs at a time)");
     p.parallel = parallel.get<int64_t>();
   }
   return p;
@@ -169,7 +169,7 @@ SweepPlan plan_from_command_line(const std::string& config_file, const std::vect
     if (kv->key == "seeds") seeds = kv->value;
     else if (kv->key == "name" || key == "name") name = kv->value;
     else if (kv->key == "devices") devices = kv->value;
-    else if (kv->key == "parallel") parallel = parse_config_text(kv->value, "argument '" + a + "'");
+    else if (kv->key == "parallel") parallel = kv->value == "auto" ? json("auto") : parse_config_text(kv->value, "argument '" + a + "'");
     else if (key != "train.device" && kv->value.find(',') != std::string::npos && kv->value[0] != '[' &&
              kv->value[0] != '{' && kv->value[0] != '"') {
       std::vector<std::string> values = split_commas(kv->value);

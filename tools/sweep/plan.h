@@ -54,7 +54,9 @@ json run_config(const SweepPlan& plan, const PlannedRun& run);
 // What `kiln sweep` reads besides the plan: how runs are placed.
 struct Placement {
   std::vector<std::string> devices;  // devices=0,1,2,3: one run per GPU at a time; empty: the runs' own
-  int64_t parallel = 1;              // runs at a time when devices is empty (CPU), cores split between them
+  // Runs at a time when devices is empty, the cores split between them; 0 (parallel=auto, the default): 2 when
+  // every run trains on the CPU and it has 2 cores or more, else 1 (measured faster, docs/sweeps.md).
+  int64_t parallel = 0;
 };
 
 // `kiln sweep CONFIG [key=v1,v2,...] [seeds=0,1,2] [name=NAME] [devices=...] [parallel=N] [key=value ...]`,

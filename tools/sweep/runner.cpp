@@ -15,8 +15,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
+#include "core/device.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/metrics.h"  // write_file_atomically
 #include "tools/engine/run_lock.h"
@@ -142,12 +144,36 @@ std::vector<std::string> child_command(const SweepPlan& plan, const PlannedRun& 
   return args;
 }
 
+// Whether every run of the plan trains on the CPU: train.device "cpu", or "" (the first GPU if any) on a machine
+// without one.
+bool all_on_cpu(const SweepPlan& plan) {
+  for (const PlannedRun& r : planned_runs(plan)) {
+    const json d = run_config(plan, r).value("train", json::object()).value("device", json(""));
+    if (d == "cpu") continue;
+    if (d == "" && cuda_device_count() == 0) continue;
+    return false;
+  }
+  return true;
+}
+
 struct Child {
   pid_t pid = -1;
   size_t index = 0;  // in planned_runs
   std::vector<std::string> devices;
   std::chrono::steady_clock::time_point start;
+  std::string log;
+  std::uintmax_t log_start = 0;  // the log's size when it started: what it wrote since lies after
 };
+
+// Whether the child already says it got a stop signal ("kiln: SIGTERM: finishing the step in flight"): a
+// scheduler (SLURM's scancel) signals every process of the job, and a second signal would stop it unsaved.
+bool child_got_stop(const Child& c) {
+  std::ifstream in(c.log, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(c.log_start));
+  const std::string since((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return since.find("kiln: SIGINT: finishing") != std::string::npos ||
+         since.find("kiln: SIGTERM: finishing") != std::string::npos;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -231,10 +257,12 @@ void SweepRun::plan_work() {
   to_run_ = static_cast<int64_t>(waiting_.size());
   const Placement& p = opt_.placement;
   free_ = p.devices;
+  int64_t parallel = p.parallel;
   if (free_.empty()) {
-    free_.assign(static_cast<size_t>(p.parallel), "");
     const int64_t cores = opt_.cores > 0 ? opt_.cores : usable_cores();
-    if (p.parallel > 1) threads_ = std::max<int64_t>(1, cores / p.parallel);
+    if (parallel == 0) parallel = cores >= 2 && all_on_cpu(plan_) ? 2 : 1;
+    free_.assign(static_cast<size_t>(parallel), "");
+    if (parallel > 1) threads_ = std::max<int64_t>(1, cores / parallel);
   }
   slots_ = static_cast<int64_t>(free_.size());
   for (const Variant& v : plan_.variants)
@@ -244,7 +272,7 @@ void SweepRun::plan_work() {
     }
   out_ << "[sweep " << plan_.name << "] " << runs_.size() << " runs: " << finished_ << " finished, " << failed_
        << " failed (kept; retry=failed runs them again), " << to_run_ << " to run, "
-       << (p.devices.empty() ? std::to_string(p.parallel) + " at a time on the run's device" +
+       << (p.devices.empty() ? std::to_string(parallel) + " at a time on the run's device" +
                                    (threads_ > 0 ? " (" + std::to_string(threads_) + " CPU threads each)" : "")
                              : "one per device of " + join(p.devices, ","))
        << "; folder " << plan_.dir << std::endl;
@@ -273,7 +301,9 @@ void SweepRun::start_ready() {
     const fs::path logs = fs::path(plan_.dir) / "logs";
     fs::create_directories(logs);
     const std::string log = (logs / (run.name + ".log")).string();
-    children_.push_back(Child{spawn_child(cmd, log), *it, taken, std::chrono::steady_clock::now()});
+    std::error_code ec;
+    const std::uintmax_t size = fs::exists(log) ? fs::file_size(log, ec) : 0;
+    children_.push_back(Child{spawn_child(cmd, log), *it, taken, std::chrono::steady_clock::now(), log, ec ? 0 : size});
     out_ << tag(*it) << (resumed ? " resumed" : " started")
          << (taken.empty() || taken[0].empty() ? "" : " on device " + join(taken, ",")) << " (log " << log << "; " << eta()
          << ")" << std::endl;
@@ -333,7 +363,11 @@ int SweepRun::run() {
       if (forwarded_ == 0)
         out_ << "\n[sweep " << plan_.name << "] " << (g_last_signal == SIGINT ? "SIGINT" : "SIGTERM") << ": stopping the "
              << children_.size() << " run(s) in flight (each saves; a second signal stops them at once)" << std::endl;
-      for (const Child& c : children_) kill(c.pid, g_last_signal);
+      // The first signal: to each run that did not get it itself (a scheduler may signal every process of
+      // the job; the run's handler says so in its log within a moment). A second one: to every run.
+      if (forwarded_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      for (const Child& c : children_)
+        if (forwarded_ > 0 || !child_got_stop(c)) kill(c.pid, g_last_signal);
       forwarded_ = g_signals;
     }
     if (forwarded_ == 0) start_ready();

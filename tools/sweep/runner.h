@@ -7,13 +7,15 @@
 // goes on; it is run again only with retry=failed. The summary is rewritten whenever a run ends.
 //
 // Placement: with devices (GPUs) one run per device at a time, or a run whose variant sets train.device
-// to several takes them all; without, `parallel` runs at a time on the CPU with the cores split between
-// them (train.threads = cores / parallel for runs started here; default 1 at a time, every core: measured
-// faster, docs/sweeps.md).
+// to several takes them all; without, `parallel` runs at a time with the cores split between them
+// (train.threads = cores / parallel for runs started here); parallel=auto (the default) is 2 when every run
+// trains on the CPU and it has 2 cores or more (measured faster than one run on every core, docs/sweeps.md),
+// else 1.
 //
-// SIGINT/SIGTERM: forwarded to the runs in flight (each finishes its step, saves and exits), no new run
-// starts, and the command that continues the sweep is printed; a second signal is forwarded too (the runs
-// exit at once). Children run in their own process group (a terminal's Ctrl-C reaches them once, through
+// SIGINT/SIGTERM: forwarded to the runs in flight (each finishes its step, saves and exits), except to a run
+// whose log shows it got the signal itself (a scheduler such as SLURM signals every process of a job: a
+// second signal would stop the run unsaved); no new run starts, and the command that continues the sweep is
+// printed. A second signal is forwarded to every run (they exit at once). Children run in their own process group (a terminal's Ctrl-C reaches them once, through
 // the sweep) and get SIGTERM if the sweep dies.
 // One sweep process per sweep folder: it holds runs/<sweep>/.lock (tools/engine/run_lock.h).
 // Tests: tests/sweep/sweep_process_test.cpp (real processes and signals), tests/sweep/plan_test.cpp (take_devices).
