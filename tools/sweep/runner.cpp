@@ -273,7 +273,7 @@ void SweepRun::plan_work() {
   out_ << "[sweep " << plan_.name << "] " << runs_.size() << " runs: " << finished_ << " finished, " << failed_
        << " failed (kept; retry=failed runs them again), " << to_run_ << " to run, "
        << (p.devices.empty() ? std::to_string(parallel) + " at a time on the run's device" +
-                                   (threads_ > 0 ? " (" + std::to_string(threads_) + " CPU threads each)" : "")
+                                   (threads_ > 0 ? " (" + std::to_string(threads_) + (threads_ == 1 ? " CPU thread" : " CPU threads") + " each)" : "")
                              : "one per device of " + join(p.devices, ","))
        << "; folder " << plan_.dir << std::endl;
 }
