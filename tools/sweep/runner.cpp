@@ -376,7 +376,7 @@ int SweepRun::run() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   write_summary(summarize(plan_), plan_.dir);
-  if (forwarded_ > 0) {
+  if (forwarded_ > 0 && finished_ + failed_ < static_cast<int64_t>(runs_.size())) {
     out_ << "[sweep " << plan_.name << "] stopped: " << finished_ << " of " << runs_.size()
          << " runs finished; continue the sweep with: kiln sweep " << plan_.dir << std::endl;
     return 128 + g_last_signal;

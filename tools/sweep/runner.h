@@ -36,7 +36,8 @@ struct RunnerOptions {
 };
 
 // Runs the plan's runs that are not finished (nor failed, unless retry_failed); returns 0 when every run is
-// finished, 1 when some failed, 128 + the signal when stopped by SIGINT/SIGTERM. Progress goes to `out`.
+// finished, 1 when some failed, 128 + the signal when SIGINT/SIGTERM stopped it with runs left. Progress goes
+// to `out`.
 int run_sweep(const SweepPlan& plan, const RunnerOptions& opt, std::ostream& out);
 
 // The devices a run needs out of `free` (removed from it into *taken): `need` empty takes any one; else all of
