@@ -74,10 +74,24 @@ endfunction()
 
 # The include directories of a kiln library: the source root in the build tree (sources include
 # "core/tensor.h"), include/kiln (the same includes) and include (<kiln/core/tensor.h>) once installed.
+# In the build tree, build/include holds the umbrella headers (kiln_umbrella_header), so that
+# <kiln/kiln.h> means the same there as installed.
 function(kiln_include_directories name scope)
   target_include_directories(${name} ${scope} $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+                             $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/kiln>
                              $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+endfunction()
+
+# kiln_umbrella_header(SOURCE NAME): the header SOURCE (relative to the calling folder; it includes kiln's
+# headers as "core/tensor.h") becomes <kiln/NAME> for programs: installed as P/include/kiln/NAME,
+# and copied to build/include/kiln/NAME for the build tree's tests (its includes resolve through the
+# source root there and through P/include/kiln once installed). The umbrellas live in cmake/, one per
+# package component (kiln.h: the base; engine.h: the engine), each named by one line in CMakeLists.txt.
+function(kiln_umbrella_header source name)
+  set(_src ${CMAKE_CURRENT_SOURCE_DIR}/${source})
+  configure_file(${_src} ${PROJECT_BINARY_DIR}/include/kiln/${name} COPYONLY)  # copied again when it changes
+  install(FILES ${_src} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kiln RENAME ${name})
 endfunction()
 
 # The package: the components' exported targets, kiln::kiln (everything, in the cli component),

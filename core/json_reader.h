@@ -23,6 +23,7 @@
 // a key that is present (find() of an absent key only probes, e.g. for another variant's keys).
 // Tests: tests/core/json_reader_test.cpp, tests/core/json_util_test.cpp.
 #pragma once
+#include <concepts>
 #include <string>
 #include <vector>
 
@@ -108,8 +109,12 @@ class JsonReader {
   // --- values: absent (or null) -> `def`; wrong type or out of range -> Error naming the path.
   bool get(const std::string& key, bool def);
   int64_t get(const std::string& key, int64_t def, int64_t lo, int64_t hi);
-  int get(const std::string& key, int def, int lo, int hi) {
-    return static_cast<int>(get(key, static_cast<int64_t>(def), static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
+  // Any integer type with any integer bounds (int64_t o.width with bounds 1, 4096; int with int64 bounds),
+  // returned as the default's type.
+  template <std::integral T, std::integral L, std::integral H>
+    requires(!std::same_as<T, bool>)
+  T get(const std::string& key, T def, L lo, H hi) {
+    return static_cast<T>(get(key, static_cast<int64_t>(def), static_cast<int64_t>(lo), static_cast<int64_t>(hi)));
   }
   double get(const std::string& key, double def, double lo, double hi);
   std::string get(const std::string& key, const std::string& def);

@@ -6,7 +6,6 @@
 #include <type_traits>
 
 #include "core/check.h"
-#include "core/registry.h"
 #include "data/cifar.h"
 #include "data/holdout.h"
 #include "data/idx.h"
@@ -156,8 +155,18 @@ Source source(std::vector<std::string> keys, Read read, Write write, Shape shape
           std::move(refusals)};
 }
 
-// The registry of data.source (core/registry.h): one entry per source, with its options.
-const Registry<Source>& sources() {
+// The schema's documentation of a source: the keys its reader requires (image sources vary in size, so
+// their batches need transforms that end in a fixed size) and the structs that document its keys, its
+// own options first (its meaning of "root" wins).
+ComponentDocs source_docs(Json sample, std::vector<std::string> own) {
+  for (const char* s : {"DataConfig", "DataKeys", "LoaderOptions", "IdxOptions", "CifarOptions", "ImageFolderOptions",
+                        "ImageListOptions"})
+    if (std::find(own.begin(), own.end(), s) == own.end()) own.push_back(s);
+  return {"", std::move(sample), std::move(own), {}};
+}
+
+// kiln's sources, one entry each, with their options.
+void add_builtin_sources(Registry<Source>& r) {
   auto fixed = [](int64_t h, int64_t w, int64_t c) { return [=](const auto&) { return ImageShape{h, w, c}; }; };
   auto varying = [](const ImageSourceOptions& o) { return ImageShape{0, 0, o.channels}; };
   auto write_root = [](const auto& o, Json& j) { j["root"] = o.root; };
@@ -175,28 +184,51 @@ const Registry<Source>& sources() {
           return CifarDataset::open(k, o.root, files);
         });
   };
-  static const Registry<Source> r(
-      "a data source",
-      {
-          {"mnist", idx},
-          {"fashion_mnist", idx},
-          {"cifar10", cifar(CifarKind::cifar10)},
-          {"cifar100", cifar(CifarKind::cifar100)},
-          {"synthetic",
-           source<SyntheticOptions>(
-               {"synthetic"}, read_synthetic, [](const SyntheticOptions& o, Json& j) { j["synthetic"] = o.to_json(); },
-               [](const SyntheticOptions& o) { return ImageShape{o.height, o.width, o.channels}; }, open_synthetic,
-               {{"root", "the synthetic source reads no files; remove root"}})},
-          {"image_folder",
-           source<ImageFolderOptions>(
-               {"root", "channels", "max_image_pixels", "val_labels", "class_names_file"}, read_image_folder,
-               write_image_folder, varying, open_image_folder)},
-          {"image_list",
-           source<ImageListOptions>(
-               {"train_list", "val_list", "num_classes", "channels", "max_image_pixels"}, read_image_list,
-               write_image_list, varying, open_image_list,
-               {{"root", "the image_list source reads data.train_list and data.val_list; remove root"}})},
-      });
+  const Json root = {{"root", "r"}};
+  const Json fixed_size = Json::array({{{"type", "center_crop"}, {"size", 8}}});
+  r.add("mnist", idx, source_docs(root, {"IdxOptions"}));
+  r.add("fashion_mnist", idx, source_docs(root, {"IdxOptions"}));
+  r.add("cifar10", cifar(CifarKind::cifar10), source_docs(root, {"CifarOptions"}));
+  r.add("cifar100", cifar(CifarKind::cifar100), source_docs(root, {"CifarOptions"}));
+  r.add("synthetic",
+        source<SyntheticOptions>(
+            {"synthetic"}, read_synthetic, [](const SyntheticOptions& o, Json& j) { j["synthetic"] = o.to_json(); },
+            [](const SyntheticOptions& o) { return ImageShape{o.height, o.width, o.channels}; }, open_synthetic,
+            {{"root", "the synthetic source reads no files; remove root"}}),
+        source_docs({{"synthetic", Json::object()}}, {}));
+  r.add("image_folder",
+        source<ImageFolderOptions>({"root", "channels", "max_image_pixels", "val_labels", "class_names_file"},
+                                   read_image_folder, write_image_folder, varying, open_image_folder),
+        source_docs({{"root", "r"}, {"train_transforms", fixed_size}, {"val_transforms", fixed_size}}, {"ImageFolderOptions"}));
+  r.add("image_list",
+        source<ImageListOptions>({"train_list", "val_list", "num_classes", "channels", "max_image_pixels"},
+                                 read_image_list, write_image_list, varying, open_image_list,
+                                 {{"root", "the image_list source reads data.train_list and data.val_list; remove root"}}),
+        source_docs({{"train_list", "a"}, {"val_list", "b"}, {"train_transforms", fixed_size}, {"val_transforms", fixed_size}},
+                    {"ImageListOptions"}));
+}
+
+// A program's own source (register_data_source): its options are the JSON its reader returns.
+Source registered_source(DataSourceSpec spec) {
+  KILN_CHECK(spec.read && spec.shape && spec.open, "register_data_source: read, shape and open are all required");
+  auto read = spec.read;
+  auto shape = spec.shape;
+  auto open = spec.open;
+  return source<RegisteredSourceOptions>(
+      spec.keys, [read](JsonReader& r, const std::string&) { return RegisteredSourceOptions{read(r)}; },
+      [](const RegisteredSourceOptions& o, Json& j) {
+        if (o.options.is_object()) j.update(o.options);
+      },
+      [shape](const RegisteredSourceOptions& o) { return shape(o.options); },
+      [open](const RegisteredSourceOptions& o, const DataConfig&, Split files, Split) { return open(o.options, files); });
+}
+
+Registry<Source>& sources() {
+  static Registry<Source> r = [] {
+    Registry<Source> b("a data source");
+    add_builtin_sources(b);
+    return b;
+  }();
   return r;
 }
 
@@ -235,6 +267,17 @@ SourceOptions read_source_options(JsonReader& r, const std::string& source) {
 }  // namespace
 
 std::vector<std::string> data_source_names() { return sources().names(); }
+
+const ComponentDocs& data_source_docs(const std::string& name) {
+  source_of(name);  // an unknown name: the registry's error
+  return sources().entry(name)->docs;
+}
+
+void register_data_source(const std::string& name, DataSourceSpec spec, ComponentDocs docs,
+                          const std::source_location& where) {
+  sources().add(name, registered_source(std::move(spec)), std::move(docs), where);
+}
+
 
 DataConfig DataConfig::from_json(const Json& j, const std::string& path, bool batches) {
   DataConfig c;

@@ -51,14 +51,17 @@
 // synthetic) land in DataConfig::options, one struct a kind of source (IdxOptions, CifarOptions,
 // SyntheticOptions, ImageFolderOptions, ImageListOptions). Each source's entry in the registry of
 // config.cpp lists its keys and reads, writes and opens its options; a key of another source is
-// refused ("data.train_list: only used with source \"image_list\", not \"mnist\""). Adding a source:
-// its options struct here (and an alternative of SourceOptions), its entry in config.cpp
-// (docs/architecture.md).
+// refused ("data.train_list: only used with source \"image_list\", not \"mnist\""). Adding a source to
+// kiln: its options struct here (and an alternative of SourceOptions), its entry in config.cpp
+// (docs/architecture.md); a program adds its own with register_data_source() below.
 #pragma once
+#include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <variant>
 
+#include "core/registry.h"
 #include "data/dataset.h"
 #include "core/json_reader.h"
 #include "data/loader.h"
@@ -116,12 +119,18 @@ struct ImageListOptions : ImageSourceOptions {
   int64_t num_classes = 0;
 };
 
+// A source registered by a program (register_data_source below): the options its reader returned.
+struct RegisteredSourceOptions {
+  Json options;
+};
+
 // One alternative a kind of source ("synthetic": SyntheticOptions, data/synthetic.h).
-using SourceOptions = std::variant<IdxOptions, CifarOptions, SyntheticOptions, ImageFolderOptions, ImageListOptions>;
+using SourceOptions =
+    std::variant<IdxOptions, CifarOptions, SyntheticOptions, ImageFolderOptions, ImageListOptions, RegisteredSourceOptions>;
 
 struct DataConfig {
-  /// dataset: "mnist", "fashion_mnist", "cifar10", "cifar100", "synthetic", "image_folder" or
-  /// "image_list" (required)
+  /// a registered data source: kiln's file sources, "synthetic", or a program's own
+  /// (register_data_source) (required)
   std::string source;
   // the options of the source: IdxOptions for "mnist" and "fashion_mnist", CifarOptions for
   // "cifar10" and "cifar100", SyntheticOptions, ImageFolderOptions or ImageListOptions
@@ -172,6 +181,26 @@ KILN_JSON_CONVERSIONS(DataConfig)
 
 // The data.source names, in registry order, e.g. for the config schema.
 std::vector<std::string> data_source_names();
+// What the config schema says of a source (core/registry.h); an unknown name is the registry's error.
+const ComponentDocs& data_source_docs(const std::string& name);
+
+// A data source of a program's own (docs/library.md, "Registering your components"): the config names it
+// as data.source, and training, evaluation, AutoBatch, holdout and the loaders use it like kiln's own.
+struct DataSourceSpec {
+  // Its keys of "data" (flat, as kiln's "root"); every other source refuses them, and it refuses theirs.
+  std::vector<std::string> keys;
+  // Reads and checks its keys from the data section's reader (r.read/require/get, r.path_of(key) names a key
+  // in errors); returns its options, which the run's config.json records (they must read back the same).
+  std::function<Json(JsonReader& data)> read;
+  // The shape of its images, known without opening files (height = width = 0 when they vary; then the
+  // transforms must end in a fixed size).
+  std::function<ImageShape(const Json& options)> shape;
+  // Opens a split (Split::train or Split::val) of the data: a Dataset (data/dataset.h).
+  std::function<std::shared_ptr<const Dataset>(const Json& options, Split split)> open;
+};
+// Adds a data source; throws if `name` is taken (naming both places). `docs`: what `--help` says of it.
+void register_data_source(const std::string& name, DataSourceSpec spec, ComponentDocs docs = {},
+                          const std::source_location& where = std::source_location::current());
 
 // Opens the split's dataset (reads the files). Errors name the file.
 std::shared_ptr<const Dataset> make_dataset(const DataConfig& config, Split split);

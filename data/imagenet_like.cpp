@@ -112,7 +112,10 @@ std::string imagenet_like_wnid(int64_t c) {
   return buf;
 }
 
-ImageNetLikeReport make_imagenet_like(const ImageNetLikeOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
+namespace {
+
+// The options in their ranges, and out= a new or empty folder (nothing is overwritten).
+void check_options(const ImageNetLikeOptions& o) {
   check_range("classes", static_cast<double>(o.classes), 1, 100000);
   check_range("train", static_cast<double>(o.train_per_class), 1, 100000);
   check_range("val", static_cast<double>(o.val_per_class), 0, 100000);
@@ -125,18 +128,63 @@ ImageNetLikeReport make_imagenet_like(const ImageNetLikeOptions& o, const std::f
     KILN_CHECK(fs::is_directory(o.out, ec) && fs::is_empty(o.out, ec), "imagenet-like: out=", o.out,
                " exists and is not an empty folder: give a new or empty folder (nothing is overwritten)");
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<Image> photos = load_photos(o.photos);
+}
 
-  const std::string data = o.out + "/ILSVRC/Data/CLS-LOC";
-  std::vector<std::string> wnids(static_cast<size_t>(o.classes));
-  for (int64_t c = 0; c < o.classes; ++c) {
+// The classes' wnids, each with its folder data/train/<wnid>, and data/val.
+std::vector<std::string> make_folders(const std::string& data, int64_t classes) {
+  std::error_code ec;
+  std::vector<std::string> wnids(static_cast<size_t>(classes));
+  for (int64_t c = 0; c < classes; ++c) {
     wnids[static_cast<size_t>(c)] = imagenet_like_wnid(c);
     fs::create_directories(data + "/train/" + wnids[static_cast<size_t>(c)], ec);
     KILN_CHECK(!ec, "imagenet-like: cannot make ", data, "/train/", wnids[static_cast<size_t>(c)], ": ", ec.message());
   }
   fs::create_directories(data + "/val", ec);
   KILN_CHECK(!ec, "imagenet-like: cannot make ", data, "/val: ", ec.message());
+  return wnids;
+}
+
+// "ILSVRC2012_val_00000001" for val image i (from 0), numbered from 1 as ImageNet's are.
+std::string val_id(int64_t i) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "ILSVRC2012_val_%08lld", static_cast<long long>(i + 1));
+  return std::string(buf);
+}
+
+// The index files of the folder `out`: LOC_val_solution.csv (each val image's class and box, the whole
+// image) and LOC_synset_mapping.txt (a name per class).
+void write_index_files(const std::string& out, const std::vector<std::string>& wnids,
+                       const std::vector<int64_t>& val_class, const std::vector<Size>& val_size) {
+  {
+    const std::string csv = out + "/LOC_val_solution.csv";
+    std::ofstream f(csv, std::ios::binary);
+    f << "ImageId,PredictionString\n";
+    for (size_t i = 0; i < val_class.size(); ++i) {
+      const Size& s = val_size[i];
+      f << val_id(static_cast<int64_t>(i)) << "," << wnids[static_cast<size_t>(val_class[i])] << " 0 0 " << s.w - 1
+        << " " << s.h - 1 << " \n";
+    }
+    f.flush();
+    KILN_CHECK(f.good(), "imagenet-like: cannot write ", csv);
+  }
+  {
+    const std::string mapping = out + "/LOC_synset_mapping.txt";
+    std::ofstream f(mapping, std::ios::binary);
+    for (size_t c = 0; c < wnids.size(); ++c) f << wnids[c] << " class " << c << ", imagenet-like\n";
+    f.flush();
+    KILN_CHECK(f.good(), "imagenet-like: cannot write ", mapping);
+  }
+}
+
+}  // namespace
+
+ImageNetLikeReport make_imagenet_like(const ImageNetLikeOptions& o, const std::function<void(int64_t, int64_t)>& progress) {
+  check_options(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<Image> photos = load_photos(o.photos);
+
+  const std::string data = o.out + "/ILSVRC/Data/CLS-LOC";
+  const std::vector<std::string> wnids = make_folders(data, o.classes);
 
   // Val images: classes interleaved in a fixed shuffled order, numbered from 1 as ImageNet's are.
   const int64_t n_train = o.classes * o.train_per_class, n_val = o.classes * o.val_per_class;
@@ -144,11 +192,6 @@ ImageNetLikeReport make_imagenet_like(const ImageNetLikeOptions& o, const std::f
   for (int64_t i = 0; i < n_val; ++i) val_class[static_cast<size_t>(i)] = i % o.classes;
   SampleRng order(SampleRng::sample_key(o.seed, 1, 0));
   for (int64_t i = n_val - 1; i > 0; --i) std::swap(val_class[static_cast<size_t>(i)], val_class[static_cast<size_t>(order.uniform_int(i + 1))]);
-  auto val_id = [](int64_t i) {
-    char buf[48];
-    std::snprintf(buf, sizeof buf, "ILSVRC2012_val_%08lld", static_cast<long long>(i + 1));
-    return std::string(buf);
-  };
   std::vector<Size> val_size(static_cast<size_t>(n_val));
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -192,25 +235,7 @@ ImageNetLikeReport make_imagenet_like(const ImageNetLikeOptions& o, const std::f
   for (std::thread& t : pool) t.join();
   if (error) std::rethrow_exception(error);
 
-  {
-    const std::string csv = o.out + "/LOC_val_solution.csv";
-    std::ofstream f(csv, std::ios::binary);
-    f << "ImageId,PredictionString\n";
-    for (int64_t i = 0; i < n_val; ++i) {
-      const Size& s = val_size[static_cast<size_t>(i)];
-      f << val_id(i) << "," << wnids[static_cast<size_t>(val_class[static_cast<size_t>(i)])] << " 0 0 " << s.w - 1
-        << " " << s.h - 1 << " \n";
-    }
-    f.flush();
-    KILN_CHECK(f.good(), "imagenet-like: cannot write ", csv);
-  }
-  {
-    const std::string mapping = o.out + "/LOC_synset_mapping.txt";
-    std::ofstream f(mapping, std::ios::binary);
-    for (int64_t c = 0; c < o.classes; ++c) f << wnids[static_cast<size_t>(c)] << " class " << c << ", imagenet-like\n";
-    f.flush();
-    KILN_CHECK(f.good(), "imagenet-like: cannot write ", mapping);
-  }
+  write_index_files(o.out, wnids, val_class, val_size);
   ImageNetLikeReport r;
   r.train_files = n_train;
   r.val_files = n_val;

@@ -59,11 +59,84 @@ void cmyk_row_to_rgb(const uint8_t* cmyk, int64_t w, uint8_t* rgb) {
 
 thread_local std::vector<uint8_t> t_cmyk_row;
 
+// The box *want of a started decompression into `out` (*got: where the box lies in it); 0 or 1 as run.
+int read_region(jpeg_decompress_struct* cinfo, int64_t channels, const CropBox* want, Image& out, CropBox* got,
+                ErrorMgr& err) {
+  // The caller's box lies inside the scaled image (scale_box, image_decode.h); checked again
+  // here, as a box past the edge would make libjpeg read past the rows it has.
+  if (want->top + want->h > int64_t{cinfo->output_height} || want->left + want->w > int64_t{cinfo->output_width}) {
+    std::snprintf(err.message, sizeof err.message, "box past the %ux%u scaled image", cinfo->output_width,
+                  cinfo->output_height);
+    jpeg_destroy_decompress(cinfo);
+    return 1;
+  }
+  // NOTE: the crop's first and last columns are upsampled from chroma without their outer
+  // neighbour (edge replication), so they differ from a full decode: widen the request by one
+  // iMCU on each side, so that the box's columns are exactly the full decode's. An iMCU is
+  // max_h_samp_factor blocks of min_DCT_scaled_size output pixels (DCTSIZE at full scale, M at
+  // M/8).
+  const int64_t margin = int64_t{cinfo->max_h_samp_factor} * cinfo->min_DCT_scaled_size;
+  const int64_t x0 = std::max<int64_t>(0, want->left - margin);
+  const int64_t x1 = std::min<int64_t>(cinfo->output_width, want->left + want->w + margin);
+  JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
+  if (x > 0 || w < cinfo->output_width) jpeg_crop_scanline(cinfo, &x, &w);  // aligns x down to an iMCU
+  if (want->top > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(want->top));
+  out.resize(want->h, w, channels);  // at most the full image's size, which the caller's checks allowed
+  for (int64_t y = 0; y < want->h;) {
+    JSAMPROW row = out.data() + y * static_cast<int64_t>(w) * channels;
+    const JDIMENSION n = jpeg_read_scanlines(cinfo, &row, 1);
+    if (n == 0) {  // as below
+      std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(want->top + y));
+      jpeg_destroy_decompress(cinfo);
+      return 1;
+    }
+    y += n;
+  }
+  jpeg_abort_decompress(cinfo);  // the rows below the box are not needed
+  jpeg_destroy_decompress(cinfo);
+  *got = {0, want->left - static_cast<int64_t>(x), want->h, want->w};
+  return 0;
+}
+
+// The whole image of a started decompression into `out` (CMYK converted); 0, 1 or 3 as run.
+int read_whole(jpeg_decompress_struct* cinfo, bool cmyk, int64_t channels, Image& out, ErrorMgr& err) {
+  const int64_t w = cinfo->output_width, hh = cinfo->output_height;
+  bool allocated = true;
+  try {
+    out.resize(hh, w, channels);
+    if (cmyk) t_cmyk_row.resize(static_cast<size_t>(w) * 4);
+  } catch (const std::bad_alloc&) {
+    allocated = false;
+  }
+  if (!allocated) {
+    jpeg_destroy_decompress(cinfo);
+    return 3;
+  }
+  for (int64_t y = 0; y < hh;) {
+    uint8_t* dst = out.data() + y * w * channels;
+    JSAMPROW row = cmyk ? t_cmyk_row.data() : dst;
+    if (jpeg_read_scanlines(cinfo, &row, 1) == 0) {  // not with a memory source (libjpeg warns first), but bounded
+      std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(y));
+      jpeg_destroy_decompress(cinfo);
+      return 1;
+    }
+    if (cmyk) {
+      cmyk_row_to_rgb(t_cmyk_row.data(), w, channels == 3 ? dst : t_cmyk_row.data());
+      if (channels == 1) rgb_to_grey(t_cmyk_row.data(), w, dst);
+    }
+    ++y;
+  }
+  jpeg_finish_decompress(cinfo);  // reads up to the end-of-image marker: damage after the last row shows here
+  jpeg_destroy_decompress(cinfo);
+  return 0;
+}
+
 // Decodes the whole image at num/denom (want == nullptr) or only the box *want (region decoding; in
 // the coordinates of the image scaled by num/denom; then *got is where the box lies in `out`).
 // 0: decoded; 1: libjpeg error (message in err); 2: a CMYK/YCCK region, left to the full decode;
 // 3: out of memory for the image.
-// NOTE: one function for both, as setjmp must stay in the frame that runs libjpeg.
+// NOTE: setjmp stays in this frame, which runs libjpeg directly and through read_region and read_whole:
+// a libjpeg error longjmps back here through them, so their locals are all trivially destructible.
 int run(const uint8_t* data, size_t size, int64_t channels, int num, int denom, const CropBox* want, Image& out,
         CropBox* got, ErrorMgr& err) {
   jpeg_decompress_struct cinfo;
@@ -84,71 +157,8 @@ int run(const uint8_t* data, size_t size, int64_t channels, int num, int denom, 
   cinfo.scale_num = static_cast<unsigned>(num);
   cinfo.scale_denom = static_cast<unsigned>(denom);
   jpeg_start_decompress(&cinfo);
-  if (want) {
-    // The caller's box lies inside the scaled image (scale_box, image_decode.h); checked again
-    // here, as a box past the edge would make libjpeg read past the rows it has.
-    if (want->top + want->h > int64_t{cinfo.output_height} || want->left + want->w > int64_t{cinfo.output_width}) {
-      std::snprintf(err.message, sizeof err.message, "box past the %ux%u scaled image", cinfo.output_width,
-                    cinfo.output_height);
-      jpeg_destroy_decompress(&cinfo);
-      return 1;
-    }
-    // NOTE: the crop's first and last columns are upsampled from chroma without their outer
-    // neighbour (edge replication), so they differ from a full decode: widen the request by one
-    // iMCU on each side, so that the box's columns are exactly the full decode's. An iMCU is
-    // max_h_samp_factor blocks of min_DCT_scaled_size output pixels (DCTSIZE at full scale, M at
-    // M/8).
-    const int64_t margin = int64_t{cinfo.max_h_samp_factor} * cinfo.min_DCT_scaled_size;
-    const int64_t x0 = std::max<int64_t>(0, want->left - margin);
-    const int64_t x1 = std::min<int64_t>(cinfo.output_width, want->left + want->w + margin);
-    JDIMENSION x = static_cast<JDIMENSION>(x0), w = static_cast<JDIMENSION>(x1 - x0);
-    if (x > 0 || w < cinfo.output_width) jpeg_crop_scanline(&cinfo, &x, &w);  // aligns x down to an iMCU
-    if (want->top > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(want->top));
-    out.resize(want->h, w, channels);  // at most the full image's size, which the caller's checks allowed
-    for (int64_t y = 0; y < want->h;) {
-      JSAMPROW row = out.data() + y * static_cast<int64_t>(w) * channels;
-      const JDIMENSION n = jpeg_read_scanlines(&cinfo, &row, 1);
-      if (n == 0) {  // as below
-        std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(want->top + y));
-        jpeg_destroy_decompress(&cinfo);
-        return 1;
-      }
-      y += n;
-    }
-    jpeg_abort_decompress(&cinfo);  // the rows below the box are not needed
-    jpeg_destroy_decompress(&cinfo);
-    *got = {0, want->left - static_cast<int64_t>(x), want->h, want->w};
-    return 0;
-  }
-  const int64_t w = cinfo.output_width, hh = cinfo.output_height;
-  bool allocated = true;
-  try {
-    out.resize(hh, w, channels);
-    if (cmyk) t_cmyk_row.resize(static_cast<size_t>(w) * 4);
-  } catch (const std::bad_alloc&) {
-    allocated = false;
-  }
-  if (!allocated) {
-    jpeg_destroy_decompress(&cinfo);
-    return 3;
-  }
-  for (int64_t y = 0; y < hh;) {
-    uint8_t* dst = out.data() + y * w * channels;
-    JSAMPROW row = cmyk ? t_cmyk_row.data() : dst;
-    if (jpeg_read_scanlines(&cinfo, &row, 1) == 0) {  // not with a memory source (libjpeg warns first), but bounded
-      std::snprintf(err.message, sizeof err.message, "no data for row %lld", static_cast<long long>(y));
-      jpeg_destroy_decompress(&cinfo);
-      return 1;
-    }
-    if (cmyk) {
-      cmyk_row_to_rgb(t_cmyk_row.data(), w, channels == 3 ? dst : t_cmyk_row.data());
-      if (channels == 1) rgb_to_grey(t_cmyk_row.data(), w, dst);
-    }
-    ++y;
-  }
-  jpeg_finish_decompress(&cinfo);  // reads up to the end-of-image marker: damage after the last row shows here
-  jpeg_destroy_decompress(&cinfo);
-  return 0;
+  if (want) return read_region(&cinfo, channels, want, out, got, err);
+  return read_whole(&cinfo, cmyk, channels, out, err);
 }
 }  // namespace
 

@@ -7,7 +7,6 @@
 #include <functional>
 
 #include "core/check.h"
-#include "core/registry.h"
 #include "data/augment.h"
 #include "data/auto_augment.h"
 #include "data/color.h"
@@ -17,41 +16,58 @@
 namespace kiln {
 
 namespace {
-using TransformMaker = std::function<std::shared_ptr<const Transform>(const Json&, const std::string&)>;
-
 template <class T, class Options>
 TransformMaker maker() {
   return [](const Json& j, const std::string& path) { return std::make_shared<T>(Options::from_json(j, path)); };
 }
 
-// The registry: one line per type (core/registry.h). "normalize" is not a Transform: it ends the
-// pipeline (Pipeline::from_json handles it), and is listed for the accepted types and suggestions.
-const Registry<TransformMaker>& registry() {
-  static const Registry<TransformMaker> r("a transform type", {
-      {"random_crop", maker<RandomCrop, RandomCropOptions>()},
-      {"horizontal_flip", maker<HorizontalFlip, HorizontalFlipOptions>()},
-      {"random_resized_crop", maker<RandomResizedCrop, RandomResizedCropOptions>()},
-      {"resize", maker<Resize, ResizeOptions>()},
-      {"center_crop", maker<CenterCrop, CenterCropOptions>()},
-      {"color_jitter", maker<ColorJitter, ColorJitterOptions>()},
-      {"trivial_augment_wide", maker<TrivialAugmentWide, TrivialAugmentWideOptions>()},
-      {"rand_augment", maker<RandAugment, RandAugmentOptions>()},
-      {"random_erasing", maker<RandomErasing, RandomErasingOptions>()},
-      {"normalize", [](const Json&, const std::string& path) -> std::shared_ptr<const Transform> {
+// kiln's transforms, one line each, with what the config schema needs: the options a reader requires
+// ({"size": 8} for the crops) and the struct documenting them. "normalize" is not a Transform: it ends
+// the pipeline (Pipeline::from_json handles it), and is listed for the accepted types and suggestions.
+void add_builtin_transforms(Registry<TransformMaker>& r) {
+  const auto docs = [](Json sample, const char* options) { return ComponentDocs{"", std::move(sample), {options, "TransformKeys"}, {}}; };
+  const Json size = {{"size", 8}};
+  r.add("random_crop", maker<RandomCrop, RandomCropOptions>(), docs(size, "RandomCropOptions"));
+  r.add("horizontal_flip", maker<HorizontalFlip, HorizontalFlipOptions>(), docs(Json::object(), "HorizontalFlipOptions"));
+  r.add("random_resized_crop", maker<RandomResizedCrop, RandomResizedCropOptions>(), docs(size, "RandomResizedCropOptions"));
+  r.add("resize", maker<Resize, ResizeOptions>(), docs(size, "ResizeOptions"));
+  r.add("center_crop", maker<CenterCrop, CenterCropOptions>(), docs(size, "CenterCropOptions"));
+  r.add("color_jitter", maker<ColorJitter, ColorJitterOptions>(), docs(Json::object(), "ColorJitterOptions"));
+  // fill and value are read only when given: the sample gives them so that they are listed
+  r.add("trivial_augment_wide", maker<TrivialAugmentWide, TrivialAugmentWideOptions>(),
+        docs({{"fill", 0}}, "TrivialAugmentWideOptions"));
+  r.add("rand_augment", maker<RandAugment, RandAugmentOptions>(), docs({{"fill", 0}}, "RandAugmentOptions"));
+  r.add("random_erasing", maker<RandomErasing, RandomErasingOptions>(), docs({{"value", 0}}, "RandomErasingOptions"));
+  r.add("normalize", [](const Json&, const std::string& path) -> std::shared_ptr<const Transform> {
          KILN_FAIL(path, ": \"normalize\" is not an image-to-image transform (normalize ends a pipeline)");
-       }},
-  });
+       }, docs(Json::object(), "NormalizeOptions"));
+}
+
+}  // namespace
+
+Registry<TransformMaker>& transform_registry() {
+  static Registry<TransformMaker> r = [] {
+    Registry<TransformMaker> b("a transform type");
+    add_builtin_transforms(b);
+    return b;
+  }();
   return r;
 }
 
+void register_transform(const std::string& type, TransformMaker make, ComponentDocs docs, const std::source_location& where) {
+  KILN_CHECK(type != "normalize", "register_transform at ", place_text(where), ": \"normalize\" is kiln's own");
+  transform_registry().add(type, std::move(make), std::move(docs), where);
+}
+
+namespace {
 std::string read_type(const Json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), path, ": expected a transform object like {\"type\": \"random_crop\", ...}, got ",
              json_type_name(j), " ", j.dump());
   auto it = j.find("type");
-  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: ", join(registry().names()));
+  KILN_CHECK(it != j.end(), path, ": missing key \"type\"; accepted types: ", join(transform_registry().names()));
   std::string type;
   json_read(*it, json_path(path, "type"), type);
-  check_choice(type, registry().names(), json_path(path, "type"));
+  check_choice(type, transform_registry().names(), json_path(path, "type"));
   return type;
 }
 }  // namespace
@@ -81,11 +97,12 @@ std::pair<int64_t, int64_t> checked_output_size(const std::string& step, ImageSh
   return {static_cast<int64_t>(out_h), static_cast<int64_t>(out_w)};
 }
 
-std::vector<std::string> transform_types() { return registry().names(); }
+std::vector<std::string> transform_types() { return transform_registry().names(); }
 
 std::shared_ptr<const Transform> make_transform(const Json& j, const std::string& path) {
   const std::string type = read_type(j, path);
-  return registry().at(type, json_path(path, "type"))(j, path);
+  const TransformMaker& make = transform_registry().at(type, json_path(path, "type"));
+  return call_component(path, "type", type, transform_registry().entry(type)->place, [&] { return make(j, path); });
 }
 
 Pipeline Pipeline::from_json(const Json& list, const std::string& path) {

@@ -3,7 +3,8 @@
 //   [{"type": "random_crop", "size": 28, "padding": 4},
 //    {"type": "horizontal_flip"},
 //    {"type": "normalize", "mean": [0.286], "std": [0.353]}]
-// Accepted types (the explicit registry is make_transform() in pipeline.cpp):
+// Accepted types (kiln's own, one line each in pipeline.cpp's registry; a program adds its own with
+// register_transform() or KILN_REGISTER, core/registry.h, and a config then names them like these):
 //   random_crop      RandomCropOptions     (data/augment.h)
 //   horizontal_flip  HorizontalFlipOptions (data/augment.h)
 //   random_resized_crop  RandomResizedCropOptions (data/resize.h)
@@ -17,14 +18,27 @@
 // Step k of a sample draws from SampleRng(sample_key).fork(k), so adding a step leaves the others'
 // draws unchanged. Tests: tests/data/transforms_test.cpp.
 #pragma once
+#include <functional>
 #include <memory>
+#include <source_location>
 #include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "data/normalize.h"
 #include "data/transform.h"
 
 namespace kiln {
+
+// Builds a transform from its options object (with "type"); `path` names it in errors
+// ("data.train_transforms[1]"). Read the options with JsonReader and finish() it. The transform's
+// to_json() must give back {"type": ..., options} that rebuild it (a run's config.json holds them).
+using TransformMaker = std::function<std::shared_ptr<const Transform>(const Json& options, const std::string& path)>;
+// The registry itself (kiln's transforms first).
+Registry<TransformMaker>& transform_registry();
+// Adds a transform type; throws if `type` is taken (naming both places). `docs`: what `--help` says of it.
+void register_transform(const std::string& type, TransformMaker make, ComponentDocs docs = {},
+                        const std::source_location& where = std::source_location::current());
 
 // The transform type names, in registry order ("normalize" included), e.g. for the config schema.
 std::vector<std::string> transform_types();

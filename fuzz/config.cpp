@@ -12,7 +12,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/deploy/config.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto parts = kiln::fuzz::split_parts(data, size);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/autograd.h"
+#include "core/io/safetensors.h"
 #include "layers/conv.h"
 #include "layers/linear.h"
 
@@ -53,15 +54,18 @@ StateDict export_pytorch_state_dict(Module& m) {
   return out;
 }
 
-void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
+namespace {
+// Loads `sd` into `m`, its conv weights in PyTorch's layout when `pytorch`, else kiln's; `what` names
+// the source in errors.
+void load_in_layout(Module& m, const StateDict& sd, bool strict, bool pytorch, const std::string& what) {
   StateDict own = m.state_dict();
   std::vector<std::pair<std::string, Shape>> expected;
   std::map<std::string, Layout> layouts;
   for (auto& [name, t] : own) {
-    layouts[name] = layout_of(m, name);
+    layouts[name] = pytorch ? layout_of(m, name) : Layout{};
     expected.emplace_back(name, pytorch_shape(layouts[name], t.shape()));
   }
-  check_state_dict(expected, sd, strict, m.type() + " import of a PyTorch state dict");
+  check_state_dict(expected, sd, strict, what);
   StateDict converted;
   for (auto& [name, t] : sd) {
     auto it = layouts.find(name);
@@ -69,12 +73,73 @@ void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
     // Floating <-> floating converts (an F16 file into f32 parameters); integers never become
     // weights silently, nor weights counters (num_batches_tracked).
     DType want = own.at(name).dtype();
-    KILN_CHECK(is_floating(t.dtype()) == is_floating(want), "tensor '", name, "' is ", dtype_name(t.dtype()),
+    KILN_CHECK(is_floating(t.dtype()) == is_floating(want), what, ": tensor '", name, "' is ", dtype_name(t.dtype()),
                " but ", name, " of the model is ", dtype_name(want), "; accepted: ",
                is_floating(want) ? "a floating dtype (F32, F16, BF16, F64)" : "an integer dtype (I64, I32, U8)");
     converted[name] = convert(it->second, t, false);
   }
   m.load_state_dict(converted, strict);
+}
+}  // namespace
+
+void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict) {
+  load_in_layout(m, sd, strict, /*pytorch=*/true, m.type() + " import of a PyTorch state dict");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Weights files
+const char* weight_layout_name(WeightLayout layout) { return layout == WeightLayout::kiln ? "kiln" : "pytorch"; }
+
+namespace {
+const char* const kLayoutKey = "kiln.layout";
+
+std::string layout_words(WeightLayout l) {
+  return l == WeightLayout::kiln ? "kiln's layout (conv weights OHWI: out, kh, kw, in)"
+                                 : "PyTorch's layout (conv weights OIHW: out, in, kh, kw)";
+}
+std::string layout_enum(WeightLayout l) { return l == WeightLayout::kiln ? "WeightLayout::kiln" : "WeightLayout::pytorch"; }
+
+// Which layout the file `c` is in, as far as it can be told: its metadata, else the first conv
+// weight whose shape fits one layout only. `fallback` when neither says.
+WeightLayout file_layout(Module& m, const SafetensorsContents& c, const std::string& path, WeightLayout fallback,
+                         std::string* evidence) {
+  auto it = c.metadata.find(kLayoutKey);
+  if (it != c.metadata.end()) {
+    KILN_CHECK(it->second == "kiln" || it->second == "pytorch", "load_weights '", path, "': metadata ", kLayoutKey,
+               " = \"", it->second, "\" is not a layout; accepted: \"kiln\", \"pytorch\"");
+    *evidence = "its metadata says " + std::string(kLayoutKey) + " = \"" + it->second + "\"";
+    return it->second == "kiln" ? WeightLayout::kiln : WeightLayout::pytorch;
+  }
+  for (auto& [name, t] : m.state_dict()) {
+    const Layout l = layout_of(m, name);
+    auto f = c.tensors.find(name);
+    if (l.kind != Kind::conv_weight || f == c.tensors.end()) continue;
+    const Shape kiln_shape = t.shape(), torch_shape = pytorch_shape(l, t.shape());
+    if (kiln_shape == torch_shape) continue;  // kh = kw = in: either layout fits
+    const Shape& got = f->second.shape();
+    if (got != kiln_shape && got != torch_shape) continue;  // a wrong model: the shape check says so
+    const WeightLayout found = got == kiln_shape ? WeightLayout::kiln : WeightLayout::pytorch;
+    *evidence = "its " + name + " is " + shape_str(got) + ", the model's conv weight in that layout; in the other it is " +
+                shape_str(found == WeightLayout::kiln ? torch_shape : kiln_shape);
+    return found;
+  }
+  return fallback;
+}
+}  // namespace
+
+void save_weights(Module& m, const std::string& path, WeightLayout layout) {
+  StateDict sd = layout == WeightLayout::pytorch ? export_pytorch_state_dict(m) : m.state_dict();
+  save_safetensors(path, sd, {{kLayoutKey, weight_layout_name(layout)}, {"kiln.model", m.type()}});
+}
+
+void load_weights(Module& m, const std::string& path, WeightLayout layout) {
+  const SafetensorsContents c = load_safetensors(path);
+  std::string evidence;
+  const WeightLayout found = file_layout(m, c, path, layout, &evidence);
+  KILN_CHECK(found == layout, "load_weights '", path, "': the file is in ", layout_words(found), ", not in ",
+             layout_words(layout), " as asked (", evidence, "); load it with ", layout_enum(found));
+  load_in_layout(m, c.tensors, /*strict=*/true, layout == WeightLayout::pytorch,
+                 "load_weights '" + path + "' (" + weight_layout_name(layout) + " layout) into " + m.type());
 }
 
 // ---------------------------------------------------------------------------------------------

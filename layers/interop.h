@@ -4,8 +4,13 @@
 // Everything else (linear weights, biases, BN tensors, num_batches_tracked) is copied as is: a
 // Flatten gives PyTorch's (c, h, w) order (layers/linear.h), so a Linear after it has torchvision's
 // columns. Conversion depends only on the module that owns a tensor, never on a forward pass.
-// Tests: tests/layers/interop_test.cpp, tests/models/golden_test.cpp.
+//
+// save_weights / load_weights put a module's weights in a safetensors file (core/io/safetensors.h)
+// in the layout asked for, kiln's own or PyTorch's (WeightLayout below).
+// Tests: tests/layers/interop_test.cpp, tests/layers/weights_file_test.cpp, tests/models/golden_test.cpp.
 #pragma once
+#include <string>
+
 #include "layers/module.h"
 
 namespace kiln {
@@ -19,6 +24,33 @@ void import_pytorch_state_dict(Module& m, const StateDict& sd, bool strict = tru
 // One tensor: kiln layout -> PyTorch layout for the parameter `name` of `m`. Tensors that need no
 // change are returned as given.
 Tensor to_pytorch_layout(Module& m, const std::string& name, const Tensor& t);
+
+// --- weights files ---------------------------------------------------------------------------
+// How a weights file lays out the tensors. Names are the module's in both (dotted as torch.nn's).
+enum class WeightLayout {
+  // As the module holds them (Module::state_dict()): conv weights (out, kh, kw, in), "OHWI", the
+  // layout kiln computes in (NHWC activations). Only kiln reads it back.
+  kiln,
+  // PyTorch's: conv weights (out, in, kh, kw), "OIHW"; everything else as in kiln. The layout of
+  // kiln's checkpoints (tools/deploy/checkpoint.h); PyTorch reads it with
+  // `model.load_state_dict(safetensors.torch.load_file(path))` into the same architecture.
+  pytorch,
+};
+// "kiln" / "pytorch", as the files' metadata and the errors name them.
+const char* weight_layout_name(WeightLayout layout);
+
+// Writes every parameter and buffer of `m` to the safetensors file `path` (atomically) in `layout`;
+// the file's metadata records it ("kiln.layout": "kiln" or "pytorch") with the model's type
+// ("kiln.model").
+void save_weights(Module& m, const std::string& path, WeightLayout layout);
+// Loads the safetensors file `path`, which must hold exactly `m`'s parameters and buffers (names and
+// shapes; floating tensors of any floating dtype), in `layout`. Errors name the file. A file in the
+// other layout is refused with the layout to use instead when it can be told: by its "kiln.layout"
+// metadata (files save_weights wrote), else (files written by PyTorch or kiln's checkpoints, which
+// hold PyTorch's layout) by a conv weight whose shape fits only the other layout. A file without the
+// metadata whose conv weights fit both (every conv has kh = kw = in, e.g. 3x3 on RGB input, or 1x1
+// on one channel) cannot be told apart, and loads transposed.
+void load_weights(Module& m, const std::string& path, WeightLayout layout);
 
 // --- fine-tuning (train.init, docs/finetune.md) ------------------------------------------------
 // The classifier head: the parameters of the model's last Linear module in registration order

@@ -64,6 +64,25 @@ void Module::add_child(const std::string& name, std::shared_ptr<Module> m) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Config
+json Module::to_json() const {
+  throw NoConfigError("model '" + type_ + "' was built in code and has no config (Module::to_json() is not "
+                      "overridden); what asked for it (a run's config.json, kiln export, predicting from a run) "
+                      "needs one: register it (docs/library.md) or override to_json()",
+                      type_);
+}
+
+json Module::config_for(const std::string& feature) const {
+  try {
+    return to_json();
+  } catch (const NoConfigError& e) {
+    const std::string inner = e.module_type() == type_ ? "" : " (its module '" + e.module_type() + "' has none)";
+    KILN_FAIL("model '", type_, "' was built in code and has no config", inner, "; ", feature,
+              " needs one: register it (docs/library.md) or override to_json()");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Traversal
 void Module::collect(const std::string& prefix, bool params, NamedTensors& out) const {
   for (const auto& [name, t] : params ? params_ : buffers_) out.emplace_back(prefix + name, t);

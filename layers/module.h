@@ -5,7 +5,14 @@
 //
 // Parameters and buffers are Tensor handles shared between the module's registry and the layer's
 // own members; to(device) and load_state_dict() change them in place, so every handle (a layer's,
-// an optimizer's) stays valid. Tests: tests/layers/module_test.cpp.
+// an optimizer's) stays valid.
+//
+// A module's config (to_json()) is what rebuilds it through a registry: every built-in layer and
+// model has one. A Module subclass written in code (a user's network, docs/library.md) needs none to
+// train, save and load its weights; only what rebuilds a model from its description (a run's
+// config.json, `kiln export`'s metadata, predicting from a run folder) asks for it, and then fails
+// naming itself and the model (config_for()).
+// Tests: tests/layers/module_test.cpp, tests/layers/code_model_test.cpp (a model built in code).
 #pragma once
 #include <map>
 #include <memory>
@@ -21,6 +28,17 @@ namespace kiln {
 using StateDict = std::map<std::string, Tensor>;
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// Thrown by Module::to_json() of a module that has no config (built in code, to_json() not
+// overridden); `module_type()` is that module's type, which may be a child of the model asked.
+class NoConfigError : public Error {
+ public:
+  NoConfigError(const std::string& what, std::string module_type) : Error(what), type_(std::move(module_type)) {}
+  const std::string& module_type() const { return type_; }
+
+ private:
+  std::string type_;
+};
+
 class Module {
  public:
   explicit Module(std::string type) : type_(std::move(type)) {}
@@ -34,7 +52,14 @@ class Module {
   // The registry name of a layer ("conv2d") or the model name ("resnet50").
   const std::string& type() const { return type_; }
   // The options that rebuild this module through its registry (layers/registry.h, models/registry.h).
-  virtual json to_json() const = 0;
+  // Every built-in layer and model overrides it. The default is for modules built in code: it throws
+  // NoConfigError naming this module's type, and says what to do (register it or override this).
+  virtual json to_json() const;
+  // to_json() for `feature`, the thing that needs the config ("the run's config.json", "kiln export"):
+  // the same JSON, or, when this module or one inside it has none, an error that names the feature
+  // and the module: "model 'MyNet' was built in code and has no config; kiln export needs one:
+  // register it (docs/library.md) or override to_json()".
+  json config_for(const std::string& feature) const;
 
   // --- parameters and buffers, recursively, in registration order (own first, then children) --
   NamedTensors named_parameters() const;

@@ -2,7 +2,6 @@
 
 #include <functional>
 
-#include "core/registry.h"
 #include "layers/registry.h"
 #include "models/alexnet.h"
 #include "models/lenet.h"
@@ -12,46 +11,52 @@
 namespace kiln::models {
 
 namespace {
-using ModelFactory = std::function<std::shared_ptr<Module>(const json&, const std::string&)>;
-
-ModelFactory vgg(const std::string& name) {
-  return [name](const json& j, const std::string& p) { return std::make_shared<VGG>(VGGOptions::from_json(j, p, name)); };
-}
-ModelFactory resnet(const std::string& name) {
-  return [name](const json& j, const std::string& p) {
-    return std::make_shared<ResNet>(ResNetOptions::from_json(j, p, name));
-  };
+template <class Model, class Options>
+ModelMaker maker(const std::string& name) {
+  return {[name](const json& j, const std::string& p) { return std::make_shared<Model>(Options::from_json(j, p, name)); },
+          [name](const json& j, const std::string& p) { return Options::from_json(j, p, name).to_json(); }};
 }
 
-const Registry<ModelFactory>& registry() {
-  static const Registry<ModelFactory> r("a model", {
-      {"lenet", [](const json& j, const std::string& p) { return std::make_shared<LeNet>(LeNetOptions::from_json(j, p)); }},
-      {"alexnet", [](const json& j, const std::string& p) { return std::make_shared<AlexNet>(AlexNetOptions::from_json(j, p)); }},
-      {"vgg11", vgg("vgg11")},
-      {"vgg11_bn", vgg("vgg11_bn")},
-      {"vgg13", vgg("vgg13")},
-      {"vgg13_bn", vgg("vgg13_bn")},
-      {"vgg16", vgg("vgg16")},
-      {"vgg16_bn", vgg("vgg16_bn")},
-      {"vgg19", vgg("vgg19")},
-      {"vgg19_bn", vgg("vgg19_bn")},
-      {"resnet18", resnet("resnet18")},
-      {"resnet34", resnet("resnet34")},
-      {"resnet50", resnet("resnet50")},
-      {"resnet101", resnet("resnet101")},
-      {"resnet152", resnet("resnet152")},
-      {"resnet20", resnet("resnet20")},
-      {"resnet32", resnet("resnet32")},
-      {"resnet44", resnet("resnet44")},
-      {"resnet56", resnet("resnet56")},
-      {"resnet110", resnet("resnet110")},
-      {"resnet_cifar", resnet("resnet_cifar")},
-  }, ", or a \"layers\" list");
-  return r;
+// kiln's models, one line each: the maker, its options reader (the schema reads the options without
+// building the network: resnet152's weights are 230 MB), and the structs documenting its keys.
+void add_builtin_models(Registry<ModelMaker>& r) {
+  const auto docs = [](const char* options) { return ComponentDocs{"", json::object(), {options, "CommonOptions", "ModelKeys"}, {}}; };
+  r.add("lenet", {[](const json& j, const std::string& p) { return std::make_shared<LeNet>(LeNetOptions::from_json(j, p)); },
+                  [](const json& j, const std::string& p) { return LeNetOptions::from_json(j, p).to_json(); }},
+        docs("LeNetOptions"));
+  r.add("alexnet", {[](const json& j, const std::string& p) { return std::make_shared<AlexNet>(AlexNetOptions::from_json(j, p)); },
+                    [](const json& j, const std::string& p) { return AlexNetOptions::from_json(j, p).to_json(); }},
+        docs("AlexNetOptions"));
+  for (const char* v : {"vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn"})
+    r.add(v, maker<VGG, VGGOptions>(v), docs("VGGOptions"));
+  for (const char* v : {"resnet18", "resnet34", "resnet50", "resnet101", "resnet152", "resnet20", "resnet32", "resnet44",
+                        "resnet56", "resnet110", "resnet_cifar"})
+    r.add(v, maker<ResNet, ResNetOptions>(v), docs("ResNetOptions"));
 }
 }  // namespace
 
-std::vector<std::string> model_names() { return registry().names(); }
+Registry<ModelMaker>& model_registry() {
+  static Registry<ModelMaker> r = [] {
+    Registry<ModelMaker> built("a model", ", or a \"layers\" list");
+    add_builtin_models(built);
+    return built;
+  }();
+  return r;
+}
+
+void register_model(const std::string& name, ModelFactory make, ComponentDocs docs, const std::source_location& where) {
+  model_registry().add(name, {std::move(make), nullptr}, std::move(docs), where);
+}
+
+std::vector<std::string> model_names() { return model_registry().names(); }
+
+json read_model_options(const json& j, const std::string& path) {
+  const ModelMaker& m = model_registry().lookup(j, path, "name");
+  const std::string name = j["name"].get<std::string>();
+  return call_component(path, "name", name, model_registry().entry(name)->place, [&] {
+    return m.read_options ? m.read_options(j, path) : m.build(j, path)->to_json();
+  });
+}
 
 std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
   KILN_CHECK(j.is_object(), "config: ", path, " must be an object like {\"name\": \"resnet50\"}, not ",
@@ -63,7 +68,9 @@ std::shared_ptr<Module> build_model(const json& j, const std::string& path) {
     r.finish();
     return std::make_shared<LayerListModel>(layers, r.path_of("layers"), checkpoint);
   }
-  return registry().lookup(j, path, "name")(j, path);
+  const ModelMaker& m = model_registry().lookup(j, path, "name");
+  const std::string name = j["name"].get<std::string>();
+  return call_component(path, "name", name, model_registry().entry(name)->place, [&] { return m.build(j, path); });
 }
 
 LayerListModel::LayerListModel(const json& layers, const std::string& path, const std::string& checkpoint)

@@ -53,6 +53,10 @@ AdamW::AdamW(std::vector<ParamRef> params, AdamWOptions options)
   state_.resize(params_.size());
 }
 
+AdamW::AdamW(const std::vector<Tensor>& params, AdamWOptions options) : AdamW(param_refs(params), options) {}
+AdamW::AdamW(const std::vector<std::pair<std::string, Tensor>>& named_params, AdamWOptions options)
+    : AdamW(param_refs(named_params), options) {}
+
 namespace {
 
 // The kernel's per-step values for a parameter's step t (core/optim_kernels.h), in double, then f32.

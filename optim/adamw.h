@@ -9,7 +9,7 @@
 //
 // State per parameter once it has had a gradient: "<param>.exp_avg", "<param>.exp_avg_sq",
 // ("<param>.max_exp_avg_sq" with amsgrad) and the scalar "<param>.step".
-// Tests: tests/optim/adamw_test.cpp.
+// Tests: tests/optim/adamw_test.cpp; the direct form (model->parameters()): tests/optim/direct_params_test.cpp.
 #pragma once
 #include <array>
 
@@ -39,7 +39,12 @@ struct AdamWOptions {
 
 class AdamW : public Optimizer {
  public:
+  // The engine's form: the caller names the parameters and marks no_decay (mark_no_decay_1d).
   AdamW(std::vector<ParamRef> params, AdamWOptions options = {});
+  // Directly from a model (param_refs, optim/param.h): `AdamW opt(model->parameters(), {.lr = 0.05})`,
+  // or model->named_parameters() to key the state and the errors by the model's names.
+  AdamW(const std::vector<Tensor>& params, AdamWOptions options = {});
+  AdamW(const std::vector<std::pair<std::string, Tensor>>& named_params, AdamWOptions options = {});
   void step() override;
   std::string capture_refusal() const override { return ""; }  // per-step values on the device
   // On a GPU: row k of an f32 (P, 3) device tensor gets parameter k's float(1 - lr*wd),

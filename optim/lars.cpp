@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 
+#include "core/json_util.h"  // join
 #include "core/optim_kernels.h"
 
 namespace kiln {
@@ -105,6 +106,21 @@ LARS::LARS(std::vector<ParamRef> params, LARSOptions options)
   excluded_ = lars_excluded(params_, options_.exclude);
   momentum_.resize(params_.size());
 }
+
+namespace {
+// Plain tensors have no names for `exclude` to go by: refuse rather than exclude nothing silently.
+const LARSOptions& unnamed_options(const LARSOptions& o) {
+  KILN_CHECK(o.exclude.empty(), "LARS: exclude = [", join(o.exclude), "] finds biases and normalisation layers by "
+             "their names, and plain tensors (model->parameters()) have none; accepted: pass "
+             "model->named_parameters(), or set exclude = {} to adapt every tensor");
+  return o;
+}
+}  // namespace
+
+LARS::LARS(const std::vector<Tensor>& params, LARSOptions options)
+    : LARS(param_refs(params), unnamed_options(options)) {}
+LARS::LARS(const std::vector<std::pair<std::string, Tensor>>& named_params, LARSOptions options)
+    : LARS(param_refs(named_params), std::move(options)) {}
 
 void LARS::step_unless(const Tensor& skip) {
   KILN_CHECK(skip.defined(), "LARS::step_unless: no flag given");

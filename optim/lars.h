@@ -22,7 +22,8 @@
 // by trust = 1).
 // State: "<param>.momentum_buffer" per parameter once it has had a gradient.
 // Kernels: core/cpu/lars.cpp, core/cuda/optim_cuda.cu (norms and trust ratios on the GPU, nothing read
-// back). Tests: tests/optim/lars_test.cpp, tests/gpu/lars_test.cpp.
+// back). Tests: tests/optim/lars_test.cpp, tests/gpu/lars_test.cpp; the direct form (model->parameters()):
+// tests/optim/direct_params_test.cpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -59,7 +60,14 @@ std::vector<bool> lars_excluded(const std::vector<ParamRef>& params, const std::
 
 class LARS : public Optimizer {
  public:
+  // The engine's form: the caller names the parameters and marks no_decay (mark_no_decay_1d).
   LARS(std::vector<ParamRef> params, LARSOptions options = {});
+  // Directly from a model (param_refs, optim/param.h): `LARS opt(model->parameters(), {.lr = 0.05})`,
+  // or model->named_parameters() to key the state and the errors by the model's names.
+  // NOTE: `exclude` finds biases and normalisation layers by name, so plain tensors need exclude = {}
+  // (else the constructor says so); pass named_parameters() to keep the default ["bias", "bn"].
+  LARS(const std::vector<Tensor>& params, LARSOptions options = {});
+  LARS(const std::vector<std::pair<std::string, Tensor>>& named_params, LARSOptions options = {});
   void step() override { run(Tensor()); }
   // The buffers start at zero, so no step needs the host's knowledge of the outcome.
   bool can_skip_on_device() const override { return true; }

@@ -14,6 +14,22 @@
 
 namespace kiln {
 
+std::vector<ParamRef> param_refs(const std::vector<Tensor>& params) {
+  std::vector<ParamRef> out;
+  out.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) out.push_back({"params[" + std::to_string(i) + "]", params[i]});
+  mark_no_decay_1d(out);
+  return out;
+}
+
+std::vector<ParamRef> param_refs(const std::vector<std::pair<std::string, Tensor>>& named_params) {
+  std::vector<ParamRef> out;
+  out.reserve(named_params.size());
+  for (const auto& [name, t] : named_params) out.push_back({name, t});
+  mark_no_decay_1d(out);
+  return out;
+}
+
 int mark_no_decay_1d(std::vector<ParamRef>& params) {
   int n = 0;
   for (auto& p : params) {

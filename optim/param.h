@@ -2,9 +2,10 @@
 // them: zero_grad, the global gradient norm and clipping by it (torch.nn.utils.clip_grad_norm_).
 // Parameters are f32 leaf tensors with .grad, all on one device (CPU or one GPU); everything here
 // updates in place, never recorded.
-// Tests: tests/optim/clip_test.cpp.
+// Tests: tests/optim/clip_test.cpp; param_refs: tests/optim/direct_params_test.cpp.
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -21,6 +22,17 @@ struct ParamRef {
   // groups with scaled lrs. Set by make_optimizer from the config's "lr_mult" (default 1).
   double lr_mult = 1.0;
 };
+
+// The parameter list of an optimizer built directly from a model, as in PyTorch
+// (`kiln::SGD opt(model->parameters(), {.lr = 0.05})`; docs/library.md): every tensor given, in order.
+// From plain tensors (Module::parameters()) the names are their positions, "params[0]", "params[1]",
+// ... (PyTorch's optimizer state is keyed by position too); from named tensors
+// (Module::named_parameters()) the model's names, which the optimizer's state_dict() keys and its
+// errors then use. Weight decay applies to every tensor given, as torch.optim's does to what it is
+// passed: the 1-D ones are marked no_decay (mark_no_decay_1d), which only an optimizer whose
+// `no_decay_bn_bias` is turned on acts upon (default off).
+std::vector<ParamRef> param_refs(const std::vector<Tensor>& params);
+std::vector<ParamRef> param_refs(const std::vector<std::pair<std::string, Tensor>>& named_params);
 
 // The usual rule: every 1-D parameter (biases, batch-norm weight and bias) is no_decay.
 // Returns how many were marked.

@@ -1,10 +1,11 @@
-// The explicit registries that map config names to optimizers and learning-rate schedules: one
-// line per type. (No static self-registration: it silently disappears from static libraries.)
+// The optimizer and schedule registries (optim/registry.h): kiln's own, one line each, added when a
+// registry is first used.
+#include "optim/registry.h"
+
 #include <functional>
 #include <map>
 #include <utility>
 
-#include "core/registry.h"
 #include "optim/adamw.h"
 #include "optim/lars.h"
 #include "optim/lr_schedule.h"
@@ -13,40 +14,47 @@
 namespace kiln {
 
 namespace {
-
-using OptimizerMaker = std::function<std::unique_ptr<Optimizer>(const json&, std::vector<ParamRef>, const std::string&)>;
-
-const Registry<OptimizerMaker>& optimizer_registry() {
-  static const Registry<OptimizerMaker> r("", {
-      {"sgd", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
-         return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }},
-      {"adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
-         return std::make_unique<AdamW>(std::move(p), AdamWOptions::from_json(j, path)); }},
-      {"lars", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
-         return std::make_unique<LARS>(std::move(p), LARSOptions::from_json(j, path)); }},
-  });
-  return r;
-}
-
-using ScheduleMaker = std::function<std::unique_ptr<LrSchedule>(const json&, const ScheduleContext&, const std::string&)>;
-
-const Registry<ScheduleMaker>& schedule_registry() {
-  static const Registry<ScheduleMaker> r("", {
-      {"constant", [](const json& j, const ScheduleContext& c, const std::string& path) {
-         return std::make_unique<ConstantLR>(c, ConstantLROptions::from_json(j, path)); }},
-      {"step", [](const json& j, const ScheduleContext& c, const std::string& path) {
-         return std::make_unique<StepLR>(c, StepLROptions::from_json(j, path)); }},
-      {"multistep", [](const json& j, const ScheduleContext& c, const std::string& path) {
-         return std::make_unique<MultiStepLR>(c, MultiStepLROptions::from_json(j, path)); }},
-      {"cosine", [](const json& j, const ScheduleContext& c, const std::string& path) {
-         return std::make_unique<CosineLR>(c, CosineLROptions::from_json(j, path)); }},
-      {"poly", [](const json& j, const ScheduleContext& c, const std::string& path) {
-         return std::make_unique<PolyLR>(c, PolyLROptions::from_json(j, path)); }},
-  });
-  return r;
-}
-
+ComponentDocs documented_by(const char* options, const char* keys) { return {"", json::object(), {options, keys}, {}}; }
 }  // namespace
+
+Registry<OptimizerMaker>& optimizer_registry() {
+  static Registry<OptimizerMaker> r = [] {
+    Registry<OptimizerMaker> b("");
+    b.add("sgd", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+      return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }, documented_by("SGDOptions", "OptimKeys"));
+    b.add("adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+      return std::make_unique<AdamW>(std::move(p), AdamWOptions::from_json(j, path)); }, documented_by("AdamWOptions", "OptimKeys"));
+    b.add("lars", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
+      return std::make_unique<LARS>(std::move(p), LARSOptions::from_json(j, path)); }, documented_by("LARSOptions", "OptimKeys"));
+    return b;
+  }();
+  return r;
+}
+
+Registry<ScheduleMaker>& schedule_registry() {
+  static Registry<ScheduleMaker> r = [] {
+    Registry<ScheduleMaker> b("");
+    b.add("constant", [](const json& j, const ScheduleContext& c, const std::string& path) {
+      return std::make_unique<ConstantLR>(c, ConstantLROptions::from_json(j, path)); }, documented_by("ConstantLROptions", "ScheduleKeys"));
+    b.add("step", [](const json& j, const ScheduleContext& c, const std::string& path) {
+      return std::make_unique<StepLR>(c, StepLROptions::from_json(j, path)); }, documented_by("StepLROptions", "ScheduleKeys"));
+    b.add("multistep", [](const json& j, const ScheduleContext& c, const std::string& path) {
+      return std::make_unique<MultiStepLR>(c, MultiStepLROptions::from_json(j, path)); }, documented_by("MultiStepLROptions", "ScheduleKeys"));
+    b.add("cosine", [](const json& j, const ScheduleContext& c, const std::string& path) {
+      return std::make_unique<CosineLR>(c, CosineLROptions::from_json(j, path)); }, documented_by("CosineLROptions", "ScheduleKeys"));
+    b.add("poly", [](const json& j, const ScheduleContext& c, const std::string& path) {
+      return std::make_unique<PolyLR>(c, PolyLROptions::from_json(j, path)); }, documented_by("PolyLROptions", "ScheduleKeys"));
+    return b;
+  }();
+  return r;
+}
+
+void register_optimizer(const std::string& name, OptimizerMaker make, ComponentDocs docs, const std::source_location& where) {
+  optimizer_registry().add(name, std::move(make), std::move(docs), where);
+}
+void register_schedule(const std::string& name, ScheduleMaker make, ComponentDocs docs, const std::source_location& where) {
+  schedule_registry().add(name, std::move(make), std::move(docs), where);
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> params, const std::string& path) {
   // "lr_mult" belongs to every optimizer (the base class); the rest are the named optimizer's options.
@@ -67,14 +75,19 @@ std::unique_ptr<Optimizer> make_optimizer(const json& j, std::vector<ParamRef> p
     }
     options.erase("lr_mult");
   }
-  std::unique_ptr<Optimizer> opt = optimizer_registry().lookup(options, path, "name")(options, std::move(params), path);
+  const OptimizerMaker& make = optimizer_registry().lookup(options, path, "name");
+  const std::string name = options["name"].get<std::string>();
+  std::unique_ptr<Optimizer> opt = call_component(path, "name", name, optimizer_registry().entry(name)->place,
+                                                  [&] { return make(options, std::move(params), path); });
   opt->set_lr_mult(mult, "config: " + mult_path);
   return opt;
 }
 std::vector<std::string> optimizer_names() { return optimizer_registry().names(); }
 
 std::unique_ptr<LrSchedule> make_schedule(const json& j, const ScheduleContext& context, const std::string& path) {
-  return schedule_registry().lookup(j, path, "name")(j, context, path);
+  const ScheduleMaker& make = schedule_registry().lookup(j, path, "name");
+  const std::string name = j["name"].get<std::string>();
+  return call_component(path, "name", name, schedule_registry().entry(name)->place, [&] { return make(j, context, path); });
 }
 std::vector<std::string> schedule_names() { return schedule_registry().names(); }
 

@@ -49,6 +49,10 @@ SGD::SGD(std::vector<ParamRef> params, SGDOptions options)
   momentum_.resize(params_.size());
 }
 
+SGD::SGD(const std::vector<Tensor>& params, SGDOptions options) : SGD(param_refs(params), options) {}
+SGD::SGD(const std::vector<std::pair<std::string, Tensor>>& named_params, SGDOptions options)
+    : SGD(param_refs(named_params), options) {}
+
 
 void SGD::step() { run(Tensor()); }
 

@@ -8,7 +8,7 @@
 //   p = p - lr * d
 //
 // State: "<param>.momentum_buffer" per parameter once it has had a gradient.
-// Tests: tests/optim/sgd_test.cpp.
+// Tests: tests/optim/sgd_test.cpp; the direct form (model->parameters()): tests/optim/direct_params_test.cpp.
 #pragma once
 #include "optim/optimizer.h"
 
@@ -36,7 +36,12 @@ struct SGDOptions {
 
 class SGD : public Optimizer {
  public:
+  // The engine's form: the caller names the parameters and marks no_decay (mark_no_decay_1d).
   SGD(std::vector<ParamRef> params, SGDOptions options = {});
+  // Directly from a model (param_refs, optim/param.h): `SGD opt(model->parameters(), {.lr = 0.05})`,
+  // or model->named_parameters() to key the state and the errors by the model's names.
+  SGD(const std::vector<Tensor>& params, SGDOptions options = {});
+  SGD(const std::vector<std::pair<std::string, Tensor>>& named_params, SGDOptions options = {});
   void step() override;
   bool can_skip_on_device() const override { return true; }
   void step_unless(const Tensor& skip) override;

@@ -1,5 +1,5 @@
 // Test helper: the `kiln` binary as a child process, its output in a log file, and what the tests
-// that kill or signal it read back (tests/deploy/checkpoint_kill_test.cpp, tests/cli/interrupt_test.cpp).
+// that kill or signal it read back (tests/engine/checkpoint_kill_test.cpp, tests/cli/interrupt_test.cpp).
 #pragma once
 #include <fcntl.h>
 #include <spawn.h>

@@ -616,6 +616,86 @@ bool choose(Entry& e, FusionMode mode, const std::string& what, Build&& build, R
   *out = fused_out;
   return true;
 }
+
+// One backward of conv_scale_bias_relu_stats (conv_bn_stats_backward): its inputs, where it runs, and
+// its unfused chain.
+struct BackwardCase {
+  const Tensor &gy, &x, &scale, &bias, &w;
+  const ops::Conv2dParams& p;
+  int device;
+  Device d;
+  const ConvFusionBackwardUnfused& unfused;
+};
+
+// dw through the fused wgrad graph of `e` (the scale-bias-ReLU prologue inside) or the unfused chain,
+// as choose() decides in `mode`; `what` is the shape (shape_text), for messages.
+Tensor backward_dw(Entry& e, FusionMode mode, const std::string& what, const BackwardCase& c,
+                   ops::ConvFusionChoice* how) {
+  const Tensor &gy = c.gy, &x = c.x, &scale = c.scale, &bias = c.bias, &w = c.w;
+  const ops::Conv2dParams& p = c.p;
+  const int device = c.device;
+  const Device& d = c.d;
+  Tensor result;
+  const ops::ConvFusionNeeds only_w{false, false, false, true};
+  auto unfused_dw = [&] { return c.unfused(only_w).dw; };
+  choose<Tensor, Tensor>(
+      e, mode, "wgrad of " + what, [&] { return build_wgrad(e, device, gy, x, w, p); },
+      [&](Tensor* dw) {
+        Tensor r = Tensor::empty(w.shape(), w.dtype(), d);
+        std::unordered_map<int64_t, void*> pack = {{kX, x.raw_data()},
+                                                   {kScale, scale.raw_data()},
+                                                   {kBias, bias.raw_data()},
+                                                   {kGy, gy.raw_data()},
+                                                   {kDw, r.raw_data()}};
+        const std::string err = execute(e, device, d, pack);
+        if (err.empty()) *dw = r;
+        return err;
+      },
+      unfused_dw, unfused_dw, [](const Tensor& f, const Tensor& u) { return compare_dw(f, u); },
+      [](const Tensor& u) { return u; }, &result, how);
+  return result;
+}
+
+// dx, dscale, dbias (those `need` asks for) through the fused dgrad + dReLU graph of `e` and kiln's
+// dx/dscale/dbias pass, or the unfused chain, as choose() decides in `mode`.
+ops::ConvBnGrads backward_activation(Entry& e, FusionMode mode, const std::string& what, const BackwardCase& c,
+                                     const ops::ConvFusionNeeds& need, ops::ConvFusionChoice* how) {
+  const Tensor &gy = c.gy, &x = c.x, &scale = c.scale, &bias = c.bias, &w = c.w;
+  const ops::Conv2dParams& p = c.p;
+  const int device = c.device;
+  const Device& d = c.d;
+  const ops::ConvFusionNeeds act{need.x, need.scale, need.bias, false};
+  auto unfused_act = [&] {
+    DgradOut o;
+    o.g = c.unfused(act);
+    return o;
+  };
+  DgradOut got;
+  choose<DgradOut, ops::ConvBnGrads>(
+      e, mode, "dgrad + ReLU backward of " + what, [&] { return build_dgrad(e, device, gy, x, w, p); },
+      [&](DgradOut* o) {
+        Tensor da = Tensor::empty(x.shape(), x.dtype(), d);
+        std::unordered_map<int64_t, void*> pack = {{kGy, gy.raw_data()},       {kW, w.raw_data()},
+                                                   {kX, x.raw_data()},         {kScale, scale.raw_data()},
+                                                   {kBias, bias.raw_data()},   {kDa, da.raw_data()}};
+        const std::string err = execute(e, device, d, pack);
+        if (!err.empty()) return err;
+        o->g = affine_grads(device, da, x, scale);
+        o->da = da;
+        return std::string();
+      },
+      unfused_act,
+      // the first-sight reference has every dgrad-side gradient, whatever was asked for
+      [&] { return c.unfused(ops::ConvFusionNeeds{true, true, true, false}); },
+      [&](const DgradOut& f, const ops::ConvBnGrads& u) { return compare_dgrad(f, u, x); },
+      [](const ops::ConvBnGrads& u) {
+        DgradOut o;
+        o.g = u;
+        return o;
+      },
+      &got, how);
+  return got.g;
+}
 #endif  // KILN_CUDNN_FRONTEND
 
 ops::ConvBnStats unfused_because(const ConvFusionUnfused& unfused, ops::ConvFusionChoice* how, std::string why) {
@@ -738,60 +818,14 @@ ops::ConvBnGrads conv_bn_stats_backward(const Tensor& gy, const Tensor& x, const
   const bool d_unfused = !ed || settled_unfused(*ed, mode, how ? &how->dgrad : nullptr);
   if (w_unfused && d_unfused) return unfused(need);
   const std::string what = shape_text(x, w, p);
+  const BackwardCase c{gy, x, scale, bias, w, p, device, d, unfused};
   ops::ConvBnGrads out;
-  if (ew) {
-    const ops::ConvFusionNeeds only_w{false, false, false, true};
-    auto unfused_dw = [&] { return unfused(only_w).dw; };
-    choose<Tensor, Tensor>(
-        *ew, mode, "wgrad of " + what, [&] { return build_wgrad(*ew, device, gy, x, w, p); },
-        [&](Tensor* dw) {
-          Tensor r = Tensor::empty(w.shape(), w.dtype(), d);
-          std::unordered_map<int64_t, void*> pack = {{kX, x.raw_data()},
-                                                     {kScale, scale.raw_data()},
-                                                     {kBias, bias.raw_data()},
-                                                     {kGy, gy.raw_data()},
-                                                     {kDw, r.raw_data()}};
-          const std::string err = execute(*ew, device, d, pack);
-          if (err.empty()) *dw = r;
-          return err;
-        },
-        unfused_dw, unfused_dw, [](const Tensor& f, const Tensor& u) { return compare_dw(f, u); },
-        [](const Tensor& u) { return u; }, &out.dw, how ? &how->wgrad : nullptr);
-  }
+  if (ew) out.dw = backward_dw(*ew, mode, what, c, how ? &how->wgrad : nullptr);
   if (ed) {
-    const ops::ConvFusionNeeds act{need.x, need.scale, need.bias, false};
-    auto unfused_act = [&] {
-      DgradOut o;
-      o.g = unfused(act);
-      return o;
-    };
-    DgradOut got;
-    choose<DgradOut, ops::ConvBnGrads>(
-        *ed, mode, "dgrad + ReLU backward of " + what, [&] { return build_dgrad(*ed, device, gy, x, w, p); },
-        [&](DgradOut* o) {
-          Tensor da = Tensor::empty(x.shape(), x.dtype(), d);
-          std::unordered_map<int64_t, void*> pack = {{kGy, gy.raw_data()},       {kW, w.raw_data()},
-                                                     {kX, x.raw_data()},         {kScale, scale.raw_data()},
-                                                     {kBias, bias.raw_data()},   {kDa, da.raw_data()}};
-          const std::string err = execute(*ed, device, d, pack);
-          if (!err.empty()) return err;
-          o->g = affine_grads(device, da, x, scale);
-          o->da = da;
-          return std::string();
-        },
-        unfused_act,
-        // the first-sight reference has every dgrad-side gradient, whatever was asked for
-        [&] { return unfused(ops::ConvFusionNeeds{true, true, true, false}); },
-        [&](const DgradOut& f, const ops::ConvBnGrads& u) { return compare_dgrad(f, u, x); },
-        [](const ops::ConvBnGrads& u) {
-          DgradOut o;
-          o.g = u;
-          return o;
-        },
-        &got, how ? &how->dgrad : nullptr);
-    out.dx = got.g.dx;
-    out.dscale = got.g.dscale;
-    out.dbias = got.g.dbias;
+    const ops::ConvBnGrads g = backward_activation(*ed, mode, what, c, need, how ? &how->dgrad : nullptr);
+    out.dx = g.dx;
+    out.dscale = g.dscale;
+    out.dbias = g.dbias;
   }
   return out;
 #endif

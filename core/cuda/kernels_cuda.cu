@@ -82,25 +82,11 @@ std::unique_ptr<Communicator> make_communicator(const std::string& id, int nrank
                                                double timeout_s, std::unique_ptr<Communicator> also);
 std::vector<std::unique_ptr<Communicator>> make_local_communicators(const std::vector<int>& devices);
 
-void register_kernels() {
+namespace {
+
+// The optimizers' fused steps, the loss scaler's and the gradient utilities (core/optim_kernels.h).
+void register_optimizer_kernels() {
   constexpr DeviceType gpu = DeviceType::CUDA;
-  dropout_forward_kernel.set(gpu, dropout_forward);
-  dropout_backward_kernel.set(gpu, dropout_backward);
-  silu_forward_kernel.set(gpu, silu_forward);
-  silu_backward_kernel.set(gpu, silu_backward);
-  channel_moments_backward_kernel.set(gpu, channel_moments_backward);
-  bn_finalize_forward_kernel.set(gpu, bn_finalize_forward);
-  bn_finalize_backward_kernel.set(gpu, bn_finalize_backward);
-  lrn_forward_kernel.set(gpu, lrn_forward);
-  normalize_u8_kernel.set(gpu, normalize_u8);
-  max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);
-  max_pool2d_backward_kernel.set(gpu, max_pool2d_backward);
-  avg_pool2d_forward_kernel.set(gpu, avg_pool2d_forward);
-  avg_pool2d_backward_kernel.set(gpu, avg_pool2d_backward);
-  adaptive_avg_pool2d_forward_kernel.set(gpu, adaptive_avg_pool2d_forward);
-  adaptive_avg_pool2d_backward_kernel.set(gpu, adaptive_avg_pool2d_backward);
-  global_avg_pool_forward_kernel.set(gpu, global_avg_pool_forward);
-  global_avg_pool_backward_kernel.set(gpu, global_avg_pool_backward);
   sgd_step_kernel.set(gpu, sgd_step);
   adamw_step_kernel.set(gpu, adamw_step);
   lars_step_kernel.set(gpu, lars_step);
@@ -113,6 +99,56 @@ void register_kernels() {
   ema_copy_kernel.set(gpu, ema_copy);
   write_values_kernel.set(gpu, write_values);
   clip_grad_norm_on_device_kernel.set(gpu, clip_grad_norm_on_device);
+}
+
+// Copies, fill, the allocator, the device's questions, communicators, pinned memory and graph capture.
+void register_device_kernels() {
+  constexpr DeviceType gpu = DeviceType::CUDA;
+  copy_kernel.set(gpu, copy_tensor_cuda);
+  fill_kernel.set(gpu, fill_cuda);
+  allocator_kernel.set(gpu, cuda_allocator);
+  device_name_kernel.set(gpu, device_name);
+  native_bf16_kernel.set(gpu, [](int index) { return context(index).cc_major >= 8; });
+  synchronize_kernel.set(gpu, synchronize);
+  memory_info_kernel.set(gpu, cuda_mem_get_info);
+  set_conv_benchmark_kernel.set(gpu, set_cudnn_benchmark);
+  conv_benchmark_kernel.set(gpu, cudnn_benchmark);
+  profile_range_kernel.set(gpu, [](bool on) { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); });
+  communicator_id_kernel.set(gpu, communicator_id);
+  make_communicator_kernel.set(gpu, make_communicator);
+  make_local_communicators_kernel.set(gpu, make_local_communicators);
+  pinned_alloc_kernel.set(gpu, pinned_alloc);  // core/cuda/pinned_cuda.cu
+  pinned_free_kernel.set(gpu, pinned_free);
+  is_pinned_kernel.set(gpu, is_pinned_ptr);
+  wait_host_copies_kernel.set(gpu, wait_host_copies);
+  register_graph_kernels();  // core/cuda/graph_cuda.cu: begin/end/abandon_capture
+}
+
+}  // namespace
+
+void register_kernels() {
+  constexpr DeviceType gpu = DeviceType::CUDA;
+  dropout_forward_kernel.set(gpu, dropout_forward);
+  dropout_backward_kernel.set(gpu, dropout_backward);
+  silu_forward_kernel.set(gpu, silu_forward);
+  silu_backward_kernel.set(gpu, silu_backward);
+  channel_moments_backward_kernel.set(gpu, channel_moments_backward);
+  bn_finalize_forward_kernel.set(gpu, bn_finalize_forward);
+  bn_finalize_backward_kernel.set(gpu, bn_finalize_backward);
+  lrn_forward_kernel.set(gpu, lrn_forward);
+  // cuda::lrn_backward takes grad_out in x's dtype
+  lrn_backward_kernel.set(gpu, [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double k) {
+    return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, k);
+  });
+  normalize_u8_kernel.set(gpu, normalize_u8);
+  max_pool2d_forward_kernel.set(gpu, max_pool2d_forward);
+  max_pool2d_backward_kernel.set(gpu, max_pool2d_backward);
+  avg_pool2d_forward_kernel.set(gpu, avg_pool2d_forward);
+  avg_pool2d_backward_kernel.set(gpu, avg_pool2d_backward);
+  adaptive_avg_pool2d_forward_kernel.set(gpu, adaptive_avg_pool2d_forward);
+  adaptive_avg_pool2d_backward_kernel.set(gpu, adaptive_avg_pool2d_backward);
+  global_avg_pool_forward_kernel.set(gpu, global_avg_pool_forward);
+  global_avg_pool_backward_kernel.set(gpu, global_avg_pool_backward);
 
   // cuDNN keeps no state between the passes: the `saved` handle stays null
   conv2d_forward_kernel.set(gpu, [](const Tensor& x, const Tensor& w, const Tensor& b, const ops::Conv2dParams& p,
@@ -147,28 +183,8 @@ void register_kernels() {
   all_finite_kernel.set(gpu, all_finite);
   sum_kernel.set(gpu, sum);
   accumulate_step_stats_kernel.set(gpu, accumulate_step_stats);
-  copy_kernel.set(gpu, copy_tensor_cuda);
-  fill_kernel.set(gpu, fill_cuda);
-  allocator_kernel.set(gpu, cuda_allocator);
-  device_name_kernel.set(gpu, device_name);
-  native_bf16_kernel.set(gpu, [](int index) { return context(index).cc_major >= 8; });
-  synchronize_kernel.set(gpu, synchronize);
-  memory_info_kernel.set(gpu, cuda_mem_get_info);
-  set_conv_benchmark_kernel.set(gpu, set_cudnn_benchmark);
-  conv_benchmark_kernel.set(gpu, cudnn_benchmark);
-  profile_range_kernel.set(gpu, [](bool on) { CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop()); });
-  communicator_id_kernel.set(gpu, communicator_id);
-  make_communicator_kernel.set(gpu, make_communicator);
-  make_local_communicators_kernel.set(gpu, make_local_communicators);
-  // cuda::lrn_backward takes grad_out in x's dtype
-  lrn_backward_kernel.set(gpu, [](const Tensor& gy, const Tensor& x, int64_t size, double alpha, double beta, double k) {
-    return lrn_backward(gy.dtype() == x.dtype() ? gy : gy.to(x.dtype()), x, size, alpha, beta, k);
-  });
-  pinned_alloc_kernel.set(gpu, pinned_alloc);  // core/cuda/pinned_cuda.cu
-  pinned_free_kernel.set(gpu, pinned_free);
-  is_pinned_kernel.set(gpu, is_pinned_ptr);
-  wait_host_copies_kernel.set(gpu, wait_host_copies);
-  register_graph_kernels();  // core/cuda/graph_cuda.cu: begin/end/abandon_capture
+  register_optimizer_kernels();
+  register_device_kernels();
 }
 
 }  // namespace kiln::cuda

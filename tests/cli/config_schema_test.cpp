@@ -67,7 +67,7 @@ TEST(ConfigSchema, ListsTrainKeysWithTheirDefaultsAndRanges) {
   EXPECT_EQ(k->def, "0");
   EXPECT_EQ(k->accepted, ">= 0");
   EXPECT_NE(k->meaning.find("stop each epoch after this many steps"), std::string::npos) << k->meaning;
-  EXPECT_EQ(k->source, "tools/deploy/train_options.h");
+  EXPECT_EQ(k->source, "tools/engine/train_options.h");
   // The keys just added, like any other.
   for (const char* p : {"train.save_every_steps", "train.save_every_minutes", "train.keep_last"})
     EXPECT_NE(find_key(p), nullptr) << p;

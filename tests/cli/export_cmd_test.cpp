@@ -21,7 +21,7 @@
 #include "layers/interop.h"
 #include "layers/linear.h"
 #include "models/registry.h"
-#include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/cli/commands.h"
 #include "tools/onnx/onnx_export.h"
 #include "tests/onnx/onnx_test_util.h"

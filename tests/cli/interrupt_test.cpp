@@ -15,7 +15,7 @@
 #include "../resume_util.h"
 #include "core/io/safetensors.h"
 #include "models/registry.h"
-#include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 
 using namespace kiln;
 namespace fs = std::filesystem;

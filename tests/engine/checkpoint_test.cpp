@@ -1,7 +1,8 @@
-// Checkpoints (tools/deploy/checkpoint.h): the folder layout and its cleanup, the paths users pass, flat
-// pairs of earlier runs, and the refusal (naming file and field or tensor) of damaged or diverged
-// state: missing/out-of-range fields, non-finite tensors, integer tensors for float parameters;
-// training states of an earlier kiln whose flatten gave (h, w, c) order (tools/deploy/checkpoint_legacy.h).
+// Checkpoints (tools/engine/training_checkpoint.h, its files tools/deploy/checkpoint.h): the folder
+// layout and its cleanup, the paths users pass, flat pairs of earlier runs, and the refusal (naming
+// file and field or tensor) of damaged or diverged state: missing/out-of-range fields, non-finite
+// tensors, integer tensors for float parameters; training states of an earlier kiln whose flatten
+// gave (h, w, c) order (tools/engine/checkpoint_legacy.h).
 // Also: weights that overflow to NaN in the forward stop the trainer with its non-finite-loss error.
 #include <gtest/gtest.h>
 
@@ -19,7 +20,8 @@
 #include "tests/gradcheck.h"
 #include "tests/layers/error_util.h"
 #include "tools/deploy/checkpoint.h"
-#include "tools/deploy/checkpoint_legacy.h"
+#include "tools/engine/training_checkpoint.h"
+#include "tools/engine/checkpoint_legacy.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/trainer.h"
 

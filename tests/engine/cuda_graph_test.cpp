@@ -26,7 +26,7 @@
 #include "optim/lars.h"
 #include "optim/sgd.h"
 #include "optim/param.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/cuda_graph.h"
 #include "tools/engine/train_step.h"
 

@@ -19,7 +19,7 @@
 #include "core/comm.h"
 #include "models/registry.h"
 #include "tests/expect_error.h"
-#include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/trainer.h"
 

@@ -14,7 +14,7 @@
 #include "../resume_util.h"
 #include "core/comm.h"
 #include "models/registry.h"
-#include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/engine/interrupt.h"
 #include "tools/engine/trainer.h"

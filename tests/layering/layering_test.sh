@@ -12,7 +12,7 @@ declare -A allowed=(
   [models]="core layers models"
   [optim]="core optim"
   [data]="core data"
-  [tools/deploy]="core layers models optim data tools/deploy"
+  [tools/deploy]="core layers models data tools/deploy"
   [tools/engine]="core layers models optim data tools/deploy tools/engine"
   [tools/onnx]="core layers models tools/onnx"
   [tools/sweep]="core layers models optim data tools/deploy tools/engine tools/sweep"
@@ -41,6 +41,13 @@ done
 # tools/ root holds scripts and CMakeLists.txt only: every source file is in a library folder.
 if compgen -G "tools/*.cpp" >/dev/null || compgen -G "tools/*.h" >/dev/null; then
   echo "layering_test: C++ files at tools/ root: $(ls tools/*.cpp tools/*.h 2>/dev/null | tr '\n' ' ')"
+  bad=1
+fi
+# The umbrella headers (cmake/kiln.h and engine.h: <kiln/kiln.h>, <kiln/engine.h>) are for programs: no
+# library file includes them.
+if grep -rnE '^\s*#\s*include\s+[<"](kiln/)?(cmake/)?(kiln|engine)\.h[">]' core layers models optim data tools \
+     --include='*.h' --include='*.cpp' --include='*.cu' --include='*.cuh'; then
+  echo "layering_test: the lines above include an umbrella header (kiln.h, engine.h), which are for programs only"
   bad=1
 fi
 [ $bad -eq 0 ] && echo "layering_test: every include follows the library direction"

@@ -13,7 +13,7 @@
 #include "core/rng.h"
 #include "models/registry.h"
 #include "optim/sgd.h"
-#include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/engine/interrupt.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/trainer.h"

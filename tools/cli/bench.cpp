@@ -496,6 +496,42 @@ int bench_train(const Args& args) {
 }
 
 
+namespace {
+
+// The chooser's table (core/conv_policy.h): per (shape, pass) each candidate's ms, the choice and its
+// speedup over direct; then per pass the sums of direct and of the choices.
+void print_conv_algo_table() {
+  namespace ca = ops::conv_algo;
+  std::printf("%-54s %-16s %9s %9s %9s  %-8s %7s\n", "shape", "pass", "direct", "winograd", "im2col", "choice",
+              "speedup");
+  std::map<ca::Pass, std::pair<double, double>> sum;  // direct, chosen
+  for (const ca::Entry& e : ca::entries()) {
+    double ms[3] = {-1, -1, -1};
+    for (const ca::Timing& tm : e.choice.times) ms[static_cast<int>(tm.algo)] = tm.ms;
+    auto col = [](double v) {
+      char b[16];
+      if (v < 0)
+        std::snprintf(b, sizeof b, "%9s", "-");
+      else
+        std::snprintf(b, sizeof b, "%9.2f", v);
+      return std::string(b);
+    };
+    const double chosen = ms[static_cast<int>(e.choice.algo)];
+    std::printf("%-54s %-16s %s %s %s  %-8s %7.2f\n", e.key.c_str(), ca::pass_name(e.pass), col(ms[0]).c_str(),
+                col(ms[1]).c_str(), col(ms[2]).c_str(), ca::algo_name(e.choice.algo),
+                chosen > 0 && ms[0] > 0 ? ms[0] / chosen : 1.0);
+    if (ms[0] > 0 && chosen > 0) {
+      sum[e.pass].first += ms[0];
+      sum[e.pass].second += chosen;
+    }
+  }
+  for (auto& [pass, v] : sum)
+    std::printf("# %-16s sum over the measured shapes (each counted once): direct %.2f ms, chosen %.2f ms, %.2fx\n",
+                ca::pass_name(pass), v.first, v.second, v.first / v.second);
+}
+
+}  // namespace
+
 // One training step's convolutions of a registry model, measured by the chooser
 // (core/conv_policy.h) from a fresh process cache: per shape and pass, each candidate's time
 // and the choice, then per pass the time of the choices against direct everywhere.
@@ -556,32 +592,7 @@ int bench_winograd(const Args& in) {
   const auto t0 = std::chrono::steady_clock::now();
   ops::cross_entropy(model->forward(x).to(DType::f32), y).backward();
   const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%-54s %-16s %9s %9s %9s  %-8s %7s\n", "shape", "pass", "direct", "winograd", "im2col", "choice",
-              "speedup");
-  std::map<ca::Pass, std::pair<double, double>> sum;  // direct, chosen
-  for (const ca::Entry& e : ca::entries()) {
-    double ms[3] = {-1, -1, -1};
-    for (const ca::Timing& tm : e.choice.times) ms[static_cast<int>(tm.algo)] = tm.ms;
-    auto col = [](double v) {
-      char b[16];
-      if (v < 0)
-        std::snprintf(b, sizeof b, "%9s", "-");
-      else
-        std::snprintf(b, sizeof b, "%9.2f", v);
-      return std::string(b);
-    };
-    const double chosen = ms[static_cast<int>(e.choice.algo)];
-    std::printf("%-54s %-16s %s %s %s  %-8s %7.2f\n", e.key.c_str(), ca::pass_name(e.pass), col(ms[0]).c_str(),
-                col(ms[1]).c_str(), col(ms[2]).c_str(), ca::algo_name(e.choice.algo),
-                chosen > 0 && ms[0] > 0 ? ms[0] / chosen : 1.0);
-    if (ms[0] > 0 && chosen > 0) {
-      sum[e.pass].first += ms[0];
-      sum[e.pass].second += chosen;
-    }
-  }
-  for (auto& [pass, v] : sum)
-    std::printf("# %-16s sum over the measured shapes (each counted once): direct %.2f ms, chosen %.2f ms, %.2fx\n",
-                ca::pass_name(pass), v.first, v.second, v.first / v.second);
+  print_conv_algo_table();
   const ca::Stats st = ca::stats();
   std::printf("# %lld (shape, pass) pairs measured in %.2f s, %lld from the disk cache; the measured step took %.2f s\n",
               (long long)st.measured, st.measure_seconds, (long long)st.from_disk, step_s);

@@ -6,8 +6,11 @@
 
 #include "core/check.h"
 #include "core/json_util.h"  // closest_match
+#include "core/registry.h"
 #include "core/version.h"
+#include "tools/cli/cli.h"
 #include "tools/cli/commands.h"
+#include "tools/engine/mpi_comm.h"
 
 namespace kiln::cli {
 
@@ -100,6 +103,18 @@ int dispatch(const std::vector<Command>& table, const Args& args, const std::str
   KILN_FAIL(group.empty() ? "" : group + ": ", "unknown command '", args[0], "'",
             near.empty() ? "" : " (did you mean '" + near + "'?)", "; accepted: ", accepted, " (see kiln ",
             group.empty() ? "" : group + " ", "--help)");
+}
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    check_registrations();  // a component registered twice (KILN_REGISTER) fails here, naming both places
+    return run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "kiln: error: " << e.what() << std::endl;
+    abort_job_if_mpi(1);  // bring the other ranks down now rather than at their timeout
+    return 1;
+  }
 }
 
 int run(const Args& args) {

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -14,15 +15,12 @@
 #include "data/config.h"
 #include "data/pipeline.h"
 #include "layers/registry.h"
-#include "models/alexnet.h"
-#include "models/lenet.h"
 #include "models/registry.h"
-#include "models/resnet.h"
-#include "models/vgg.h"
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "optim/param.h"
-#include "tools/deploy/train_options.h"
+#include "optim/registry.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/finetune.h"
 #include "tools/engine/replica_run.h"
 
@@ -44,6 +42,8 @@ struct Variant {
   std::vector<DocScope> docs;
   json sample;                           // the object at `base` the reader reads
   std::function<json(const json&)> read;  // runs the reader on a sample; the section written back, resolved
+  std::vector<std::pair<std::string, std::string>> key_docs = {};  // meanings given in code (a program's component)
+  std::string summary = "";                                        // what the component is, one line
 };
 
 struct Section {
@@ -56,78 +56,33 @@ struct Section {
 
 json obj(std::initializer_list<std::pair<const std::string, json>> kv) { return json(std::map<std::string, json>(kv)); }
 
-// --- the samples -----------------------------------------------------------------------------------
-// Each reader runs over a sample that holds what it requires, plus every optional nested section, so
-// that their keys are read too. Only required values are given here; every other key is the reader's.
+// --- the sections -------------------------------------------------------------------------------
+// Every component of a polymorphic section comes from its registry (core/registry.h), kiln's and a
+// program's own alike, with the sample its reader accepts and the structs (or, for a program's own,
+// the meanings given in code) that document its keys: there is no second list of components here.
 
-const std::map<std::string, json>& transform_samples() {
-  static const std::map<std::string, json> m = {
-      {"random_crop", {{"size", 8}}}, {"random_resized_crop", {{"size", 8}}}, {"resize", {{"size", 8}}},
-      {"center_crop", {{"size", 8}}},
-      // read only when given
-      {"trivial_augment_wide", {{"fill", 0}}}, {"rand_augment", {{"fill", 0}}}, {"random_erasing", {{"value", 0}}}};
-  return m;
-}
-
-const std::map<std::string, json>& layer_samples() {
-  static const std::map<std::string, json> m = {
-      {"conv2d", {{"in_channels", 1}, {"out_channels", 1}, {"kernel_size", 1}}},
-      {"linear", {{"in_features", 1}, {"out_features", 1}}},
-      {"batch_norm2d", {{"num_features", 1}}},
-      {"batch_norm1d", {{"num_features", 1}}},
-      {"max_pool2d", {{"kernel_size", 2}}},
-      {"avg_pool2d", {{"kernel_size", 2}}},
-      {"local_response_norm", {{"size", 1}}},
-      {"basic_block", {{"in_channels", 1}, {"planes", 1}}},
-      {"bottleneck", {{"in_channels", 4}, {"planes", 1}}},
-      {"sequential", {{"layers", json::array({{{"type", "relu"}}})}}}};
-  return m;
-}
-
-const std::map<std::string, json>& source_samples() {
-  // Images of a folder or list vary in size: their batches need transforms that end in a fixed size.
-  const json fixed = json::array({obj({{"type", "center_crop"}, {"size", 8}})});
-  static const std::map<std::string, json> m = {
-      {"mnist", {{"root", "r"}}},      {"fashion_mnist", {{"root", "r"}}}, {"cifar10", {{"root", "r"}}},
-      {"cifar100", {{"root", "r"}}},   {"synthetic", {{"synthetic", json::object()}}},
-      {"image_folder", {{"root", "r"}, {"train_transforms", fixed}, {"val_transforms", fixed}}},
-      {"image_list", {{"train_list", "a"}, {"val_list", "b"}, {"train_transforms", fixed}, {"val_transforms", fixed}}}};
-  return m;
-}
-
-json with(json sample, const std::string& key, const std::string& value, const std::map<std::string, json>& extra) {
+json with(json sample, const std::string& key, const std::string& value, const ComponentDocs& docs) {
+  sample.update(docs.sample);
   sample[key] = value;
-  auto it = extra.find(value);
-  if (it != extra.end()) sample.update(it->second);
   return sample;
 }
 
-// The model options reader of a registry name (the same from_json the model registry calls; building
-// the models themselves would allocate every network's weights) and the structs documenting it. The
-// options' to_json() is what the built model's to_json() writes.
-std::pair<std::function<json(const json&)>, std::string> model_reader(const std::string& name) {
-  using namespace models;
-  if (name == "lenet") return {[](const json& j) { return LeNetOptions::from_json(j, "model").to_json(); }, "LeNetOptions"};
-  if (name == "alexnet")
-    return {[](const json& j) { return AlexNetOptions::from_json(j, "model").to_json(); }, "AlexNetOptions"};
-  if (name.rfind("vgg", 0) == 0)
-    return {[name](const json& j) { return VGGOptions::from_json(j, "model", name).to_json(); }, "VGGOptions"};
-  if (name.rfind("resnet", 0) == 0)
-    return {[name](const json& j) { return ResNetOptions::from_json(j, "model", name).to_json(); }, "ResNetOptions"};
-  KILN_FAIL("config schema: model \"", name, "\" has no options reader in tools/cli/config_schema.cpp (model_reader)");
+// A variant of a registered component: its scope of documentation, extended with the section's own structs.
+template <class Entry>
+Variant registered(const Entry& e, const std::string& selector, const std::string& base, json sample,
+                   std::vector<std::string> section_structs, std::function<json(const json&)> read) {
+  std::vector<std::string> structs = e.docs.structs;
+  for (std::string& t : section_structs)
+    if (std::find(structs.begin(), structs.end(), t) == structs.end()) structs.push_back(std::move(t));
+  return {e.name, base, {{"", structs}}, with(std::move(sample), selector, e.name, e.docs), std::move(read),
+          e.docs.keys, e.docs.summary};
 }
 
 // The model section read as build_model reads it (the same registry lookup, so the same errors for a
 // missing, mistyped or unknown name), a registry model by its options reader rather than built.
 json read_model(const json& j) {
-  using Reader = std::function<json(const json&)>;
-  static const Registry<Reader> readers = [] {
-    std::vector<std::pair<std::string, Reader>> entries;
-    for (const std::string& name : models::model_names()) entries.push_back({name, model_reader(name).first});
-    return Registry<Reader>("a model", entries, ", or a \"layers\" list");
-  }();
   if (j.is_object() && j.contains("layers")) return models::build_model(j, "model")->to_json();
-  return readers.lookup(j, "model", "name")(j);
+  return models::read_model_options(j, "model");
 }
 
 // The data section as a run reads it (resolve_config): data.batch_size -1 or a fraction asks AutoBatch,
@@ -152,10 +107,8 @@ Section top_section() {
 
 Section model_section() {
   Section model{"model", "name", "ModelKeys", "", {}};
-  for (const std::string& name : models::model_names()) {
-    const std::string doc = model_reader(name).second;
-    model.variants.push_back({name, "model", {{"", {doc, "CommonOptions", "ModelKeys"}}}, obj({{"name", name}}), read_model});
-  }
+  for (const auto& e : models::model_registry().entries())
+    model.variants.push_back(registered(e, "name", "model", json::object(), {"ModelKeys"}, read_model));
   model.variants.push_back({"(none: a custom \"layers\" list)", "model", {{"", {"ModelKeys"}}},
                             obj({{"layers", json::array({obj({{"type", "relu"}})})}}), read_model});
   return model;
@@ -163,14 +116,9 @@ Section model_section() {
 
 Section layer_section() {
   Section layers{"model.layers[]", "type", "LayerKeys", "", {}};
-  for (const std::string& t : layer_types()) {
-    json sample = with(json::object(), "type", t, layer_samples());
-    layers.variants.push_back({t, "model.layers[0]",
-                               {{"", {"Conv2dOptions", "LinearOptions", "BatchNormOptions", "Pool2dOptions",
-                                      "AdaptiveAvgPool2dOptions", "DropoutOptions", "LocalResponseNormOptions",
-                                      "BlockOptions", "LayerKeys"}}},
-                               sample, [](const json& j) { return build_layer(j, "model.layers[0]")->to_json(); }});
-  }
+  for (const auto& e : layer_registry().entries())
+    layers.variants.push_back(registered(e, "type", "model.layers[0]", json::object(), {"LayerKeys"},
+                                         [](const json& j) { return build_layer(j, "model.layers[0]")->to_json(); }));
   return layers;
 }
 
@@ -178,56 +126,41 @@ Section data_section() {
   Section data{"data", "source", "DataConfig", "", {}};
   const TrainOptions train;  // AutoBatch's default share of memory, for data.batch_size -1
   for (const std::string& s : data_source_names()) {
-    json sample = with(obj({{"train_transforms", json::array()}, {"val_transforms", json::array()},
-                            {"progressive_resize", obj({{"min_size", 8}, {"end_epoch", 2}})}}),
-                       "source", s, source_samples());
-    const std::vector<std::string> source_docs = {"DataConfig", "DataKeys", "LoaderOptions", "IdxOptions", "CifarOptions",
-                                                  "ImageFolderOptions", "ImageListOptions"};
-    std::vector<std::string> own;  // the struct of this source's options first: its meaning of "root" wins
-    if (s == "mnist" || s == "fashion_mnist") own = {"IdxOptions"};
-    else if (s == "cifar10" || s == "cifar100") own = {"CifarOptions"};
-    else if (s == "image_folder") own = {"ImageFolderOptions"};
-    else if (s == "image_list") own = {"ImageListOptions"};
-    own.insert(own.end(), source_docs.begin(), source_docs.end());
+    const ComponentDocs& docs = data_source_docs(s);
+    const json sample = with(obj({{"train_transforms", json::array()}, {"val_transforms", json::array()},
+                                  {"progressive_resize", obj({{"min_size", 8}, {"end_epoch", 2}})}}),
+                             "source", s, docs);
     data.variants.push_back({s, "data",
-                             {{"", own}, {"synthetic", {"SyntheticOptions"}}, {"progressive_resize", {"ProgressiveResizeOptions"}}},
-                             sample, [f = train.autobatch_fraction](const json& j) { return resolve_data(j, f); }});
+                             {{"", docs.structs}, {"synthetic", {"SyntheticOptions"}}, {"progressive_resize", {"ProgressiveResizeOptions"}}},
+                             sample, [f = train.autobatch_fraction](const json& j) { return resolve_data(j, f); },
+                             docs.keys, docs.summary});
   }
   return data;
 }
 
 Section transform_section() {
   Section transforms{"data.*_transforms[]", "type", "TransformKeys", "", {}};
-  for (const std::string& t : transform_types()) {
-    transforms.variants.push_back(
-        {t, "data.train_transforms[0]",
-         {{"", {"RandomCropOptions", "HorizontalFlipOptions", "RandomResizedCropOptions", "ResizeOptions",
-                "CenterCropOptions", "ColorJitterOptions", "TrivialAugmentWideOptions", "RandAugmentOptions",
-                "RandomErasingOptions", "NormalizeOptions", "TransformKeys"}}},
-         with(json::object(), "type", t, transform_samples()),
-         [](const json& j) { return Pipeline::from_json(json::array({j}), "data.train_transforms").to_json().at(0); }});
-  }
+  for (const auto& e : transform_registry().entries())
+    transforms.variants.push_back(registered(e, "type", "data.train_transforms[0]", json::object(), {"TransformKeys"}, [](const json& j) {
+      return Pipeline::from_json(json::array({j}), "data.train_transforms").to_json().at(0);
+    }));
   return transforms;
 }
 
 Section optim_section() {
   Section optim{"optim", "name", "OptimKeys", "", {}};  // required in the section (absent: the top level's default)
-  for (const std::string& n : optimizer_names()) {
-    optim.variants.push_back({n, "optim", {{"", {"SGDOptions", "AdamWOptions", "LARSOptions", "OptimKeys"}}}, obj({{"name", n}}),
-                              [](const json& j) { return make_optimizer(j, {}, "optim")->to_json(); }});
-  }
+  for (const auto& e : optimizer_registry().entries())
+    optim.variants.push_back(registered(e, "name", "optim", json::object(), {"OptimKeys"},
+                                        [](const json& j) { return make_optimizer(j, {}, "optim")->to_json(); }));
   return optim;
 }
 
 Section schedule_section() {
   Section schedule{"schedule", "name", "ScheduleKeys", "", {}};
-  for (const std::string& n : schedule_names()) {
-    schedule.variants.push_back(
-        {n, "schedule",
-         {{"", {"ConstantLROptions", "StepLROptions", "MultiStepLROptions", "CosineLROptions", "PolyLROptions",
-                "ScheduleKeys"}}},
-         obj({{"name", n}}), [](const json& j) { return make_schedule(j, ScheduleContext{}, "schedule")->to_json(); }});
-  }
+  for (const auto& e : schedule_registry().entries())
+    schedule.variants.push_back(registered(e, "name", "schedule", json::object(), {"ScheduleKeys"}, [](const json& j) {
+      return make_schedule(j, ScheduleContext{}, "schedule")->to_json();
+    }));
   return schedule;
 }
 
@@ -288,24 +221,33 @@ struct Built {
   std::vector<std::string> problems;
 };
 
-// A variant's keys: its reader's records under its base, with their meanings. `used` collects the
-// (struct, field) meanings that named a key.
-std::vector<SchemaKey> variant_keys(const Section& sec, const Variant& v, const json& defaults,
-                                    std::set<std::pair<std::string, std::string>>& used, std::vector<std::string>& problems) {
+// The keys a variant's reader asks for, run over its sample under a KeyRecorder; a sample the reader
+// refuses is a problem (the component is then listed without its keys: a program's own component that
+// fails so does not take `--help` down).
+std::optional<std::vector<KeyRecord>> recorded_keys(const Section& sec, const Variant& v, std::vector<std::string>& problems) {
   KeyRecorder rec;
   try {
     v.read(v.sample);
   } catch (const std::exception& e) {
-    KILN_FAIL("config schema: the sample of ", sec.name.empty() ? "the top level" : sec.name,
-              v.value.empty() ? "" : " " + sec.selector + " \"" + v.value + "\"",
-              " was refused (give its required keys in tools/cli/config_schema.cpp): ", e.what());
+    problems.push_back("the sample of " + (sec.name.empty() ? std::string("the top level") : sec.name) +
+                       (v.value.empty() ? "" : " " + sec.selector + " \"" + v.value + "\"") +
+                       " was refused (give its required keys in its registration's ComponentDocs::sample, "
+                       "core/registry.h): " + e.what());
+    return std::nullopt;
   }
-  const std::vector<KeyRecord> records = rec.keys();
-  struct Found {
-    const KeyRecord* r;
-    std::string rel, field;
-    const DocScope* scope;
-  };
+  return rec.keys();
+}
+
+// A key of a variant, relative to its base, and the scope of structs that documents it.
+struct Found {
+  const KeyRecord* r;
+  std::string rel, field;
+  const DocScope* scope;
+};
+
+// The records under the variant's base that a scope covers (a key deeper than the scopes, a nested
+// list's entries, is its own section's); the selector is listed once, with every variant's value.
+std::vector<Found> scoped_keys(const Section& sec, const Variant& v, const std::vector<KeyRecord>& records) {
   std::vector<Found> found;
   for (const KeyRecord& r : records) {
     std::string rel = r.path;
@@ -313,7 +255,7 @@ std::vector<SchemaKey> variant_keys(const Section& sec, const Variant& v, const 
       if (r.path.rfind(v.base + ".", 0) != 0) continue;
       rel = r.path.substr(v.base.size() + 1);
     }
-    if (rel == sec.selector) continue;  // listed once, with every variant's value
+    if (rel == sec.selector) continue;
     for (const DocScope& d : v.docs) {
       const std::string head = d.prefix.empty() ? "" : d.prefix + ".";
       if (rel.rfind(head, 0) != 0) continue;
@@ -322,10 +264,14 @@ std::vector<SchemaKey> variant_keys(const Section& sec, const Variant& v, const 
         found.push_back({&r, rel, f, &d});
         break;
       }
-    }  // a key deeper than the scopes (a nested list's entries) is its own section's
+    }
   }
-  // Which struct of a scope documents this variant: the one holding most of its keys, then the one
-  // named like the variant ("center_crop": CenterCropOptions).
+  return found;
+}
+
+// Which struct of each scope documents this variant first: the one holding most of its keys, then the
+// one named like the variant ("center_crop": CenterCropOptions).
+std::map<const DocScope*, std::vector<std::string>> ranked_structs(const Variant& v, const std::vector<Found>& found) {
   auto squash = [](std::string n) {
     std::string o;
     for (char c : n)
@@ -335,79 +281,91 @@ std::vector<SchemaKey> variant_keys(const Section& sec, const Variant& v, const 
   std::map<const DocScope*, std::vector<std::string>> ranked;
   for (const DocScope& d : v.docs) {
     std::vector<std::pair<int, std::string>> scored;
-    for (size_t i = 0; i < d.structs.size(); ++i) {
+    for (const std::string& type : d.structs) {
       int covered = 0;
+      const std::vector<std::string> lineage = with_bases({type});
       for (const Found& f : found)
-        if (f.scope == &d)
-          for (const std::string& t : with_bases({d.structs[i]}))
-            if (find_doc(t, f.field)) {
-              ++covered;
-              break;
-            }
-      const bool named = !v.value.empty() && squash(d.structs[i]).rfind(squash(v.value), 0) == 0;
-      scored.push_back({-(covered * 2 + (named ? 1 : 0)), d.structs[i]});
+        if (f.scope == &d && std::any_of(lineage.begin(), lineage.end(),
+                                         [&](const std::string& t) { return find_doc(t, f.field) != nullptr; }))
+          ++covered;
+      const bool named = !v.value.empty() && squash(type).rfind(squash(v.value), 0) == 0;
+      scored.push_back({-(covered * 2 + (named ? 1 : 0)), type});
     }
-    std::stable_sort(scored.begin(), scored.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::stable_sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     for (const auto& [score, t] : scored) ranked[&d].push_back(t);
   }
+  return ranked;
+}
+
+// The JSON pointer of a dotted relative path ("ema.decay" -> /ema/decay).
+json::json_pointer pointer_of(std::string dotted) {
+  std::replace(dotted.begin(), dotted.end(), '.', '/');
+  return json::json_pointer("/" + dotted);
+}
+
+// A key's type, requiredness and default: what its reader noted, else what the resolved defaults or the
+// sample hold. Required: the reader refuses the sample without it (whether it says so with require() or later).
+void type_and_default(SchemaKey& k, const Found& f, const Variant& v, const std::vector<KeyRecord>& records,
+                      const json& defaults) {
+  const KeyRecord& r = *f.r;
+  k.type = r.type;
+  auto below = [&](const char* sep) {
+    return std::any_of(records.begin(), records.end(), [&](const KeyRecord& o) { return o.path.rfind(r.path + sep, 0) == 0; });
+  };
+  const bool parent = below(".") || below("[");
+  if (parent && (k.type.empty() || k.type == "JSON")) k.type = below("[") ? "list" : "object";
+  bool required = r.required;
+  const json::json_pointer at = pointer_of(f.rel);
+  if (!required && v.sample.contains(at)) {
+    json without = v.sample;
+    without[at.parent_pointer()].erase(at.back());
+    try {
+      v.read(without);
+    } catch (const std::exception&) {
+      required = true;
+    }
+  }
+  if (required) k.def = "required";
+  else if (r.has_default) k.def = r.def.dump();
+  const json* resolved = nullptr;
+  if (k.path.find('[') == std::string::npos && defaults.contains(pointer_of(k.path))) resolved = &defaults.at(pointer_of(k.path));
+  if (k.def.empty() && resolved && !parent && !resolved->is_object()) k.def = resolved->dump();
+  if ((k.type.empty() || k.type == "JSON") && resolved && !resolved->is_null()) k.type = type_of(*resolved);
+  if ((k.type.empty() || k.type == "JSON") && v.sample.contains(at) && !v.sample.at(at).is_null())
+    k.type = type_of(v.sample.at(at));  // the kind of value the sample gives it
+  if (k.type.empty()) k.type = "JSON";
+}
+
+// A variant's keys: its reader's records under its base, with their meanings (given in code for a
+// program's component, else the `///` of its structs). `used` collects the (struct, field) meanings
+// that named a key.
+std::vector<SchemaKey> variant_keys(const Section& sec, const Variant& v, const json& defaults,
+                                    std::set<std::pair<std::string, std::string>>& used, std::vector<std::string>& problems) {
+  const std::optional<std::vector<KeyRecord>> recorded = recorded_keys(sec, v, problems);
+  if (!recorded) return {};
+  const std::vector<KeyRecord>& records = *recorded;
+  const std::vector<Found> found = scoped_keys(sec, v, records);
+  std::map<const DocScope*, std::vector<std::string>> ranked = ranked_structs(v, found);
   std::vector<SchemaKey> keys;
   for (const Found& f : found) {
-    const KeyRecord& r = *f.r;
     SchemaKey k;
     k.path = sec.name.empty() ? f.rel : sec.name + "." + f.rel;
-    k.type = r.type;
-    const bool parent = std::any_of(records.begin(), records.end(), [&](const KeyRecord& o) {
-      return o.path.rfind(r.path + ".", 0) == 0 || o.path.rfind(r.path + "[", 0) == 0;
-    });
-    if (parent && (k.type.empty() || k.type == "JSON"))
-      k.type = std::any_of(records.begin(), records.end(),
-                           [&](const KeyRecord& o) { return o.path.rfind(r.path + "[", 0) == 0; })
-                   ? "list"
-                   : "object";
-    // Required: the reader refuses the sample without it (whether it says so with require() or later).
-    bool required = r.required;
-    const json::json_pointer at("/" + [&] {
-      std::string p = f.rel;
-      std::replace(p.begin(), p.end(), '.', '/');
-      return p;
-    }());
-    if (!required && v.sample.contains(at)) {
-      json without = v.sample;
-      without[at.parent_pointer()].erase(at.back());
-      try {
-        v.read(without);
-      } catch (const std::exception&) {
-        required = true;
-      }
-    }
-    if (required) k.def = "required";
-    else if (r.has_default) k.def = r.def.dump();
-    const json* resolved = nullptr;
-    if (k.path.find('[') == std::string::npos) {
-      std::string p = k.path;
-      std::replace(p.begin(), p.end(), '.', '/');
-      const json::json_pointer ptr("/" + p);
-      if (defaults.contains(ptr)) resolved = &defaults.at(ptr);
-    }
-    if (k.def.empty() && resolved && !parent && !resolved->is_object()) k.def = resolved->dump();
-    if ((k.type.empty() || k.type == "JSON") && resolved && !resolved->is_null()) k.type = type_of(*resolved);
-    if ((k.type.empty() || k.type == "JSON") && v.sample.contains(at) && !v.sample.at(at).is_null())
-      k.type = type_of(v.sample.at(at));  // the kind of value the sample gives it
-    if (k.type.empty()) k.type = "JSON";
-    k.accepted = r.accepted;
+    type_and_default(k, f, v, records, defaults);
+    k.accepted = f.r->accepted;
+    for (const auto& [key, meaning] : v.key_docs)
+      if (key == f.rel) k.meaning = meaning;
     for (const std::string& t : with_bases(ranked[f.scope])) {
+      if (!k.meaning.empty()) break;
       if (const FieldDoc* d = find_doc(t, f.field)) {
         k.meaning = d->doc;
         k.source = d->file;
         used.insert({d->type, d->field});
-        break;
       }
     }
     if (k.meaning.empty())
       problems.push_back("key " + k.path + (v.value.empty() ? "" : " (" + sec.selector + " " + v.value + ")") +
                          " has no meaning: add a `///` comment to the field '" + f.field + "' of " +
-                         join(f.scope->structs, " or "));
+                         join(f.scope->structs, " or ") + ", or give it in the registration's ComponentDocs::keys");
     keys.push_back(k);
   }
   return keys;
@@ -478,8 +436,10 @@ void add_section(const Section& sec, const json& defaults, std::set<std::pair<st
       }
     if (mine.empty() && names.size() == per.size()) continue;
     const bool quoted = names.size() == 1 && names[0].find(' ') == std::string::npos;
-    b.groups.push_back(
-        {sec.name + "." + sec.selector + " = " + (quoted ? "\"" + names[0] + "\"" : join(names)), mine, reader(i)});
+    const std::string& summary = sec.variants[i].summary;  // a registered component's one line, when it is alone
+    b.groups.push_back({sec.name + "." + sec.selector + " = " + (quoted ? "\"" + names[0] + "\"" : join(names)) +
+                            (names.size() == 1 && !summary.empty() ? ": " + summary : ""),
+                        mine, reader(i)});
   }
 }
 

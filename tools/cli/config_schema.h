@@ -6,11 +6,12 @@
 //   - the keys, types, defaults, ranges and choices: the config's own readers, run in JsonReader's recording
 //     mode (core/json_reader.h, KeyRecorder) over a sample of each section and of each variant of the
 //     polymorphic ones (model.name, model.layers[].type, data.source, each transform type, optim.name,
-//     schedule.name), the variants taken from the registries themselves (a new name is listed, or its
-//     sample refused, by itself);
+//     schedule.name), the variants and their samples taken from the registries themselves
+//     (core/registry.h, ComponentDocs): a component a program registers is listed like kiln's own;
 //   - the meanings: the `///` comments of the options structs' fields, extracted at build time by
 //     kiln_docgen (tools/cli/docgen/main.cpp) into field_docs(); a key that no struct holds (a selector,
-//     a section) is documented by a field of the *Keys structs below;
+//     a section) is documented by a field of the *Keys structs below; a program's component gives its
+//     keys' meanings in its registration (ComponentDocs::keys);
 //   - schema_problems() lists every key without a meaning and every meaning of a struct the schema
 //     reads that names no accepted key; tests/cli/config_schema_test.cpp requires it to be empty.
 // Tests: tests/cli/config_schema_test.cpp, tests/cli/config_schema_truth_test.cpp, tests/cli/config_cmd_test.cpp.
@@ -29,7 +30,7 @@ struct FieldDoc {
   std::string type;   // the struct, "TrainOptions"
   std::string field;  // "epochs"
   std::string doc;    // the comment, one line
-  std::string file;   // "tools/deploy/train_options.h"
+  std::string file;   // "tools/engine/train_options.h"
 };
 const std::vector<FieldDoc>& field_docs();
 const std::vector<std::pair<std::string, std::string>>& struct_bases();  // {struct, its base}
@@ -46,14 +47,14 @@ struct TopKeys {
   json optim;
   /// the learning-rate schedule (optim/lr_schedule.h) (default {"name": "constant"})
   json schedule;
-  /// how the run trains: epochs, device, precision, checkpoints, fine-tuning (tools/deploy/train_options.h)
+  /// how the run trains: epochs, device, precision, checkpoints, fine-tuning (tools/engine/train_options.h)
   json train;
   /// the kiln that ran it, as a run folder's config.json records it (informational; `kiln train RUN` names
   /// it when this kiln does not accept the file) (default: none)
   json kiln_version;
 };
 struct ModelKeys {
-  /// a registered model: lenet, alexnet, vgg11..vgg19(_bn), resnet18..152, resnet20..110, resnet_cifar
+  /// a registered model (models/registry.h; a program's own too, docs/library.md), or a custom "layers" list
   std::string name;
   /// a custom network instead of a name: a list of layer objects {"type": ..., options}, run in order
   /// like torch.nn.Sequential (parameter names "0.weight", ...)
@@ -66,26 +67,26 @@ struct DataKeys {
   json synthetic;
 };
 struct LayerKeys {
-  /// the layer (layers/registry.h); its options follow
+  /// a registered layer type (layers/registry.h); its options follow
   std::string type;
   /// sequential: the nested list of layer objects
   json layers;
 };
 struct TransformKeys {
-  /// the transform (data/pipeline.h); its options follow; normalize, if present, comes last
+  /// a registered transform type (data/pipeline.h); its options follow; normalize, if present, comes last
   std::string type;
 };
 struct OptimKeys {
-  /// the optimizer: "sgd", "adamw" or "lars" (optim/optimizer.h, optim/lars.h) (required in an optim
-  /// section; without the section: {"name": "sgd", "lr": 0.1})
+  /// a registered optimizer (optim/registry.h) (required in an optim section; without the section:
+  /// {"name": "sgd", "lr": 0.1})
   std::string name;
   /// per-part learning rates: {"<parameter-name prefix>": factor}; the longest matching prefix wins
   /// (docs/finetune.md) (default {}: every parameter at lr)
   json lr_mult;
 };
 struct ScheduleKeys {
-  /// the schedule: "constant", "step", "multistep", "cosine" or "poly" (optim/lr_schedule.h) (required in a
-  /// schedule section; without the section: {"name": "constant"})
+  /// a registered learning-rate schedule (optim/registry.h) (required in a schedule section; without the
+  /// section: {"name": "constant"})
   std::string name;
 };
 
@@ -96,7 +97,7 @@ struct SchemaKey {
   std::string def;       // the default as JSON ("0", "\"fp32\""), "required", or "" where none applies
   std::string accepted;  // "0..100000", ">= 0", "fp32, bf16, fp16, auto", or ""
   std::string meaning;   // one line
-  std::string source;    // the header that documents it ("tools/deploy/train_options.h")
+  std::string source;    // the header that documents it ("tools/engine/train_options.h")
 };
 // The reader of a group's keys, so that the listing can be held against what it accepts
 // (tests/cli/config_schema_truth_test.cpp): the section's own reader, run as a run reads that section.
@@ -115,8 +116,8 @@ struct SchemaGroup {
   SchemaReader reader;
 };
 
-// The schema, built once (the readers run over their samples the first time). Throws if a sample
-// is refused (a registry name whose required keys the samples lack: add them in config_schema.cpp).
+// The schema, built once (the readers run over their samples the first time: after every registration).
+// Throws if a sample is refused (a registered component whose ComponentDocs::sample lacks a required key).
 const std::vector<SchemaGroup>& config_schema();
 // Keys without a meaning, meanings (of the structs the schema reads) that name no accepted key; empty when
 // help and docs cover exactly what the readers accept.

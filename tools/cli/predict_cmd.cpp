@@ -60,61 +60,108 @@ int64_t parse_positive(const std::string& key, const std::string& v) {
   KILN_FAIL(key, "=", v, ": expected a whole number >= 1");
 }
 
-}  // namespace
+// The command's arguments: its inputs, its own keys and the config overrides (in options).
+struct PredictArgs {
+  std::vector<std::string> inputs;
+  int64_t topk = 5;
+  std::string out_path;  // out=, "" = none
+  PredictOptions options;
+};
 
-int cmd_predict(const Args& args) {
-  if (wants_help(args, kUsage)) return 0;
+PredictArgs parse_predict_args(const Args& args) {
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, "kiln predict needs a run folder or a config "
              "file first; see kiln predict --help");
-  std::vector<std::string> inputs, kv_text;  // an argument without '=', or an existing file, is an input
+  PredictArgs a;
+  std::vector<std::string> kv_text;  // an argument without '=', or an existing file, is an input
   for (size_t i = 1; i < args.size(); ++i) {
     std::error_code ec;
-    (args[i].find('=') == std::string::npos || fs::exists(args[i], ec) ? inputs : kv_text).push_back(args[i]);
+    (args[i].find('=') == std::string::npos || fs::exists(args[i], ec) ? a.inputs : kv_text).push_back(args[i]);
   }
   const KeyValueArgs kv("kiln predict", kv_text, {{"weights", ""}, {"topk", ""}, {"out", ""}, {"batch", ""}},
                         KeyValueArgs::Mode::overrides);
   std::map<std::string, std::string> own;
   for (const char* k : {"weights", "topk", "out", "batch"})
     if (kv.given(k)) own[k] = kv.str(k);
-  PredictOptions o;
-  o.overrides = kv.overrides();
-  KILN_CHECK(!inputs.empty(), "kiln predict: no INPUT given (image files, folders or .txt image "
+  a.options.overrides = kv.overrides();
+  KILN_CHECK(!a.inputs.empty(), "kiln predict: no INPUT given (image files, folders or .txt image "
              "lists); see kiln predict --help");
-  const int64_t topk = own.count("topk") ? parse_positive("topk", own["topk"]) : 5;
-  if (own.count("batch")) o.batch = parse_positive("batch", own["batch"]);
-  o.weights = own.count("weights") ? own["weights"] : "";
-  KILN_CHECK(!own.count("weights") || !o.weights.empty(), "weights=: empty file name");
+  if (own.count("topk")) a.topk = parse_positive("topk", own["topk"]);
+  if (own.count("batch")) a.options.batch = parse_positive("batch", own["batch"]);
+  a.options.weights = own.count("weights") ? own["weights"] : "";
+  KILN_CHECK(!own.count("weights") || !a.options.weights.empty(), "weights=: empty file name");
+  a.out_path = own.count("out") ? own["out"] : "";
+  return a;
+}
 
-  // The output file is checked and opened before any work.
-  const std::string out_path = own.count("out") ? own["out"] : "";
-  const auto ext = fs::path(out_path).extension().string();
-  KILN_CHECK(out_path.empty() || ext == ".csv" || ext == ".jsonl", "out=", out_path, ": the format is chosen by the "
-             "extension; accepted: .csv (path,rank1_class,rank1_prob,...) or .jsonl (one JSON object per image)");
-  const bool csv = ext == ".csv";
-  std::ofstream out;
-  if (!out_path.empty()) {
-    out.open(out_path);
-    KILN_CHECK(out, "out=", out_path, ": cannot write the file");
+// Where the predictions go: a line per image on stdout, each failed input on stderr, and with out= a
+// row per input in a .csv or .jsonl file (a failed one with its error and no classes).
+class PredictionSink {
+ public:
+  // Checks and opens out= before any work.
+  explicit PredictionSink(const std::string& out_path) : path_(out_path) {
+    const auto ext = fs::path(path_).extension().string();
+    KILN_CHECK(path_.empty() || ext == ".csv" || ext == ".jsonl", "out=", path_, ": the format is chosen by the "
+               "extension; accepted: .csv (path,rank1_class,rank1_prob,...) or .jsonl (one JSON object per image)");
+    csv_ = ext == ".csv";
+    if (!path_.empty()) {
+      out_.open(path_);
+      KILN_CHECK(out_, "out=", path_, ": cannot write the file");
+    }
   }
-
-  Predictor predictor(args[0], o);
-  const std::vector<std::string>& names = predictor.class_names();
-  const int64_t k = std::min<int64_t>(topk, static_cast<int64_t>(names.size()));
-  if (out.is_open() && csv) {
-    out << "path";
-    for (int64_t r = 1; r <= k; ++r) out << ",rank" << r << "_class,rank" << r << "_prob";
-    out << ",error\n";
+  // The classes' names and k, the classes per image (the csv's header).
+  void begin(const std::vector<std::string>& names, int64_t k) {
+    names_ = &names;
+    k_ = k;
+    if (!out_.is_open() || !csv_) return;
+    out_ << "path";
+    for (int64_t r = 1; r <= k; ++r) out_ << ",rank" << r << "_class,rank" << r << "_prob";
+    out_ << ",error\n";
   }
-  // A failed input: reported on stderr, and a row of its own in the file (its error, no classes).
-  auto failed_row = [&](const std::string& path, const std::string& error) {
+  void failed(const std::string& path, const std::string& error) {
     std::cerr << "kiln: predict: " << error << "\n";
-    if (csv) out << csv_field(path) << std::string(static_cast<size_t>(2 * k), ',') << "," << csv_field(error) << "\n";
-    else if (out.is_open()) out << json{{"path", path}, {"error", error}}.dump() << "\n";
-  };
+    if (csv_) out_ << csv_field(path) << std::string(static_cast<size_t>(2 * k_), ',') << "," << csv_field(error) << "\n";
+    else if (out_.is_open()) out_ << json{{"path", path}, {"error", error}}.dump() << "\n";
+  }
+  void predicted(const Prediction& p) {
+    std::string line = p.path + ":";
+    json top = json::array();
+    if (csv_) out_ << csv_field(p.path);
+    for (size_t r = 0; r < p.index.size(); ++r) {
+      const std::string& name = (*names_)[static_cast<size_t>(p.index[r])];
+      line += (r ? ", " : " ") + name + " (" + prob_text(p.prob[r], "%.4f") + ")";
+      if (csv_) out_ << "," << csv_field(name) << "," << prob_text(p.prob[r], "%.6f");
+      top.push_back({{"class", name}, {"index", p.index[r]}, {"prob", p.prob[r]}});
+    }
+    std::cout << line << "\n";
+    if (csv_) out_ << ",\n";
+    else if (out_.is_open()) out_ << json{{"path", p.path}, {"topk", top}}.dump() << "\n";
+  }
+  void close() {
+    if (!out_.is_open()) return;
+    out_.close();
+    KILN_CHECK(out_.good(), "out=", path_, ": writing the file failed");
+  }
 
-  const CollectedInputs in = collect_inputs(inputs);
+ private:
+  std::string path_;
+  bool csv_ = false;
+  std::ofstream out_;
+  const std::vector<std::string>* names_ = nullptr;
+  int64_t k_ = 0;
+};
+
+}  // namespace
+
+int cmd_predict(const Args& args) {
+  if (wants_help(args, kUsage)) return 0;
+  const PredictArgs a = parse_predict_args(args);
+  PredictionSink sink(a.out_path);
+  Predictor predictor(args[0], a.options);
+  sink.begin(predictor.class_names(), std::min<int64_t>(a.topk, static_cast<int64_t>(predictor.class_names().size())));
+
+  const CollectedInputs in = collect_inputs(a.inputs);
   for (const std::string& s : in.skipped) std::cerr << "kiln: predict: " << s << "\n";
-  for (const CollectedInputs::Failed& f : in.failed) failed_row(f.input, f.error);
+  for (const CollectedInputs::Failed& f : in.failed) sink.failed(f.input, f.error);
   const std::vector<std::string>& paths = in.paths;
   int64_t predicted = 0, failed = static_cast<int64_t>(in.failed.size());
   const auto t0 = std::chrono::steady_clock::now();
@@ -123,37 +170,23 @@ int cmd_predict(const Args& args) {
   for (size_t b0 = 0; b0 < paths.size(); b0 += step) {
     std::vector<std::string> chunk(paths.begin() + static_cast<std::ptrdiff_t>(b0),
                                    paths.begin() + static_cast<std::ptrdiff_t>(std::min(paths.size(), b0 + step)));
-    for (const Prediction& p : predictor.predict(chunk, topk)) {
-      if (!p.ok()) {
-        failed_row(p.path, p.error);
+    for (const Prediction& p : predictor.predict(chunk, a.topk)) {
+      if (p.ok()) {
+        ++predicted;
+        sink.predicted(p);
+      } else {
+        sink.failed(p.path, p.error);
         ++failed;
-        continue;
       }
-      ++predicted;
-      std::string line = p.path + ":";
-      json top = json::array();
-      if (csv) out << csv_field(p.path);
-      for (size_t r = 0; r < p.index.size(); ++r) {
-        const std::string& name = names[static_cast<size_t>(p.index[r])];
-        line += (r ? ", " : " ") + name + " (" + prob_text(p.prob[r], "%.4f") + ")";
-        if (csv) out << "," << csv_field(name) << "," << prob_text(p.prob[r], "%.6f");
-        top.push_back({{"class", name}, {"index", p.index[r]}, {"prob", p.prob[r]}});
-      }
-      std::cout << line << "\n";
-      if (csv) out << ",\n";
-      else if (out.is_open()) out << json{{"path", p.path}, {"topk", top}}.dump() << "\n";
     }
     std::cout.flush();
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (out.is_open()) {
-    out.close();
-    KILN_CHECK(out.good(), "out=", out_path, ": writing the file failed");
-  }
+  sink.close();
   std::fprintf(stderr, "kiln: predicted %lld image(s) in %.2f s (%.1f images/s) on %s, batch %lld, weights %s%s%s\n",
                static_cast<long long>(predicted), s, s > 0 ? predicted / s : 0.0, predictor.device().str().c_str(),
                static_cast<long long>(predictor.batch_size()), predictor.weights().c_str(),
-               out_path.empty() ? "" : " -> ", out_path.c_str());
+               a.out_path.empty() ? "" : " -> ", a.out_path.c_str());
   if (failed > 0) {
     std::fprintf(stderr, "kiln: predict: %lld input(s) could not be predicted (listed above)\n",
                  static_cast<long long>(failed));

@@ -16,6 +16,7 @@
 #include "tools/deploy/model_io.h"
 #include "tools/engine/mpi_comm.h"
 #include "tools/engine/report.h"
+#include "tools/engine/train_api.h"
 #include "tools/engine/trainer.h"
 
 namespace fs = std::filesystem;
@@ -25,19 +26,12 @@ namespace kiln::cli {
 namespace {
 json config_from_args(const char* command, const Args& args, const char* usage, std::string* weights) {
   KILN_CHECK(!args.empty() && args[0].find('=') == std::string::npos, usage);
-  // CONFIG may be a run folder: its config.json, the config as run.
-  json config = load_config_file(resolve_run_or_config(std::string("kiln ") + command, args[0]).config_file);
-  // A run's config.json from a kiln that recorded the keys of one invocation (train.stop_after): they
-  // are not the run's, and a resume continues it (tools/engine/run_history.h).
-  if (is_run_folder(args[0]) && config.is_object() && config.contains("train") && config["train"].is_object())
-    config["train"].erase("stop_after");
   std::vector<std::string> overrides;
   for (size_t i = 1; i < args.size(); ++i) {
     if (weights && args[i].rfind("weights=", 0) == 0) *weights = args[i].substr(8);
     else overrides.push_back(args[i]);
   }
-  apply_overrides(config, overrides);
-  return config;
+  return load_config_with(args[0], overrides, std::string("kiln ") + command);  // CONFIG may be a run folder
 }
 
 // Where `kiln eval` writes its report without out=: the run folder `first` is, else the run folder
@@ -77,38 +71,11 @@ int cmd_train(const Args& args) {
     std::cout << kUsage << "\n" << schema_text();
     return 0;
   }
-  Args with_resume = args;
-  // `kiln train resume=RUN|CHECKPOINT [key=value ...]`: no config given, the run's own (as `kiln train RUN`).
   const std::optional<KeyValue> first = args.empty() ? std::nullopt : split_key_value(args[0]);
-  if (first && (first->key == "resume" || first->key == "train.resume") && !first->value.empty()) {
-    const std::string run = is_run_folder(first->value)
-                                ? first->value
-                                : fs::path(resolve_checkpoint(first->value)).parent_path().string();
-    KILN_CHECK(is_run_folder(run), "kiln train ", args[0], ": ", run, " is not a run folder (no config.json); give the "
-               "config too: kiln train CONFIG ", args[0]);
-    with_resume.insert(with_resume.begin(), run);
-  }
-  if (!with_resume.empty() && is_run_folder(with_resume[0])) {
-    // The run folder's config.json is the config as run; resume= (or train.resume=) given too wins.
-    const bool resume_given = std::any_of(with_resume.begin() + 1, with_resume.end(), [](const std::string& a) {
-      const std::optional<KeyValue> kv = split_key_value(a);
-      return kv && (kv->key == "resume" || kv->key == "train.resume");
-    });
-    if (!resume_given) with_resume.push_back("train.resume=" + with_resume[0]);  // the trainer says "resumed ..."
-  }
-  json config = config_from_args("train", with_resume, kUsage, nullptr);
-  if (is_run_folder(with_resume[0])) {
-    // A run folder of another kiln (a key this one does not know, one it lacks): say so before anything.
-    try {
-      check_config(config);
-    } catch (const Error& e) {
-      const json v = config.value("kiln_version", json());
-      KILN_FAIL("kiln train ", with_resume[0], ": its config.json (written by ",
-                v.is_string() ? "kiln " + v.get<std::string>() : std::string("a kiln that did not record its version"),
-                "; this is kiln ", kiln_version(), ") is not accepted: ", e.what(),
-                "; resume it with the kiln that wrote it, or start a new run from a config (kiln train CONFIG)");
-    }
-  }
+  KILN_CHECK(!args.empty() && (args[0].find('=') == std::string::npos ||
+                               (first && (first->key == "resume" || first->key == "train.resume"))), kUsage);
+  // CONFIG, RUN or resume=RUN|CHECKPOINT first: kiln::train's rules (tools/engine/train_api.h).
+  const json config = training_config(json(args[0]), Args(args.begin() + 1, args.end()), "kiln train");
   SignalWatch signals;  // SIGINT/SIGTERM: save and stop; SIGUSR1: save (tools/engine/interrupt.h)
   TrainResult r = train(config);
   if (r.interrupted) return 128 + r.interrupted;  // as the shell reports a death by that signal

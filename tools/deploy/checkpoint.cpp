@@ -1,5 +1,6 @@
-// Checkpoint save (a folder per pair, one symlink switch) and load (every field and tensor checked).
-// Layout and guarantees: tools/deploy/checkpoint.h.
+// Checkpoint files: a pair's write (a folder per pair, one symlink switch), which checkpoint a path
+// names, and the weights' load (every tensor checked). Layout and guarantees: tools/deploy/checkpoint.h;
+// the training state inside the pair: tools/engine/training_checkpoint.cpp.
 #include "tools/deploy/checkpoint.h"
 
 #include <fcntl.h>
@@ -18,12 +19,7 @@
 #include "core/io/safetensors.h"
 #include "core/json_reader.h"
 #include "core/ops/elementwise.h"
-#include "data/config.h"
 #include "layers/interop.h"
-#include "optim/loss_scaler.h"
-#include "core/version.h"
-#include "tools/deploy/checkpoint_legacy.h"
-#include "tools/deploy/train_options.h"
 
 namespace fs = std::filesystem;
 
@@ -131,168 +127,14 @@ bool is_pair_folder(const fs::path& p) {
   return !stem.empty() && (fs::is_symlink(p, ec) || is_pair_folder_name(p.filename().string(), stem));
 }
 
-// Refuses NaN/inf in any floating tensor of a file, naming the file, the tensor and the first bad element.
-void check_finite(const std::map<std::string, Tensor>& tensors, const std::string& file, const char* what) {
-  for (const auto& [name, t] : tensors) {
-    if (!is_floating(t.dtype()) || ops::all_finite(t)) continue;
-    std::vector<double> v = t.to_double_vector();
-    size_t i = 0;
-    while (i < v.size() && std::isfinite(v[i])) ++i;
-    KILN_FAIL(what, " '", file, "': tensor '", name, "' holds a non-finite value (", i < v.size() ? v[i] : NAN,
-              " at flat index ", i, " of ", t.str(), "); the run that wrote it diverged or the file is damaged. "
-              "Resume from an earlier checkpoint, or lower the learning rate (optim.lr)");
-  }
-}
-
-// A finite number from a string -> number map of the state, naming the field.
-void check_finite_map(const std::map<std::string, double>& m, const std::string& file, const std::string& field) {
-  for (const auto& [k, v] : m)
-    KILN_CHECK(std::isfinite(v), "checkpoint '", file, "': training state field ", field, ".", k, " = ", v,
-               " is not finite");
-}
-
-// A string -> number map from the state JSON (json_read has no overload for maps).
-std::map<std::string, double> read_number_map(const json& j, const std::string& path) {
-  KILN_CHECK(j.is_object(), path, ": expected an object of numbers, got ", json_type_name(j), " ", j.dump());
-  std::map<std::string, double> out;
-  for (auto it = j.begin(); it != j.end(); ++it) json_read(it.value(), json_path(path, it.key()), out[it.key()]);
-  return out;
-}
-
-// A MetricRecord from the state JSON: {"metric", "value", "epoch"}; the metric one of
-// validation_metrics() or "" (none yet), the value finite, the epoch >= 0.
-MetricRecord read_metric_record(const json& j, const std::string& path) {
-  MetricRecord m;
-  JsonReader r(j, path);
-  r.require("metric", m.metric);
-  r.require("value", m.best);
-  r.require("epoch", m.epoch);
-  r.finish();
-  const std::vector<std::string>& ok = validation_metrics();
-  KILN_CHECK(m.metric.empty() || std::find(ok.begin(), ok.end(), m.metric) != ok.end(), path, ".metric = \"", m.metric,
-             "\" is not accepted; accepted: \"\" (none yet), top1, top5, loss, ema_top1, ema_top5, ema_loss");
-  KILN_CHECK(std::isfinite(m.best), path, ".value = ", m.best, " is not finite");
-  KILN_CHECK(m.epoch >= 0, path, ".epoch = ", m.epoch, " is out of range; accepted: >= 0");
-  return m;
-}
-
-json metric_record_json(const MetricRecord& m) { return json{{"metric", m.metric}, {"value", m.best}, {"epoch", m.epoch}}; }
-
-// The records of train.best_metric and train.early_stopping ("best", "early_stopping", "stopped_early"),
-// absent in checkpoints of earlier kiln: their best is `best_top1` (-1: none), by the live weights'
-// top-1 or, with the config's train.ema.best_by = "ema", the EMA's.
-void read_metric_records(JsonReader& r, TrainingState& s, double best_top1) {
-  if (const json* v = r.find("best")) {
-    s.best = read_metric_record(*v, r.path_of("best"));
-  } else if (best_top1 >= 0) {
-    const json ema = s.config.contains("train") && s.config["train"].is_object() ? s.config["train"].value("ema", json())
-                                                                                 : json();
-    const bool by_ema = ema.is_object() && ema.contains("best_by") && ema["best_by"] == "ema";
-    s.best = {by_ema ? "ema_top1" : "top1", best_top1, 0};
-  }
-  if (const json* v = r.find("early_stopping")) s.early_stopping = read_metric_record(*v, r.path_of("early_stopping"));
-  r.read("stopped_early", s.stopped_early);
-}
-
-// The training state from the metadata JSON, every field checked; errors name the file and field.
-// `legacy_flatten`: the state has no "flatten_order" (written before Flatten gave (c, h, w) order,
-// tools/deploy/checkpoint_legacy.h).
-TrainingState parse_state(const json& meta, const std::string& file, bool& legacy_flatten) {
-  TrainingState s;
-  double best_top1 = -1;
-  try {
-    KILN_CHECK(meta.is_object(), "kiln_training_state: expected an object, got ", json_type_name(meta));
-    JsonReader r(meta, "kiln_training_state");
-    r.require("epoch", s.epoch);
-    r.require("step", s.step);
-    r.require("rng_seed", s.rng.seed);
-    r.require("rng_offset", s.rng.offset);
-    r.require("best_top1", best_top1);
-    const json* v = r.find("scaler");
-    KILN_CHECK(v, "kiln_training_state.scaler is missing");
-    s.scaler = read_number_map(*v, r.path_of("scaler"));
-    r.require("optimizer_type", s.optimizer.type);
-    v = r.find("optimizer_scalars");
-    KILN_CHECK(v, "kiln_training_state.optimizer_scalars is missing");
-    s.optimizer.scalars = read_number_map(*v, r.path_of("optimizer_scalars"));
-    v = r.find("config");
-    KILN_CHECK(v && v->is_object(), "kiln_training_state.config must be an object (the config as run), got ",
-               v ? v->dump() : "nothing");
-    s.config = *v;
-    r.read("epoch_step", s.epoch_step);  // absent in checkpoints before mid-epoch saves: an epoch's end
-    if ((v = r.find("progress"))) s.progress = read_number_map(*v, r.path_of("progress"));
-    r.read("kiln_version", s.kiln_version);
-    read_metric_records(r, s, best_top1);
-    v = r.find("flatten_order");
-    KILN_CHECK(!v || *v == kFlattenOrderChw, "kiln_training_state.flatten_order = ", v ? v->dump() : "",
-               " is not accepted; accepted: \"", kFlattenOrderChw, "\" (or none: a state of an earlier kiln)");
-    legacy_flatten = !v;
-    r.finish();
-  } catch (const Error& e) {
-    KILN_FAIL("checkpoint '", file, "': the training state is not valid: ", e.what());
-  }
-  KILN_CHECK(s.epoch >= 0 && s.step >= 0 && s.epoch <= s.step, "checkpoint '", file,
-             "': training state field epoch = ", s.epoch, " or step = ", s.step,
-             " is out of range; accepted: 0 <= epoch <= step (every epoch takes at least one step)");
-  KILN_CHECK(s.epoch_step >= 0 && s.epoch_step <= s.step - s.epoch, "checkpoint '", file,
-             "': training state field epoch_step = ", s.epoch_step, " is out of range; accepted: 0 .. step - epoch (",
-             s.step - s.epoch, ")");
-  check_finite_map(s.progress, file, "progress");
-  KILN_CHECK(std::isfinite(best_top1) && (best_top1 == -1 || (best_top1 >= 0 && best_top1 <= 1)),
-             "checkpoint '", file, "': training state field best_top1 = ", best_top1,
-             " is out of range; accepted: -1 (none yet) or an accuracy in [0, 1]");
-  for (const auto& [name, m] : {std::pair<const char*, const MetricRecord&>{"best", s.best}, {"early_stopping", s.early_stopping}})
-    KILN_CHECK(m.epoch <= s.epoch, "checkpoint '", file, "': training state field ", name, ".epoch = ", m.epoch,
-               " is out of range; accepted: 0 .. epoch (", s.epoch, ")");
-  KILN_CHECK(s.stopped_early >= 0 && s.stopped_early <= s.epoch, "checkpoint '", file,
-             "': training state field stopped_early = ", s.stopped_early, " is out of range; accepted: 0 .. epoch (",
-             s.epoch, ")");
-  KILN_CHECK(!s.optimizer.type.empty(), "checkpoint '", file, "': training state field optimizer_type is empty");
-  check_finite_map(s.optimizer.scalars, file, "optimizer_scalars");
-  check_finite_map(s.scaler, file, "scaler");
-  if (!s.scaler.empty()) {
-    try {
-      LossScaler().load_state_dict(s.scaler);
-    } catch (const Error& e) {
-      KILN_FAIL("checkpoint '", file, "': training state field scaler: ", e.what());
-    }
-  }
-  return s;
-}
-
-// The "step" metadata entry of a checkpoint file, as a number.
-int64_t metadata_step(const SafetensorsContents& c, const std::string& file) {
-  auto it = c.metadata.find("step");
-  KILN_CHECK(it != c.metadata.end(), "checkpoint '", file, "' has no step in its metadata (key \"step\"); "
-             "is it a kiln checkpoint?");
-  int64_t step = -1;
-  size_t used = 0;
-  try {
-    step = std::stoll(it->second, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  KILN_CHECK(used > 0 && used == it->second.size() && step >= 0, "checkpoint '", file, "': metadata step = \"",
-             it->second, "\" is not a step count (an integer >= 0)");
-  return step;
-}
-
 }  // namespace
 
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& s, Module* ema, int64_t keep) {
+void write_checkpoint_pair(const std::string& base, const CheckpointPair& pair, int64_t keep) {
   const fs::path b(base);
   const fs::path dir = b.parent_path().empty() ? fs::path(".") : b.parent_path();
   const std::string name = b.filename().string();
   KILN_CHECK(!name.empty() && name != "." && name != "..", "checkpoint: '", base, "' does not name a checkpoint");
-  // best_top1: for readers of earlier kiln, the best where it is a top-1
-  const double best_top1 = !s.best.metric.empty() && s.best.metric.find("top1") != std::string::npos ? s.best.best : -1;
-  json meta = {{"epoch", s.epoch},       {"step", s.step},           {"rng_seed", s.rng.seed},
-               {"rng_offset", s.rng.offset}, {"best_top1", best_top1}, {"scaler", s.scaler},
-               {"optimizer_type", s.optimizer.type}, {"optimizer_scalars", s.optimizer.scalars},
-               {"config", s.config}, {"flatten_order", kFlattenOrderChw}, {"epoch_step", s.epoch_step},
-               {"progress", s.progress}, {"kiln_version", kiln_version()},
-               {"best", metric_record_json(s.best)}, {"early_stopping", metric_record_json(s.early_stopping)},
-               {"stopped_early", s.stopped_early}};
+  KILN_CHECK(pair.model, "checkpoint '", base, "': no model to save");
   KILN_CHECK(keep >= 1, "checkpoint: keep = ", keep, " is not accepted; accepted: 1 or more pair folders");
   remove_stale(dir, name, keep);
 
@@ -301,14 +143,14 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   KILN_CHECK(::mkdtemp(tmp.data()) != nullptr, "checkpoint: cannot create a folder in ", dir.string(), ": ", errno_str());
   const std::string suffix = tmp.substr(tmp.size() - 6);
   try {
-    save_safetensors((fs::path(tmp) / (name + kStateExt)).string(), s.optimizer.tensors,
-                     {{"kiln_training_state", meta.dump()}, {"step", std::to_string(s.step)}});
-    save_safetensors((fs::path(tmp) / (name + kExt)).string(), export_pytorch_state_dict(model),
-                     {{"format", "pt"}, {"step", std::to_string(s.step)}, {"kiln_model", s.config.value("model", json()).dump()}});
-    if (ema)
-      save_safetensors((fs::path(tmp) / (name + kEmaExt)).string(), export_pytorch_state_dict(*ema),
-                       {{"format", "pt"}, {"step", std::to_string(s.step)}, {"kiln_model", s.config.value("model", json()).dump()},
-                        {"kiln_weights", "ema"}});
+    const std::string step = std::to_string(pair.step), model = pair.model_config.dump();
+    save_safetensors((fs::path(tmp) / (name + kStateExt)).string(), pair.state_tensors,
+                     {{"kiln_training_state", pair.state.dump()}, {"step", step}});
+    save_safetensors((fs::path(tmp) / (name + kExt)).string(), export_pytorch_state_dict(*pair.model),
+                     {{"format", "pt"}, {"step", step}, {"kiln_model", model}});
+    if (pair.ema)
+      save_safetensors((fs::path(tmp) / (name + kEmaExt)).string(), export_pytorch_state_dict(*pair.ema),
+                       {{"format", "pt"}, {"step", step}, {"kiln_model", model}, {"kiln_weights", "ema"}});
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -317,8 +159,8 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
 
   // 2. The folder gets its final name (a new one: the pair `name` names is never touched).
   const std::string current = link_target(dir / name);
-  std::string folder = name + "-" + std::to_string(s.step);
-  for (int k = 1; folder == current || fs::exists(dir / folder); ++k) folder = name + "-" + std::to_string(s.step) + "." + std::to_string(k);
+  std::string folder = name + "-" + std::to_string(pair.step);
+  for (int k = 1; folder == current || fs::exists(dir / folder); ++k) folder = name + "-" + std::to_string(pair.step) + "." + std::to_string(k);
   if (std::rename(tmp.c_str(), (dir / folder).c_str()) != 0) {
     std::string err = errno_str();
     std::error_code ec;
@@ -332,7 +174,7 @@ void save_checkpoint(const std::string& base, Module& model, const TrainingState
   // Fixed links for readers of the flat layout (replace a flat file of an older run atomically).
   switch_link(dir / (name + kExt), name + "/" + name + kExt, suffix);
   switch_link(dir / (name + kStateExt), name + "/" + name + kStateExt, suffix);
-  if (ema) switch_link(dir / (name + kEmaExt), name + "/" + name + kEmaExt, suffix);
+  if (pair.ema) switch_link(dir / (name + kEmaExt), name + "/" + name + kEmaExt, suffix);
   else if (!link_target(dir / (name + kEmaExt)).empty()) ::unlink((dir / (name + kEmaExt)).c_str());
   fsync_dir(dir);
   remove_stale(dir, name, keep);
@@ -381,7 +223,7 @@ void load_weights(const std::string& path, Module& model) {
   std::string file = path;
   if (!fs::is_regular_file(file)) file = checkpoint_files(run_weights_checkpoint(path)).weights;
   SafetensorsContents c = load_safetensors(file);
-  check_finite(c.tensors, file, "weights");
+  check_finite_tensors(c.tensors, file, "weights");
   try {
     import_pytorch_state_dict(model, c.tensors, /*strict=*/true);
   } catch (const Error& e) {
@@ -389,61 +231,46 @@ void load_weights(const std::string& path, Module& model) {
   }
 }
 
-TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema) {
-  const CheckpointFiles f = checkpoint_files(base);
-  SafetensorsContents st = load_safetensors(f.state);
-  auto it = st.metadata.find("kiln_training_state");
-  KILN_CHECK(it != st.metadata.end(), "checkpoint '", f.state, "' has no training state (metadata key "
-             "kiln_training_state); is it a kiln checkpoint?");
-  json meta;
-  try {
-    meta = json::parse(it->second);
-  } catch (const json::parse_error& e) {
-    KILN_FAIL("checkpoint '", f.state, "': the training state is not valid JSON: ", e.what());
+void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const std::string& file, const char* what) {
+  for (const auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype()) || ops::all_finite(t)) continue;
+    std::vector<double> v = t.to_double_vector();
+    size_t i = 0;
+    while (i < v.size() && std::isfinite(v[i])) ++i;
+    KILN_FAIL(what, " '", file, "': tensor '", name, "' holds a non-finite value (", i < v.size() ? v[i] : NAN,
+              " at flat index ", i, " of ", t.str(), "); the run that wrote it diverged or the file is damaged. "
+              "Resume from an earlier checkpoint, or lower the learning rate (optim.lr)");
   }
-  bool legacy_flatten = false;
-  TrainingState s = parse_state(meta, f.state, legacy_flatten);
-  const int64_t state_step = metadata_step(st, f.state);
-  KILN_CHECK(state_step == s.step, "checkpoint '", f.state, "': metadata step ", state_step,
-             " differs from the training state's step ", s.step);
-  for (const auto& [name, t] : st.tensors)
-    KILN_CHECK(t.dtype() == DType::f32, "checkpoint '", f.state, "': optimizer tensor '", name, "' is ", t.str(),
-               "; optimizer state is F32");
-  check_finite(st.tensors, f.state, "checkpoint");
+}
 
-  // The weights (and the EMA's): from the state's step, finite, fitting the model.
-  auto load_into = [&](Module& m, const std::string& file, const char* what) {
-    SafetensorsContents w = load_safetensors(file);
-    const int64_t weights_step = metadata_step(w, file);
-    KILN_CHECK(weights_step == s.step, "checkpoint '", base, "': the ", what, " ", file, " (step ", weights_step,
-               ") and the training state ", f.state, " (step ", s.step, ") are from different steps; was a save interrupted?");
-    check_finite(w.tensors, file, "checkpoint");
-    try {
-      import_pytorch_state_dict(m, w.tensors, /*strict=*/true);
-    } catch (const Error& e) {
-      KILN_FAIL("checkpoint '", file, "' does not fit the model: ", e.what());
-    }
-  };
-  load_into(model, f.weights, "weights");
-  if (ema && fs::exists(f.ema)) {
-    load_into(*ema, f.ema, "EMA weights");
-    s.ema_loaded = true;
+int64_t checkpoint_file_step(const SafetensorsContents& c, const std::string& file) {
+  auto it = c.metadata.find("step");
+  KILN_CHECK(it != c.metadata.end(), "checkpoint '", file, "' has no step in its metadata (key \"step\"); "
+             "is it a kiln checkpoint?");
+  int64_t step = -1;
+  size_t used = 0;
+  try {
+    step = std::stoll(it->second, &used);
+  } catch (const std::exception&) {
+    used = 0;
   }
-  if (legacy_flatten) {
-    // The channels of the images the run trained on, for a flatten that sees the model's input.
-    int64_t image_channels = 0;
-    try {
-      if (s.config.contains("data")) {
-        const DataConfig d = DataConfig::from_json(s.config["data"], "data");
-        image_channels = d.transforms(Split::train).output_shape(d.source_image_shape()).c;
-      }
-    } catch (const Error&) {
-      image_channels = 0;  // unknown: a flatten that needs it makes the conversion refuse
-    }
-    convert_legacy_optimizer_state(model, st.tensors, image_channels, f.state);
+  KILN_CHECK(used > 0 && used == it->second.size() && step >= 0, "checkpoint '", file, "': metadata step = \"",
+             it->second, "\" is not a step count (an integer >= 0)");
+  return step;
+}
+
+void load_pair_weights(const std::string& base, const std::string& file, const std::string& state_file, int64_t step,
+                       Module& m, const char* what) {
+  SafetensorsContents w = load_safetensors(file);
+  const int64_t weights_step = checkpoint_file_step(w, file);
+  KILN_CHECK(weights_step == step, "checkpoint '", base, "': the ", what, " ", file, " (step ", weights_step,
+             ") and the training state ", state_file, " (step ", step, ") are from different steps; was a save interrupted?");
+  check_finite_tensors(w.tensors, file, "checkpoint");
+  try {
+    import_pytorch_state_dict(m, w.tensors, /*strict=*/true);
+  } catch (const Error& e) {
+    KILN_FAIL("checkpoint '", file, "' does not fit the model: ", e.what());
   }
-  s.optimizer.tensors = std::move(st.tensors);
-  return s;
 }
 
 std::string checkpoint_pair_path(const std::string& base) {

@@ -1,4 +1,8 @@
-// Checkpoints. A checkpoint named `<run>/last` is a folder holding a pair of files:
+// Checkpoint files: the layout of a checkpoint on disk, its atomic write, and the reading of its weights
+// (what predict, eval, export and train.init need). What the training state holds and how it is
+// checked is the engine's (tools/engine/training_checkpoint.h: save_checkpoint, load_checkpoint), so
+// that a program that loads a run's weights links no optimizer library.
+// A checkpoint named `<run>/last` is a folder holding a pair of files:
 //   `last.safetensors`        the model's weights in PyTorch's layout and torchvision's names
 //                             (safetensors.torch.load_file + model.load_state_dict reads it);
 //   `last.state.safetensors`  the training state: the optimizer's tensors (in kiln's layout: conv
@@ -9,7 +13,7 @@
 //                             wrote it and "flatten_order":
 //                             "chw" (a state without it, from an earlier kiln, has a flattened
 //                             Linear's tensors in (h, w, c) column order: converted on load,
-//                             tools/deploy/checkpoint_legacy.h).
+//                             tools/engine/checkpoint_legacy.h).
 //   `last.ema.safetensors`    with train.ema: the EMA of the weights (tools/engine/train_ema.h), same layout
 //                             and names as the weights file (docs/ema_accumulate.md).
 // On disk (one save of step 12):
@@ -22,72 +26,54 @@
 // folder to `last-<step>` and then switches `last` to it with one rename of a symlink: a kill at any
 // moment leaves `last` naming a complete pair (the previous one or the new one). The previous folder
 // and any temporaries a killed save left behind are removed by the save (and the next one).
-// Loading refuses a pair from different steps, a state with a missing or out-of-range field,
-// non-finite tensors (weights, batch-norm buffers, optimizer state) and integer tensors for floating
-// parameters, naming the file and the field or tensor. Flat pairs (`<base>.safetensors` +
-// `<base>.state.safetensors`, written by earlier kiln) still load.
-// Tests: tests/engine/checkpoint_test.cpp (validation, layout), tests/deploy/checkpoint_kill_test.cpp
-// (kill -9 during saves, then resume), tests/engine/trainer_test.cpp (exact resume).
+// Loading refuses a pair from different steps, non-finite tensors (weights, batch-norm buffers,
+// optimizer state) and integer tensors for floating parameters, naming the file and the tensor (and
+// the engine's load_checkpoint a state with a missing or out-of-range field). Flat pairs
+// (`<base>.safetensors` + `<base>.state.safetensors`, written by earlier kiln) still load.
+// Tests: tests/deploy/run_weights_test.cpp (which checkpoint a run folder stands for, the pair's write),
+// tests/engine/checkpoint_test.cpp (validation, layout), tests/engine/checkpoint_kill_test.cpp (kill -9
+// during saves, then resume), tests/engine/trainer_test.cpp (exact resume).
 #pragma once
+#include <cstdint>
 #include <map>
 #include <string>
 
+#include "core/io/safetensors.h"
 #include "core/json_reader.h"
-#include "core/rng.h"
+#include "core/tensor.h"
 #include "layers/module.h"
-#include "optim/optimizer.h"
 
 namespace kiln {
 
-// The best value so far of one validation figure (tools/engine/metric_watch.h): train.best_metric's,
-// which picks the `best` checkpoint, and train.early_stopping's, so that a resumed run goes on
-// comparing with it.
-struct MetricRecord {
-  std::string metric;  // "top1", "top5", "loss", "ema_top1", "ema_top5", "ema_loss"; "" = nothing yet
-  double best = 0;     // its best value
-  int64_t epoch = 0;   // the epoch (1-based) that reached it; 0 where unknown (an earlier kiln's best_top1)
+// What one pair holds, as the engine's save_checkpoint hands it to write_checkpoint_pair.
+struct CheckpointPair {
+  int64_t step = 0;              // the optimizer steps of the run (each file's metadata "step"; the folder's name)
+  Module* model = nullptr;       // its weights, saved in PyTorch's layout (required)
+  Module* ema = nullptr;         // the EMA of the weights (train.ema), or none
+  json model_config;             // the config's "model" section: each weights file's metadata "kiln_model"
+  std::map<std::string, Tensor> state_tensors;  // the training state's tensors (the optimizer's)
+  json state;                    // the training state: the state file's metadata "kiln_training_state"
 };
+// Writes `pair` as checkpoint `base` (`<run>/last`: the folder layout above): both files (and the
+// EMA's) into a new folder, then the one switch of the link. `keep`: how many pair folders of `base`
+// stay, the newest by step (train.keep_last; `base` names the new one); older ones are removed after
+// the switch.
+void write_checkpoint_pair(const std::string& base, const CheckpointPair& pair, int64_t keep = 1);
 
-struct TrainingState {
-  int64_t epoch = 0;  // epochs completed
-  int64_t step = 0;   // optimizer steps completed
-  // Batches of epoch `epoch` already trained: 0 at an epoch's end; a mid-epoch save's position
-  // (train.save_every_*, SIGUSR1, an interrupt), where the resumed run starts that epoch's loader.
-  // It may equal the epoch's steps: the epoch trained, its evaluation not done (an interrupt then).
-  int64_t epoch_step = 0;
-  // With epoch_step > 0: the epoch's figures so far (its loss sum, correct count, samples, training
-  // seconds, data-wait seconds), so the resumed epoch's metrics row covers the whole epoch; and the
-  // run's seconds so far ("run_seconds", train.time_budget_minutes' clock). Names -> numbers.
-  std::map<std::string, double> progress;
-  std::string kiln_version;  // of the kiln that wrote it (load: "" when the checkpoint predates it)
-  RngState rng;       // the default generator after `step`
-  // train.best_metric's best so far. The metadata also keeps it as "best_top1" (-1 unless the metric
-  // is a top-1) for checkpoints of earlier kiln, whose best_top1 is read into it.
-  MetricRecord best;
-  // train.early_stopping's best so far (only improvements by more than its min_delta count), and the
-  // epoch (1-based) after which it ended the run (0: it did not; a resume clears it when it goes on).
-  MetricRecord early_stopping;
-  int64_t stopped_early = 0;
-  std::map<std::string, double> scaler;  // LossScaler::state_dict() (empty without fp16)
-  OptimizerState optimizer;
-  json config;  // the config as run
-  bool ema_loaded = false;  // load_checkpoint: the checkpoint had EMA weights and they were loaded
-};
-
-// Saves the pair as checkpoint `base` (`<run>/last`: the folder layout above).
-// With `ema`, its weights are saved in the same folder as `<name>.ema.safetensors` (same step).
-// `keep`: how many pair folders of `base` stay, the newest by step (train.keep_last; `base` names the
-// new one); older ones are removed after the switch.
-void save_checkpoint(const std::string& base, Module& model, const TrainingState& state, Module* ema = nullptr,
-                     int64_t keep = 1);
-// Loads the weights into `model` and returns the training state. `base` is what
-// resolve_checkpoint() returns: a checkpoint folder (or the symlink naming one), or a flat base.
-// With `ema`: the checkpoint's EMA weights go into it when it has them (state.ema_loaded), checked
-// like the weights (same step, finite, fitting the model); a checkpoint without them leaves `ema` alone.
-TrainingState load_checkpoint(const std::string& base, Module& model, Module* ema = nullptr);
 // Loads only weights (PyTorch layout) into `model`: FILE.safetensors, a checkpoint, or a run folder
 // (the weights it stands for: run_weights_checkpoint).
 void load_weights(const std::string& path, Module& model);
+// Loads the weights file `file` of checkpoint `base` into `m`, checked: written at `step` (that of the
+// training state `state_file`; else the pair is from two saves), finite, fitting the model. `what`
+// names it in errors ("weights", "EMA weights").
+void load_pair_weights(const std::string& base, const std::string& file, const std::string& state_file, int64_t step,
+                       Module& m, const char* what);
+// The "step" metadata entry of a checkpoint file `file` (its contents `c`), checked to be a count.
+int64_t checkpoint_file_step(const SafetensorsContents& c, const std::string& file);
+// Refuses NaN/inf in any floating tensor of `file`, naming `what` ("weights", "checkpoint"), the file,
+// the tensor and the first bad element.
+void check_finite_tensors(const std::map<std::string, Tensor>& tensors, const std::string& file, const char* what);
+
 // The one rule for what a run folder `runs/x` stands for (docs/training.md, "Which checkpoint"):
 //   - weights (kiln eval, predict, export, train.init, load_model): its best checkpoint when it has
 //     one (the best validation top-1), else its last; name runs/x/last to take the last;

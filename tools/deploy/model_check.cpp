@@ -62,7 +62,11 @@ void check_model_fits_data(Module& model, const std::string& model_path, ImageSh
   const std::string images = "images of " + std::to_string(shape.h) + "x" + std::to_string(shape.w) + "x" +
                              std::to_string(shape.c) + " (HxWxC: data.source \"" + data_source +
                              "\" after data.train_transforms)";
-  const json mj = model.to_json();
+  json mj;  // the model's config, to name its keys; a model built in code has none (layers/module.h)
+  try {
+    mj = model.to_json();
+  } catch (const NoConfigError&) {
+  }
   if (mj.contains("in_channels") && mj["in_channels"].is_number_integer())
     KILN_CHECK(mj["in_channels"].get<int64_t>() == shape.c, json_path(model_path, "in_channels"), " = ",
                mj["in_channels"].get<int64_t>(), " does not fit the data: ", images, "; set ",

@@ -22,7 +22,8 @@ void check_loader_memory(const DataConfig& data, ImageShape shape, int64_t batch
 // in eval mode without gradients (buffers untouched), on the device it is on, and checks that the
 // output is (2, >= num_classes). On a mismatch throws naming the key: model.in_channels,
 // model.layers[i], model.num_classes, or the image size (data.* and data.train_transforms).
-// `model_path` is the model's JSON path ("model").
+// `model_path` is the model's JSON path ("model"). A model built in code (no config, layers/module.h)
+// is checked by its output alone. Tests: tests/deploy/code_model_check_test.cpp (that case).
 void check_model_fits_data(Module& model, const std::string& model_path, ImageShape shape, int64_t num_classes,
                            const std::string& data_source);
 

@@ -18,7 +18,7 @@
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_io.h"
-#include "tools/deploy/train_options.h"
+#include "tools/deploy/precision.h"
 
 namespace fs = std::filesystem;
 
@@ -74,9 +74,9 @@ Predictor::Predictor(const std::string& arg, const PredictOptions& o) {
              ": a config needs a \"model\" and a \"data\" section");
   fix_auto_batch(config_["data"]);
   data_ = DataConfig::from_json(config_["data"], "data");
-  const TrainOptions train = TrainOptions::from_json(config_.value("train", json::object()), "train");
-  device_ = parse_device_list(train.device)[0];
-  compute_ = compute_dtype_of(train.precision, device_);
+  const RunDevice run_device = run_device_from_json(config_.value("train", json::object()), "train");
+  device_ = parse_device_list(run_device.device)[0];
+  compute_ = compute_dtype_of(run_device.precision, device_);
 
   input_shape_ = data_.val_transforms.output_shape(data_.source_image_shape());
   KILN_CHECK(input_shape_.known(), "data.val_transforms: the images must end in a fixed size to be batched");

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "data/loader.h"
 #include "tools/engine/autobatch.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "data/dataset.h"
 
 namespace kiln {

@@ -88,22 +88,79 @@ std::string StepGraph::decide(const std::string& key) {
   return same_ > warmup_ ? "capture" : "eager";
 }
 
+namespace {
+
+// Copies a batch's tensor into the graph's input (from pinned memory: queued, no wait).
+void fill_input(Tensor& dst, const Tensor& src) {
+  if (src.defined()) dst.copy_(src);
+}
+
+}  // namespace
+
+void StepGraph::check_once(const StepSetup& setup, const Module& model, const Optimizer& opt) {
+  if (checked_) return;
+  checked_ = true;
+  refusal_ = graph_refusal(setup, model);
+  if (!refusal_.empty()) {
+    KILN_CHECK(mode_ != GraphMode::on, "train.cuda_graph: \"on\", but this step cannot be captured: ", refusal_,
+               "; accepted there: \"auto\" (such steps run eagerly) or \"off\"");
+    say("cuda_graph: eager: " + refusal_);
+  } else {
+    const std::string why = update_refusal(setup, opt);
+    update_captured_ = why.empty();
+    if (!update_captured_) say("cuda_graph: the update runs eagerly after each replay: " + why);
+  }
+}
+
+bool StepGraph::capture_step(const StepBatch& batch, const StepSetup& setup, Optimizer& opt,
+                             const std::function<std::vector<MicroOut>(const StepBatch&)>& capture,
+                             const std::string& key, const std::vector<Tensor>& params) {
+  const Device d = setup.device;
+  // One graph at a time: the previous one and its pool go first.
+  work_.reset();
+  grads_.clear();
+  outs_.clear();
+  scaler_state_ = Tensor();
+  in_images_ = Tensor::empty(batch.images.shape(), batch.images.dtype(), d);
+  in_labels_ = Tensor::empty(batch.labels.shape(), batch.labels.dtype(), d);
+  in_targets_ = batch.targets.defined() ? Tensor::empty(batch.targets.shape(), batch.targets.dtype(), d) : Tensor();
+  fill_input(in_images_, batch.images);
+  fill_input(in_labels_, batch.labels);
+  fill_input(in_targets_, batch.targets);
+  std::vector<MicroOut> outs;
+  try {
+    begin_capture(d);
+    opt.set_values_written_outside(update_captured_);
+    outs = capture(StepBatch{in_images_, in_labels_, in_targets_, batch.normalize});
+    opt.set_values_written_outside(false);
+    work_ = end_capture(d);
+  } catch (const std::exception& e) {
+    opt.set_values_written_outside(false);
+    abandon_capture(d);
+    work_.reset();
+    in_images_ = in_labels_ = in_targets_ = Tensor();
+    failed_.insert(key);
+    ++counts_.failed_captures;
+    ++counts_.eager;
+    // The parameters' .grad may hold tensors of the abandoned capture (never written): the eager
+    // step's zero_grad drops them.
+    say(std::string("cuda_graph: eager: the capture of this step failed (") + e.what() + "); key: " + key);
+    return false;
+  }
+  key_ = key;
+  outs_ = std::move(outs);
+  grads_.clear();
+  for (const Tensor& p : params) grads_.push_back(p.grad());
+  if (setup.scaler && setup.scaler->on_device()) scaler_state_ = setup.scaler->found_inf();
+  ++counts_.captures;
+  say("cuda_graph: captured the step after " + std::to_string(warmup_) + " eager steps: " + key);
+  return true;
+}
+
 bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module& model, Optimizer& opt,
                     const std::function<std::vector<MicroOut>(const StepBatch&)>& capture) {
   if (mode_ == GraphMode::off) return false;
-  if (!checked_) {
-    checked_ = true;
-    refusal_ = graph_refusal(setup, model);
-    if (!refusal_.empty()) {
-      KILN_CHECK(mode_ != GraphMode::on, "train.cuda_graph: \"on\", but this step cannot be captured: ", refusal_,
-                 "; accepted there: \"auto\" (such steps run eagerly) or \"off\"");
-      say("cuda_graph: eager: " + refusal_);
-    } else {
-      const std::string why = update_refusal(setup, opt);
-      update_captured_ = why.empty();
-      if (!update_captured_) say("cuda_graph: the update runs eagerly after each replay: " + why);
-    }
-  }
+  check_once(setup, model, opt);
   if (!refusal_.empty()) {
     ++counts_.eager;
     return false;
@@ -115,57 +172,16 @@ bool StepGraph::run(const StepBatch& batch, const StepSetup& setup, const Module
     if (work_ && noted_.insert(key).second) say("cuda_graph: eager: a step of another key than the graph's: " + key);
     return false;
   }
-  const Device d = setup.device;
   std::vector<Tensor> params;
   for (const ParamRef& p : opt.params()) params.push_back(p.param);
   // The per-step values the captured update reads (the learning rate), written before the launch.
   if (update_captured_) opt.write_step_values();
-  auto fill = [&](Tensor& dst, const Tensor& src) {
-    if (src.defined()) dst.copy_(src);  // from pinned memory: queued, no wait
-  };
   if (what == "capture") {
-    // One graph at a time: the previous one and its pool go first.
-    work_.reset();
-    grads_.clear();
-    outs_.clear();
-    scaler_state_ = Tensor();
-    in_images_ = Tensor::empty(batch.images.shape(), batch.images.dtype(), d);
-    in_labels_ = Tensor::empty(batch.labels.shape(), batch.labels.dtype(), d);
-    in_targets_ = batch.targets.defined() ? Tensor::empty(batch.targets.shape(), batch.targets.dtype(), d) : Tensor();
-    fill(in_images_, batch.images);
-    fill(in_labels_, batch.labels);
-    fill(in_targets_, batch.targets);
-    std::vector<MicroOut> outs;
-    try {
-      begin_capture(d);
-      opt.set_values_written_outside(update_captured_);
-      outs = capture(StepBatch{in_images_, in_labels_, in_targets_, batch.normalize});
-      opt.set_values_written_outside(false);
-      work_ = end_capture(d);
-    } catch (const std::exception& e) {
-      opt.set_values_written_outside(false);
-      abandon_capture(d);
-      work_.reset();
-      in_images_ = in_labels_ = in_targets_ = Tensor();
-      failed_.insert(key);
-      ++counts_.failed_captures;
-      ++counts_.eager;
-      // The parameters' .grad may hold tensors of the abandoned capture (never written): the eager
-      // step's zero_grad drops them.
-      say(std::string("cuda_graph: eager: the capture of this step failed (") + e.what() + "); key: " + key);
-      return false;
-    }
-    key_ = key;
-    outs_ = std::move(outs);
-    grads_.clear();
-    for (const Tensor& p : params) grads_.push_back(p.grad());
-    if (setup.scaler && setup.scaler->on_device()) scaler_state_ = setup.scaler->found_inf();
-    ++counts_.captures;
-    say("cuda_graph: captured the step after " + std::to_string(warmup_) + " eager steps: " + key);
+    if (!capture_step(batch, setup, opt, capture, key, params)) return false;
   } else {
-    fill(in_images_, batch.images);
-    fill(in_labels_, batch.labels);
-    fill(in_targets_, batch.targets);
+    fill_input(in_images_, batch.images);
+    fill_input(in_labels_, batch.labels);
+    fill_input(in_targets_, batch.targets);
   }
   work_->replay();  // a capture runs nothing: the capturing step replays too
   // The captured update changed the scaler's device state without its calls: its getters read again.

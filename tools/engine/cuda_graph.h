@@ -102,6 +102,14 @@ class StepGraph {
 
  private:
   void say(const std::string& line);
+  // The first run's checks: whether this run's steps can be captured at all (refusal_), and whether
+  // the update can be captured with them (update_captured_).
+  void check_once(const StepSetup& setup, const Module& model, const Optimizer& opt);
+  // Captures the step of `key` into a new graph (the previous one goes first), its inputs copied from
+  // `batch`; false, with the key marked failed, when the capture fails.
+  bool capture_step(const StepBatch& batch, const StepSetup& setup, Optimizer& opt,
+                    const std::function<std::vector<MicroOut>(const StepBatch&)>& capture, const std::string& key,
+                    const std::vector<Tensor>& params);
   GraphMode mode_;
   int warmup_;
   bool checked_ = false;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/json_reader.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "layers/module.h"
 #include "optim/param.h"
 

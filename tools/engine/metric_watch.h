@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <string>
 
-#include "tools/deploy/checkpoint.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/training_checkpoint.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/trainer.h"
 
 namespace kiln {

@@ -316,22 +316,37 @@ PlotAxis plot_axis(const std::vector<double>& values, PlotKind kind) {
   return a;
 }
 
+namespace {
+
+// What the finite points of a plot's series span: the x range (widened when there are no points or
+// one x) and their y values (for plot_axis).
+struct PlotExtent {
+  double x0 = INFINITY, x1 = -INFINITY;
+  std::vector<double> ys;
+};
+PlotExtent plot_extent(const std::vector<PlotSeries>& series) {
+  PlotExtent e;
+  for (const PlotSeries& s : series)
+    for (size_t i = 0; i < s.y.size() && i < s.x.size(); ++i) {
+      if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
+      e.ys.push_back(s.y[i]);
+      e.x0 = std::min(e.x0, s.x[i]);
+      e.x1 = std::max(e.x1, s.x[i]);
+    }
+  if (!std::isfinite(e.x0)) e.x0 = 0, e.x1 = 1;
+  if (e.x1 - e.x0 < 1e-12) e.x0 -= 0.5, e.x1 += 0.5;
+  return e;
+}
+
+}  // namespace
+
 void save_plot_png(const std::string& path, const std::string& title, const std::vector<PlotSeries>& series,
                    const std::string& xlabel, PlotKind kind) {
   const int W = 800, H = 500, L = 80, R = 20, T = 50, B = 60;
   cv::Mat img(H, W, CV_8UC3, cv::Scalar(255, 255, 255));
-  std::vector<double> all;
-  double x0 = INFINITY, x1 = -INFINITY;
-  for (const PlotSeries& s : series)
-    for (size_t i = 0; i < s.y.size() && i < s.x.size(); ++i) {
-      if (!std::isfinite(s.y[i]) || !std::isfinite(s.x[i])) continue;
-      all.push_back(s.y[i]);
-      x0 = std::min(x0, s.x[i]);
-      x1 = std::max(x1, s.x[i]);
-    }
-  if (!std::isfinite(x0)) x0 = 0, x1 = 1;
-  if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
-  const PlotAxis ax = plot_axis(all, kind);
+  const PlotExtent extent = plot_extent(series);
+  const double x0 = extent.x0, x1 = extent.x1;
+  const PlotAxis ax = plot_axis(extent.ys, kind);
   auto ty = [&](double y) { return ax.log ? std::log10(y) : y; };
   const double lo = ty(ax.lo), hi = ty(ax.hi);
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };

@@ -180,6 +180,44 @@ json report_to_json(const ClassificationReport& r) {
               {"most_confused", pairs}};
 }
 
+namespace {
+
+// The heat map's colours: white (0) to dark blue (1), as matplotlib's Blues.
+cv::Scalar blues(double v) {
+  v = std::clamp(v, 0.0, 1.0);
+  return cv::Scalar(247 + (8 - 247) * v, 251 + (48 - 251) * v, 255 + (107 - 255) * v);
+}
+
+// The column names (predicted classes) of a k x k matrix of `out.cell` pixels: a (name_w + 2) x M
+// strip (M = k * cell) that reads upwards. Each name is drawn horizontally into an M x (name_w + 2)
+// image: a counter-clockwise turn makes row y column y and the right end the top, so a name
+// right-aligned at row centre(j) ends next to the matrix under column j (imgproc has no rotated text).
+cv::Mat column_labels(const std::vector<std::string>& shown, const HeatMapImage& out, int name_w, double label_scale) {
+  const auto font = cv::FONT_HERSHEY_SIMPLEX;
+  const int k = static_cast<int>(shown.size()), M = out.cell * k;
+  cv::Mat horiz(M, name_w + 2, CV_8UC3, cv::Scalar(255, 255, 255));
+  for (int j = 0; j < k; j += out.label_step) {
+    cv::Size ts = cv::getTextSize(shown[j], font, label_scale, 1, nullptr);
+    const int yc = j * out.cell + out.cell / 2 + ts.height / 2;
+    cv::putText(horiz, shown[j], {name_w + 1 - ts.width, yc}, font, label_scale, {0, 0, 0}, 1, cv::LINE_AA);
+  }
+  cv::Mat strip;
+  cv::rotate(horiz, strip, cv::ROTATE_90_COUNTERCLOCKWISE);
+  return strip;
+}
+
+// The colour bar at (bx, top), `bh` pixels high: 0 at the bottom, 1 at the top.
+void draw_colour_bar(cv::Mat& img, int bx, int top, int bh) {
+  const auto font = cv::FONT_HERSHEY_SIMPLEX;
+  for (int y = 0; y < bh; ++y)
+    cv::line(img, {bx, top + y}, {bx + 16, top + y}, blues(1.0 - static_cast<double>(y) / std::max(bh - 1, 1)), 1);
+  cv::rectangle(img, cv::Rect(bx, top, 17, bh), {0, 0, 0}, 1);
+  cv::putText(img, "1", {bx + 22, top + 10}, font, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
+  cv::putText(img, "0", {bx + 22, top + bh}, font, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
+}
+
+}  // namespace
+
 HeatMapImage render_confusion(const ClassificationReport& r) {
   const int k = static_cast<int>(r.names.size());
   const auto font = cv::FONT_HERSHEY_SIMPLEX;
@@ -209,11 +247,6 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
   out.w = std::max(left + std::max(M, 200) + right, 8 + title_w + 8);
   out.h = top + M + bottom;
   cv::Mat img(static_cast<int>(out.h), static_cast<int>(out.w), CV_8UC3, cv::Scalar(255, 255, 255));  // RGB
-  // Colour map: white (0) to dark blue (1), as matplotlib's Blues.
-  auto colour = [](double v) {
-    v = std::clamp(v, 0.0, 1.0);
-    return cv::Scalar(247 + (8 - 247) * v, 251 + (48 - 251) * v, 255 + (107 - 255) * v);
-  };
   cv::putText(img, title, {std::min(left, static_cast<int>(out.w) - 8 - title_w), 28}, font, 0.55, {0, 0, 0}, 1,
               cv::LINE_AA);
   for (int i = 0; i < k; ++i) {
@@ -222,7 +255,7 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
       const double v = ratio(static_cast<double>(r.confusion[i][j]), support);
       cv::Rect cellr(left + j * out.cell, top + i * out.cell, out.cell, out.cell);
       // A class without samples: its row in light grey (no share to show).
-      cv::rectangle(img, cellr, support > 0 ? colour(v) : cv::Scalar(225, 225, 225), cv::FILLED);
+      cv::rectangle(img, cellr, support > 0 ? blues(v) : cv::Scalar(225, 225, 225), cv::FILLED);
       if (out.cell_text && support > 0) {
         std::string t = fixed(v, 2);
         int base = 0;
@@ -240,20 +273,7 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
     const int yc = top + i * out.cell + std::max(out.cell, 1) / 2 + ts.height / 2;
     cv::putText(img, shown[i], {left - 8 - ts.width, yc}, font, label_scale, {0, 0, 0}, 1, cv::LINE_AA);
   }
-  cv::Mat col_labels(name_w + 2, M, CV_8UC3, cv::Scalar(255, 255, 255));  // the rotated strip, (name_w+2) x M
-  {
-    // Each name drawn horizontally into an M x (name_w + 2) image: a counter-clockwise turn makes row
-    // y column y and the right end the top, so a name right-aligned at row centre(j) reads upwards
-    // and ends next to the matrix under column j.
-    cv::Mat horiz(M, name_w + 2, CV_8UC3, cv::Scalar(255, 255, 255));
-    for (int j = 0; j < k; j += out.label_step) {
-      cv::Size ts = cv::getTextSize(shown[j], font, label_scale, 1, nullptr);
-      const int yc = j * out.cell + out.cell / 2 + ts.height / 2;
-      cv::putText(horiz, shown[j], {name_w + 1 - ts.width, yc}, font, label_scale, {0, 0, 0}, 1, cv::LINE_AA);
-    }
-    cv::rotate(horiz, col_labels, cv::ROTATE_90_COUNTERCLOCKWISE);
-  }
-  col_labels.copyTo(img(cv::Rect(left, top + M + 8, M, name_w + 2)));
+  column_labels(shown, out, name_w, label_scale).copyTo(img(cv::Rect(left, top + M + 8, M, name_w + 2)));
   cv::putText(img, "predicted", {left + M / 2 - 35, static_cast<int>(out.h) - 8}, font, 0.5, {0, 0, 0}, 1, cv::LINE_AA);
   {
     cv::Mat t(axis, 60, CV_8UC3, cv::Scalar(255, 255, 255));
@@ -263,13 +283,7 @@ HeatMapImage render_confusion(const ClassificationReport& r) {
     const int y = std::clamp(top + M / 2 - 30, 0, static_cast<int>(out.h) - 60);
     tr.copyTo(img(cv::Rect(8, y, axis, 60)));
   }
-  // Colour bar: 0 at the bottom, 1 at the top.
-  const int bx = left + std::max(M, 200) + 20, bh = std::max(M, 100);
-  for (int y = 0; y < bh; ++y)
-    cv::line(img, {bx, top + y}, {bx + 16, top + y}, colour(1.0 - static_cast<double>(y) / std::max(bh - 1, 1)), 1);
-  cv::rectangle(img, cv::Rect(bx, top, 17, bh), {0, 0, 0}, 1);
-  cv::putText(img, "1", {bx + 22, top + 10}, font, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
-  cv::putText(img, "0", {bx + 22, top + bh}, font, 0.4, {0, 0, 0}, 1, cv::LINE_AA);
+  draw_colour_bar(img, left + std::max(M, 200) + 20, top, std::max(M, 100));
   out.rgb.assign(img.data, img.data + img.total() * img.elemSize());
   return out;
 }

@@ -107,7 +107,7 @@ TrainResult train_launched(const json& config, bool quiet, std::unique_ptr<Commu
 
 }  // namespace
 
-TrainResult train(const json& config, bool quiet) {
+TrainResult train_once(const json& config, bool quiet) {
   std::unique_ptr<Communicator> mpi = launched_by_mpirun() ? make_mpi_communicator() : nullptr;
   // The console from here on goes to the run folder's train.log too (rank 0's: the one that prints).
   std::optional<ConsoleCapture> console;

@@ -43,7 +43,7 @@
 #include "optim/grad_sync.h"
 #include "optim/loss_scaler.h"
 #include "optim/optimizer.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/cuda_graph.h"
 
 namespace kiln {

@@ -28,6 +28,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/optimizer.h"
 #include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_check.h"
 #include "tools/deploy/model_io.h"
@@ -140,91 +141,102 @@ void write_run_report(const std::string& run_dir, const std::vector<std::vector<
 // threads, data.workers, run no OpenMP). OMP_NUM_THREADS, where set, wins (its first number, set
 // again: an earlier run of this process may have changed the thread's), and a line says so when it
 // differs. The number used goes into the result and the config as run.
-void set_threads(ReplicaRun& r) {
+void set_threads(const Replica& rep, RunConfig& cfg) {
   const char* env = std::getenv("OMP_NUM_THREADS");
   const bool by_env = env != nullptr && *env != '\0';
   const long env_n = by_env ? std::strtol(env, nullptr, 10) : 0;  // "4" or "4,2" (nested levels): 4
   if (env_n > 0) omp_set_num_threads(static_cast<int>(env_n));
-  else if (!by_env && r.opt.threads > 0) omp_set_num_threads(static_cast<int>(r.opt.threads));
-  r.result.threads = omp_get_max_threads();
-  r.threads_from = by_env ? "OMP_NUM_THREADS" : r.opt.threads > 0 ? "train.threads" : "";
-  if (r.show && by_env && r.opt.threads > 0 && r.result.threads != r.opt.threads)
-    std::cout << "threads: OMP_NUM_THREADS=" << env << " overrides train.threads = " << r.opt.threads << ": "
-              << r.result.threads << " CPU threads\n";
+  else if (!by_env && cfg.opt().threads > 0) omp_set_num_threads(static_cast<int>(cfg.opt().threads));
+  cfg.threads = omp_get_max_threads();
+  cfg.threads_from = by_env ? "OMP_NUM_THREADS" : cfg.opt().threads > 0 ? "train.threads" : "";
+  if (rep.show && by_env && cfg.opt().threads > 0 && cfg.threads != cfg.opt().threads)
+    std::cout << "threads: OMP_NUM_THREADS=" << env << " overrides train.threads = " << cfg.opt().threads << ": "
+              << cfg.threads << " CPU threads\n";
 }
 
-// The config's sections, the ranks, the precision (train.precision = "auto" agreed over the ranks).
-void read_run_config(ReplicaRun& r, const json& config_in) {
-  r.start = Clock::now();
-  r.config = config_in;
-  r.s = read_sections(r.config);
-  r.breq = read_batch(r.config["data"], r.opt.autobatch_fraction);
-  r.comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(r.opt.comm_timeout_s * 1000)));
-  r.rank = r.comm.rank();
-  r.world = r.comm.size();
-  if (r.opt.precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
-    std::vector<double> units{resolve_precision("auto", r.device) == "bf16" ? 1.0 : 0.0};
-    r.comm.all_reduce_doubles(units);
-    r.opt.precision = units[0] == r.world ? "bf16" : "fp32";
+// The config's sections, the precision (train.precision = "auto" agreed over the ranks), the threads.
+RunConfig read_run_config(const Replica& rep, const json& config_in) {
+  RunConfig cfg;
+  cfg.start = Clock::now();
+  cfg.config = config_in;
+  cfg.s = read_sections(cfg.config);
+  cfg.breq = read_batch(cfg.config["data"], cfg.opt().autobatch_fraction);
+  rep.comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.opt().comm_timeout_s * 1000)));
+  if (cfg.opt().precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
+    std::vector<double> units{resolve_precision("auto", rep.device) == "bf16" ? 1.0 : 0.0};
+    rep.comm.all_reduce_doubles(units);
+    cfg.opt().precision = units[0] == rep.world ? "bf16" : "fp32";
   }
-  r.compute = compute_dtype_of(r.opt.precision, r.device);
-  r.lead = r.rank == 0;
-  r.show = r.lead && !r.quiet;
-  set_threads(r);
-  set_conv_benchmark(r.device, r.opt.cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
+  cfg.compute = compute_dtype_of(cfg.opt().precision, rep.device);
+  set_threads(rep, cfg);
+  set_conv_benchmark(rep.device, cfg.opt().cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
+  return cfg;
 }
 
 // The model (train.init's weights), the data config and the datasets, checked before anything is
 // allocated or written; the loss's class weights.
-void build_model_and_data(ReplicaRun& r) {
-  const TrainOptions& opt = r.opt;
+void build_model_and_data(const Replica& rep, RunConfig& cfg, RunData& data, Learner& learner) {
+  const TrainOptions& opt = cfg.opt();
   manual_seed(static_cast<uint64_t>(opt.seed));
-  r.model = models::build_model(r.s.model, "model");
-  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*r.model, opt.init, opt.init_fresh, r.show);
-  else if (!opt.init.empty() && r.show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
-  r.model->to(r.device);
-  if (r.breq.auto_fraction > 0) r.config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
-  else r.config["data"]["batch_size"] = r.breq.global;
-  r.dcfg = DataConfig::from_json(r.config["data"], "data");
-  r.data_seed_given = r.dcfg.loader.seed;
-  r.dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ r.dcfg.loader.seed;
+  learner.model = models::build_model(cfg.s.model, "model");
+  if (!opt.init.empty() && opt.resume.empty()) load_init_weights(*learner.model, opt.init, opt.init_fresh, rep.show);
+  else if (!opt.init.empty() && rep.show) std::cout << "init: not read: resuming, the checkpoint's weights are loaded\n";
+  learner.model->to(rep.device);
+  if (cfg.breq.auto_fraction > 0) cfg.config["data"]["batch_size"] = 1;  // validated below; chosen by AutoBatch
+  else cfg.config["data"]["batch_size"] = cfg.breq.global;
+  data.dcfg = DataConfig::from_json(cfg.config["data"], "data");
+  data.data_seed_given = data.dcfg.loader.seed;
+  data.dcfg.loader.seed = static_cast<uint64_t>(opt.seed) ^ data.dcfg.loader.seed;
   if (opt.time_budget_minutes > 0) {  // tools/engine/time_budget.h: what a budget can shorten
-    const json sname = r.s.schedule.is_object() ? r.s.schedule.value("name", json("constant")) : json();
+    const json sname = cfg.s.schedule.is_object() ? cfg.s.schedule.value("name", json("constant")) : json();
     KILN_CHECK(sname == "cosine" || sname == "constant", "train.time_budget_minutes = ", opt.time_budget_minutes,
                " needs a schedule whose length follows train.epochs (cosine, constant); schedule.name = ", sname.dump(),
                " has its steps at fixed epochs: set them for the epochs you want and drop the budget");
-    KILN_CHECK(!r.dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
+    KILN_CHECK(!data.dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
                " cannot be used with data.progressive_resize, whose sizes change at fixed epochs");
   }
   // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
-  if (r.compute == DType::bf16) r.dcfg.loader.dtype = "bf16";
-  r.train_set = make_dataset(r.dcfg, Split::train);
-  r.val_set = make_dataset(r.dcfg, Split::val);
+  if (cfg.compute == DType::bf16) data.dcfg.loader.dtype = "bf16";
+  data.train_set = make_dataset(data.dcfg, Split::train);
+  data.val_set = make_dataset(data.dcfg, Split::val);
   // Before anything is allocated or written: the loaders' buffers fit, the model takes the images.
-  check_before_run(*r.model, r.dcfg, r.train_set->image_shape(),
-                   r.breq.auto_fraction > 0 ? 1 : r.breq.global / r.world, r.train_set->num_classes());
-  r.class_weights = loss_class_weights(opt, *r.train_set, r.device, r.show);
+  check_before_run(*learner.model, data.dcfg, data.train_set->image_shape(),
+                   cfg.breq.auto_fraction > 0 ? 1 : cfg.breq.global / rep.world, data.train_set->num_classes());
+  data.num_classes = data.train_set->num_classes();
+  learner.class_weights = loss_class_weights(opt, *data.train_set, rep.device, rep.show);
 }
 
 // The optimizer over the trainable parameters, rank 0's initial weights on every rank, the EMA.
-void build_optimizer(ReplicaRun& r) {
-  r.params = trainable_params(*r.model, r.opt.freeze, r.show);
-  mark_no_decay_1d(r.params);
-  r.optimizer = make_optimizer(r.s.optim, r.params, "optim");
-  if (r.world > 1) {  // rank 0's initial weights everywhere (also the buffers)
-    for (auto& [n, t] : r.model->named_parameters()) r.comm.broadcast(t, 0);
-    broadcast_buffers(r.comm, *r.model);
+void build_optimizer(const Replica& rep, const RunConfig& cfg, Learner& learner) {
+  learner.params = trainable_params(*learner.model, cfg.opt().freeze, rep.show);
+  mark_no_decay_1d(learner.params);
+  learner.optimizer = make_optimizer(cfg.s.optim, learner.params, "optim");
+  if (rep.world > 1) {  // rank 0's initial weights everywhere (also the buffers)
+    for (auto& [n, t] : learner.model->named_parameters()) rep.comm.broadcast(t, 0);
+    broadcast_buffers(rep.comm, *learner.model);
   }
   // EMA of the weights (optim/ema.h, tools/engine/train_ema.h): starts as a copy of the initial weights.
-  r.ema = make_training_ema(r.opt.ema, r.s.model, *r.model, r.device);
+  learner.ema = make_training_ema(cfg.opt().ema, cfg.s.model, *learner.model, rep.device);
 }
 
 }  // namespace
 
-void prepare_run(ReplicaRun& r, const json& config) {
-  read_run_config(r, config);
-  build_model_and_data(r);
-  build_optimizer(r);
+Replica make_replica(Communicator& comm, Device device, bool quiet) {
+  Replica rep{comm, device, quiet};
+  rep.rank = comm.rank();
+  rep.world = comm.size();
+  rep.lead = rep.rank == 0;
+  rep.show = rep.lead && !quiet;
+  rep.tty = Progress::stdout_is_tty();
+  rep.poll_every = rep.world > 1 ? 8 : 1;
+  return rep;
+}
+
+Prepared prepare_run(const Replica& rep, const json& config) {
+  Prepared p{read_run_config(rep, config), {}, {}};
+  build_model_and_data(rep, p.cfg, p.data, p.learner);
+  build_optimizer(rep, p.cfg, p.learner);
+  return p;
 }
 
 // --- plan the batch ---------------------------------------------------------------------------------
@@ -242,119 +254,129 @@ struct BenchmarkOff {
 
 // AutoBatch's probe: the peak memory of the training step's forward and backward on b random
 // images (make_step_setup's StepUse::probe), plus the optimizer's state, allocated at the first step.
-std::function<double(int64_t)> memory_probe(ReplicaRun& r, const ImageShape& shape) {
-  CachingAllocator& alloc = allocator_for(r.device);
-  const double state_bytes = r.optimizer->state_bytes();
-  StepOptions so = step_options(r.opt);
-  so.class_weights = r.class_weights;
+std::function<double(int64_t)> memory_probe(const Replica& rep, const RunConfig& cfg, const RunData& data,
+                                             Learner& learner, const BatchPlan& plan, const ImageShape& shape) {
+  CachingAllocator& alloc = allocator_for(rep.device);
+  const double state_bytes = learner.optimizer->state_bytes();
+  StepOptions so = step_options(cfg.opt());
+  so.class_weights = learner.class_weights;
   so.use = StepUse::probe;
-  const StepSetup setup = make_step_setup(so, r.device, *r.optimizer);
-  return [&r, &alloc, shape, state_bytes, setup](int64_t b) -> double {
-    r.optimizer->zero_grad();
+  const StepSetup setup = make_step_setup(so, rep.device, *learner.optimizer);
+  return [&rep, &cfg, &data, &learner, &plan, &alloc, shape, state_bytes, setup](int64_t b) -> double {
+    learner.optimizer->zero_grad();
     alloc.reset_peak();
     size_t base = alloc.stats().allocated;
     try {
       // With data.upload u8: host bytes, uploaded and normalised inside the step as in training.
-      Tensor x = probe_images(b, shape, r.upload_u8, r.device, r.compute);
-      Tensor y = Tensor::zeros({b}, DType::i64, r.device);
-      train_step(*r.model, *r.optimizer, StepBatch{x, y, Tensor(), r.dcfg.train_transforms.normalize().options()}, setup);
+      Tensor x = probe_images(b, shape, plan.upload_u8, rep.device, cfg.compute);
+      Tensor y = Tensor::zeros({b}, DType::i64, rep.device);
+      train_step(*learner.model, *learner.optimizer, StepBatch{x, y, Tensor(), data.dcfg.train_transforms.normalize().options()}, setup);
     } catch (const OutOfMemoryError&) {  // also TooLargeError: auto_batch reads which one it was
-      r.optimizer->zero_grad();
+      learner.optimizer->zero_grad();
       throw;
     }
     double peak = static_cast<double>(alloc.stats().peak - base) + state_bytes;
-    r.optimizer->zero_grad();
+    learner.optimizer->zero_grad();
     return peak;
   };
 }
 
 // train.accumulate = "auto": the smallest number of micro-batches whose micro-batch fits, the same
 // on every rank.
-void choose_accumulation(ReplicaRun& r, const std::function<double(int64_t)>& probe, double free_bytes) {
-  KILN_CHECK(r.breq.global % r.world == 0, "data.batch_size = ", r.breq.global,
-             " is the global batch and must divide by the ", r.world, " ranks");
-  AccumulationPlan plan = plan_accumulation(probe, free_bytes, r.opt.autobatch_fraction, r.breq.global / r.world);
+void choose_accumulation(const Replica& rep, const RunConfig& cfg, BatchPlan& plan,
+                         const std::function<double(int64_t)>& probe, double free_bytes) {
+  KILN_CHECK(cfg.breq.global % rep.world == 0, "data.batch_size = ", cfg.breq.global,
+             " is the global batch and must divide by the ", rep.world, " ranks");
+  const AccumulationPlan ap = plan_accumulation(probe, free_bytes, cfg.opt().autobatch_fraction, cfg.breq.global / rep.world);
   // The same N on every rank: the one for the smallest micro-batch that fits.
-  r.accumulate = smallest_accumulation(r.breq.global / r.world, r.comm.all_reduce_min(plan.autobatch.batch));
-  r.autobatch_target = plan.autobatch.target_bytes;
-  if (r.show)
-    std::cout << plan.report << (r.accumulate != plan.n ? " (another rank fits less: " + std::to_string(r.accumulate) +
+  plan.accumulate = smallest_accumulation(cfg.breq.global / rep.world, rep.comm.all_reduce_min(ap.autobatch.batch));
+  plan.autobatch_target = ap.autobatch.target_bytes;
+  if (rep.show)
+    std::cout << ap.report << (plan.accumulate != ap.n ? " (another rank fits less: " + std::to_string(plan.accumulate) +
                                                               " micro-batches on every rank)" : "") << "\n";
 }
 
 // data.batch_size = -1 (or a fraction): the largest batch that fits, the same on every rank.
-void choose_batch(ReplicaRun& r, const std::function<double(int64_t)>& probe, double free_bytes, int sharing) {
+void choose_batch(const Replica& rep, RunConfig& cfg, const RunData& data, BatchPlan& plan,
+                  const std::function<double(int64_t)>& probe, double free_bytes, int sharing) {
   AutoBatchOptions ao;
-  ao.fraction = r.breq.auto_fraction;
-  ao.max_batch = std::min<int64_t>(has_own_memory(r.device) ? 8192 : 1024, r.train_set->size() / r.world);
+  ao.fraction = cfg.breq.auto_fraction;
+  ao.max_batch = std::min<int64_t>(has_own_memory(rep.device) ? 8192 : 1024, data.train_set->size() / rep.world);
   AutoBatchResult ab = auto_batch(probe, free_bytes, ao);
-  int64_t per_rank = r.comm.all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
-  r.breq.global = per_rank * r.world * r.accumulate;   // with train.accumulate = N: N micro-batches per rank
-  r.autobatch_target = ab.target_bytes;
-  if (r.show)
+  int64_t per_rank = rep.comm.all_reduce_min(ab.batch);  // the same batch on every rank: the smallest
+  cfg.breq.global = per_rank * rep.world * plan.accumulate;   // with train.accumulate = N: N micro-batches per rank
+  plan.autobatch_target = ab.target_bytes;
+  if (rep.show)
     std::cout << ab.report()
-              << (r.world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
-                                  "; global batch " + std::to_string(r.breq.global) + " over " + std::to_string(r.world) + " ranks"
+              << (rep.world > 1 ? " per rank" + std::string(sharing > 1 ? " (1/" + std::to_string(sharing) + " of the machine's free memory each)" : "") +
+                                  "; global batch " + std::to_string(cfg.breq.global) + " over " + std::to_string(rep.world) + " ranks"
                               : "")
               << "\n";
 }
 
 // AutoBatch (data.batch_size = -1, or train.accumulate = "auto"): probes this rank's device, then
 // puts the buffers and the random generator back as they were.
-void run_autobatch(ReplicaRun& r) {
-  const ImageShape shape = r.dcfg.transforms(Split::train).output_shape(r.train_set->image_shape());
+void run_autobatch(const Replica& rep, RunConfig& cfg, const RunData& data, Learner& learner, BatchPlan& plan) {
+  const ImageShape shape = data.dcfg.transforms(Split::train).output_shape(data.train_set->image_shape());
   std::map<std::string, Tensor> saved;
-  for (auto& [n, t] : r.model->named_buffers()) saved[n] = t.detach().clone();
+  for (auto& [n, t] : learner.model->named_buffers()) saved[n] = t.detach().clone();
   RngState rng = default_generator().state();
-  const std::function<double(int64_t)> probe = memory_probe(r, shape);
-  double free_bytes = free_memory_bytes(r.device);
+  const std::function<double(int64_t)> probe = memory_probe(rep, cfg, data, learner, plan, shape);
+  double free_bytes = free_memory_bytes(rep.device);
   // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
   // of one machine share its RAM, so each plans with its share of what is free.
   // Ranks that compute in the host's memory share it (every rank of this machine); a GPU's is its own.
-  const int sharing = has_own_memory(r.device) ? 1 : (launched_by_mpirun() ? local_size() : r.world);
+  const int sharing = has_own_memory(rep.device) ? 1 : (launched_by_mpirun() ? local_size() : rep.world);
   free_bytes /= sharing;
-  BenchmarkOff benchmark_off(r.device);
-  if (r.accumulate == 0) choose_accumulation(r, probe, free_bytes);
-  else choose_batch(r, probe, free_bytes, sharing);
-  for (auto& [n, t] : r.model->named_buffers()) copy_tensor(t, saved[n]);
+  BenchmarkOff benchmark_off(rep.device);
+  if (plan.accumulate == 0) choose_accumulation(rep, cfg, plan, probe, free_bytes);
+  else choose_batch(rep, cfg, data, plan, probe, free_bytes, sharing);
+  for (auto& [n, t] : learner.model->named_buffers()) copy_tensor(t, saved[n]);
   default_generator().set_state(rng);
 }
 
-// This rank's loaders of the global batch, the steps of an epoch, the schedule.
-void make_loaders(ReplicaRun& r) {
-  KILN_CHECK(r.breq.global % r.world == 0, "data.batch_size = ", r.breq.global,
-             " is the global batch and must divide by the ", r.world, " ranks");
-  check_accumulation(r.breq.global, r.world, r.accumulate);
-  r.dcfg.loader.batch_size = r.breq.global / r.world;
-  Shard shard{r.rank, r.world};
-  LoaderOptions topt = r.dcfg.loader_options(Split::train);
-  if (r.upload_u8) topt.dtype = "u8";  // data.upload: bytes to the device (batch_images.h)
-  r.train_loader = std::make_unique<DataLoader>(r.train_set, r.dcfg.train_transforms, topt, shard);
-  r.train_loader->set_progressive_resize(r.dcfg.progressive_resize);
-  r.vopt = r.dcfg.loader_options(Split::val);
-  if (r.dcfg.val_batch_size == 0) r.vopt.batch_size = r.dcfg.loader.batch_size;
-  if (r.upload_u8) r.vopt.dtype = "u8";
-  r.val_loader = std::make_unique<DataLoader>(r.val_set, r.dcfg.val_transforms, r.vopt, shard);
-  r.steps_per_epoch = r.train_loader->batches_per_epoch();
-  if (r.opt.max_steps_per_epoch > 0) r.steps_per_epoch = std::min(r.steps_per_epoch, r.opt.max_steps_per_epoch);
-  KILN_CHECK(r.steps_per_epoch > 0, "data: the training split has ", r.train_set->size(),
-             " samples, fewer than one batch of ", r.dcfg.loader.batch_size, " per rank");
-  r.sctx = ScheduleContext{r.optimizer->lr(), r.steps_per_epoch, r.opt.epochs};
-  r.schedule = make_schedule(r.s.schedule, r.sctx, "schedule");
+// This rank's loaders of the global batch, the steps of an epoch.
+void make_loaders(const Replica& rep, const RunConfig& cfg, RunData& data, BatchPlan& plan) {
+  KILN_CHECK(cfg.breq.global % rep.world == 0, "data.batch_size = ", cfg.breq.global,
+             " is the global batch and must divide by the ", rep.world, " ranks");
+  check_accumulation(cfg.breq.global, rep.world, plan.accumulate);
+  data.dcfg.loader.batch_size = cfg.breq.global / rep.world;
+  Shard shard{rep.rank, rep.world};
+  LoaderOptions topt = data.dcfg.loader_options(Split::train);
+  if (plan.upload_u8) topt.dtype = "u8";  // data.upload: bytes to the device (batch_images.h)
+  plan.train_loader = std::make_unique<DataLoader>(data.train_set, data.dcfg.train_transforms, topt, shard);
+  plan.train_loader->set_progressive_resize(data.dcfg.progressive_resize);
+  plan.vopt = data.dcfg.loader_options(Split::val);
+  if (data.dcfg.val_batch_size == 0) plan.vopt.batch_size = data.dcfg.loader.batch_size;
+  if (plan.upload_u8) plan.vopt.dtype = "u8";
+  plan.val_loader = std::make_unique<DataLoader>(data.val_set, data.dcfg.val_transforms, plan.vopt, shard);
+  plan.steps_per_epoch = plan.train_loader->batches_per_epoch();
+  if (cfg.opt().max_steps_per_epoch > 0) plan.steps_per_epoch = std::min(plan.steps_per_epoch, cfg.opt().max_steps_per_epoch);
+  KILN_CHECK(plan.steps_per_epoch > 0, "data: the training split has ", data.train_set->size(),
+             " samples, fewer than one batch of ", data.dcfg.loader.batch_size, " per rank");
 }
 
 }  // namespace
 
-void plan_batch(ReplicaRun& r) {
+BatchPlan plan_batch(const Replica& rep, RunConfig& cfg, RunData& data, Learner& learner) {
+  BatchPlan plan;
   // train.accumulate = "auto" (0): AutoBatch measures the largest micro-batch for the fixed batch.
-  r.accumulate = r.opt.accumulate;
-  KILN_CHECK(r.accumulate != 0 || r.breq.auto_fraction == 0, "config: train.accumulate = \"auto\" needs a fixed "
+  plan.accumulate = cfg.opt().accumulate;
+  KILN_CHECK(plan.accumulate != 0 || cfg.breq.auto_fraction == 0, "config: train.accumulate = \"auto\" needs a fixed "
              "data.batch_size (the global batch to reach), not AutoBatch's; accepted: a data.batch_size > 0 with "
              "train.accumulate = \"auto\", or data.batch_size = -1 with train.accumulate = N (global batch = "
              "AutoBatch's micro-batch x ranks x N)");
-  r.upload_u8 = r.dcfg.upload_u8(has_own_memory(r.device), r.opt.mixup.enabled());
-  if (r.breq.auto_fraction > 0 || r.accumulate == 0) run_autobatch(r);
-  make_loaders(r);
+  plan.upload_u8 = data.dcfg.upload_u8(has_own_memory(rep.device), cfg.opt().mixup.enabled());
+  if (cfg.breq.auto_fraction > 0 || plan.accumulate == 0) run_autobatch(rep, cfg, data, learner, plan);
+  make_loaders(rep, cfg, data, plan);
+  return plan;
+}
+
+Schedule make_run_schedule(const RunConfig& cfg, const Learner& learner, const BatchPlan& plan) {
+  Schedule sched;
+  sched.context = ScheduleContext{learner.optimizer->lr(), plan.steps_per_epoch, cfg.opt().epochs};
+  sched.lr = make_schedule(cfg.s.schedule, sched.context, "schedule");
+  return sched;
 }
 
 // --- open or resume ---------------------------------------------------------------------------------
@@ -363,135 +385,138 @@ namespace {
 
 // Changes the run's epochs (train.time_budget_minutes' decision, or on resume the checkpoint's):
 // the schedule follows, and so does the config as run.
-void set_epochs(ReplicaRun& r, int64_t n) {
-  r.opt.epochs = n;
-  r.opt.time_budget_minutes = 0;  // decided: the config as run is the run with these epochs
-  r.sctx.epochs = n;
-  r.schedule = make_schedule(r.s.schedule, r.sctx, "schedule");
-  r.as_run["train"]["epochs"] = n;
-  r.as_run["train"]["time_budget_minutes"] = 0;
+void set_epochs(RunConfig& cfg, Schedule& sched, RunFolder& folder, int64_t n) {
+  cfg.opt().epochs = n;
+  cfg.opt().time_budget_minutes = 0;  // decided: the config as run is the run with these epochs
+  sched.context.epochs = n;
+  sched.lr = make_schedule(cfg.s.schedule, sched.context, "schedule");
+  folder.as_run["train"]["epochs"] = n;
+  folder.as_run["train"]["time_budget_minutes"] = 0;
 }
 
 // The config as run: every section as the run reads it, with AutoBatch's choices.
-void record_as_run(ReplicaRun& r) {
-  r.as_run = r.config;
-  r.as_run["train"] = r.opt.to_json();
-  r.as_run["data"] = r.dcfg.to_json();
+json config_as_run(const RunConfig& cfg, const RunData& data, const Learner& learner, const BatchPlan& plan,
+                   const Schedule& sched) {
+  json as_run = cfg.config;
+  as_run["train"] = cfg.opt().to_json();
+  as_run["data"] = data.dcfg.to_json();
   // data.seed as given: the loaders mix train.seed into it (build_model_and_data), and a run resumed
   // from its config.json (kiln train RUN) mixes it again from what is recorded here.
-  r.as_run["data"]["seed"] = r.data_seed_given;
-  r.as_run["data"]["batch_size"] = r.breq.global;
-  r.as_run["train"]["accumulate"] = r.accumulate;  // "auto"'s choice
-  r.as_run["train"]["threads"] = r.result.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
-  r.as_run["model"] = r.model->to_json();
-  r.as_run["optim"] = r.optimizer->to_json();
-  r.as_run["schedule"] = r.schedule->to_json();
-  r.as_run["kiln_version"] = kiln_version();
+  as_run["data"]["seed"] = data.data_seed_given;
+  as_run["data"]["batch_size"] = cfg.breq.global;
+  as_run["train"]["accumulate"] = plan.accumulate;  // "auto"'s choice
+  as_run["train"]["threads"] = cfg.threads;        // the number used (train.threads, OMP_NUM_THREADS or OpenMP's)
+  as_run["model"] = learner.model->to_json();
+  as_run["optim"] = learner.optimizer->to_json();
+  as_run["schedule"] = sched.lr->to_json();
+  as_run["kiln_version"] = kiln_version();
   // Keys that shape this invocation only are not the run's: a resume (kiln train RUN) of a run that
   // train.stop_after ended continues it (run_history.h's invocation_only_key).
-  r.as_run["train"]["stop_after"] = 0;
-  r.as_run["train"]["resume"] = "";
-  r.state.config = r.as_run;
+  as_run["train"]["stop_after"] = 0;
+  as_run["train"]["resume"] = "";
+  return as_run;
 }
 
 // A mid-epoch checkpoint (TrainingState::epoch_step > 0): where its epoch resumes, checked against
 // this run's epoch (the same steps per epoch: the same batch and data); the run's seconds so far.
-void resume_position(ReplicaRun& r, const std::string& base) {
-  const std::map<std::string, double>& p = r.state.progress;
-  r.seconds_before = p.count("run_seconds") ? std::max(0.0, p.at("run_seconds")) : 0.0;
-  r.first_batch = r.state.epoch_step;
-  r.resumed_progress = p;
-  if (r.first_batch == 0) return;
+void resume_position(const RunConfig& cfg, const BatchPlan& plan, const RunFolder& folder, const RunProgress& prog,
+                     RunSpan& span, const std::string& base) {
+  const std::map<std::string, double>& p = prog.state.progress;
+  span.seconds_before = p.count("run_seconds") ? std::max(0.0, p.at("run_seconds")) : 0.0;
+  span.first_batch = prog.state.epoch_step;
+  span.resumed_progress = p;
+  if (span.first_batch == 0) return;
   const double saved = p.count("steps_per_epoch") ? p.at("steps_per_epoch") : -1;
-  KILN_CHECK(saved == static_cast<double>(r.steps_per_epoch), "resume: ", base, " was saved at batch ", r.first_batch,
-             " of an epoch of ", saved, " steps, but this run's epochs have ", r.steps_per_epoch, " steps (data.batch_size ",
-             r.breq.global, ", train.max_steps_per_epoch ", r.opt.max_steps_per_epoch,
-             "); resume with the run's own data.batch_size and data (kiln train ", r.run_dir,
+  KILN_CHECK(saved == static_cast<double>(plan.steps_per_epoch), "resume: ", base, " was saved at batch ", span.first_batch,
+             " of an epoch of ", saved, " steps, but this run's epochs have ", plan.steps_per_epoch, " steps (data.batch_size ",
+             cfg.breq.global, ", train.max_steps_per_epoch ", cfg.opt().max_steps_per_epoch,
+             "); resume with the run's own data.batch_size and data (kiln train ", folder.dir,
              "), or from a checkpoint saved at an epoch's end");
 }
 
 // "resumed runs/x/last-300 at step 300: epoch 2 of 3 from batch 101 of 300" (epochs and batches
 // counted from 1, as the progress lines count them).
-std::string resume_banner(const ReplicaRun& r, const std::string& base) {
-  const int64_t e = r.state.epoch, b = r.first_batch, n = r.steps_per_epoch;
+std::string resume_banner(const RunConfig& cfg, const BatchPlan& plan, const RunSpan& span, const RunProgress& prog,
+                          const std::string& base) {
+  const int64_t e = prog.state.epoch, b = span.first_batch, n = plan.steps_per_epoch;
   std::string where;
-  if (b == 0) where = "after epoch " + std::to_string(e) + " of " + std::to_string(r.opt.epochs);
-  else if (b >= n) where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " trained, its evaluation next";
-  else where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(r.opt.epochs) + " from batch " +
+  if (b == 0) where = "after epoch " + std::to_string(e) + " of " + std::to_string(cfg.opt().epochs);
+  else if (b >= n) where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(cfg.opt().epochs) + " trained, its evaluation next";
+  else where = "epoch " + std::to_string(e + 1) + " of " + std::to_string(cfg.opt().epochs) + " from batch " +
                std::to_string(b + 1) + " of " + std::to_string(n);
-  return "resumed " + checkpoint_pair_path(base) + " at step " + std::to_string(r.state.step) + ": " + where;
+  return "resumed " + checkpoint_pair_path(base) + " at step " + std::to_string(prog.state.step) + ": " + where;
 }
 
 // The checkpoint loaded; a failure (the model's shapes) names the model keys this invocation changed
 // from the run's config.json.
-TrainingState load_checkpoint_naming_changes(ReplicaRun& r, const std::string& base) {
+TrainingState load_checkpoint_naming_changes(Learner& learner, const RunFolder& folder, const std::string& base) {
   try {
-    return load_checkpoint(base, *r.model, r.ema ? r.ema->model.get() : nullptr);
+    return load_checkpoint(base, *learner.model, learner.ema ? learner.ema->model.get() : nullptr);
   } catch (const Error& e) {
     json before;
     try {
-      before = load_config_file(r.run_dir + "/config.json");
+      before = load_config_file(folder.dir + "/config.json");
     } catch (const Error&) {
       throw e;
     }
     std::string model_keys;
-    for (const auto& [k, v] : changed_keys(before, r.as_run))
+    for (const auto& [k, v] : changed_keys(before, folder.as_run))
       if (k.rfind("model.", 0) == 0) model_keys += (model_keys.empty() ? "" : ", ") + k + " (" + v.first.dump() + " -> " + v.second.dump() + ")";
     if (model_keys.empty()) throw;
     KILN_FAIL(e.what(), "; this resume changed ", model_keys,
               ", which changes the checkpoint's shapes: resume with the run's own model keys, or start a new run "
-              "(kiln train CONFIG train.init=", r.run_dir, " to start from its weights)");
+              "(kiln train CONFIG train.init=", folder.dir, " to start from its weights)");
   }
 }
 
 // The keys this invocation changed from the checkpoint's config as run that a mid-epoch checkpoint
 // cannot honour (the data's order and position), refused naming them.
-void refuse_mid_epoch_changes(const ReplicaRun& r, const std::string& base) {
-  const std::string where = checkpoint_pair_path(base) + " (epoch " + std::to_string(r.state.epoch + 1) + ", after batch " +
-                            std::to_string(r.state.epoch_step) + ")";
-  const std::string refusal = resume_refusal(changed_keys(r.state.config, r.as_run), r.state.epoch_step > 0, where);
+void refuse_mid_epoch_changes(const RunProgress& prog, const RunFolder& folder, const std::string& base) {
+  const std::string where = checkpoint_pair_path(base) + " (epoch " + std::to_string(prog.state.epoch + 1) + ", after batch " +
+                            std::to_string(prog.state.epoch_step) + ")";
+  const std::string refusal = resume_refusal(changed_keys(prog.state.config, folder.as_run), prog.state.epoch_step > 0, where);
   KILN_CHECK(refusal.empty(), refusal);
 }
 
 // The keys this invocation changed from the checkpoint's config as run, printed and kept for
 // invocations.jsonl.
-void note_changes(ReplicaRun& r) {
-  const auto changed = changed_keys(r.state.config, r.as_run);
-  r.changed = json::object();
-  for (const auto& [k, v] : changed) r.changed[k] = json::array({v.first, v.second});
-  if (r.show && !changed.empty())
+void note_changes(const Replica& rep, const RunProgress& prog, RunFolder& folder) {
+  const auto changed = changed_keys(prog.state.config, folder.as_run);
+  folder.changed = json::object();
+  for (const auto& [k, v] : changed) folder.changed[k] = json::array({v.first, v.second});
+  if (rep.show && !changed.empty())
     std::cout << "resume: " << changed.size() << " key(s) changed from the run's config as run "
-              << "(recorded in " << r.run_dir << "/invocations.jsonl):\n" << describe_changes(changed);
+              << "(recorded in " << folder.dir << "/invocations.jsonl):\n" << describe_changes(changed);
 }
 
 // The checkpoint's records of train.best_metric and train.early_stopping (tools/engine/metric_watch.h)
 // for this run's options: a record of another metric starts again (and says so); a run that early
 // stopping ended is refused while it would stop again at once, else it trains on and says why. A
 // record of early stopping switched off is dropped (switched on again later, it starts afresh).
-void resume_records(ReplicaRun& r) {
-  TrainingState& st = r.state;
-  const EarlyStoppingOptions& es = r.opt.early_stopping;
-  if (!st.best.metric.empty() && st.best.metric != r.opt.best_metric) {
-    if (r.show)
-      std::cout << "best: train.best_metric is \"" << r.opt.best_metric << "\", the checkpoint's best was chosen by \""
+void resume_records(const Replica& rep, const RunConfig& cfg, const RunFolder& folder, RunProgress& prog) {
+  TrainingState& st = prog.state;
+  const EarlyStoppingOptions& es = cfg.opt().early_stopping;
+  if (!st.best.metric.empty() && st.best.metric != cfg.opt().best_metric) {
+    if (rep.show)
+      std::cout << "best: train.best_metric is \"" << cfg.opt().best_metric << "\", the checkpoint's best was chosen by \""
                 << st.best.metric << "\": best is chosen anew from the next evaluation\n";
     st.best = MetricRecord{};
   }
   if (es.enabled() && !st.early_stopping.metric.empty() && st.early_stopping.metric != es.metric) {
-    if (r.show)
+    if (rep.show)
       std::cout << "early stopping: watches " << metric_label(es.metric) << " from the next evaluation (the checkpoint "
                 << "watched " << metric_label(st.early_stopping.metric) << ")\n";
     st.early_stopping = MetricRecord{};
   }
   if (st.stopped_early > 0) {
     const int64_t since = epochs_without_improvement(st.early_stopping, st.epoch);
-    KILN_CHECK(!early_stop_due(es, st.early_stopping, st.epoch), "resume: ", r.run_dir, " stopped early after epoch ",
-               st.stopped_early, " of ", r.opt.epochs, ": ", early_stop_reason(es, st.early_stopping, st.epoch),
-               ", and would stop again; to train on, raise the patience above ", since, " (kiln train ", r.run_dir,
-               " train.early_stopping.patience=", since + es.patience, ") or drop early stopping (kiln train ", r.run_dir,
+    KILN_CHECK(!early_stop_due(es, st.early_stopping, st.epoch), "resume: ", folder.dir, " stopped early after epoch ",
+               st.stopped_early, " of ", cfg.opt().epochs, ": ", early_stop_reason(es, st.early_stopping, st.epoch),
+               ", and would stop again; to train on, raise the patience above ", since, " (kiln train ", folder.dir,
+               " train.early_stopping.patience=", since + es.patience, ") or drop early stopping (kiln train ", folder.dir,
                " train.early_stopping=null)");
-    if (r.show)
-      std::cout << "early stopping: " << r.run_dir << " had stopped after epoch " << st.stopped_early << "; "
+    if (rep.show)
+      std::cout << "early stopping: " << folder.dir << " had stopped after epoch " << st.stopped_early << "; "
                 << (es.enabled() ? "with train.early_stopping.patience = " + std::to_string(es.patience) + " it trains on"
                                  : "train.early_stopping is off: it trains on") << "\n";
     st.stopped_early = 0;
@@ -501,209 +526,227 @@ void resume_records(ReplicaRun& r) {
 
 // train.resume: the checkpoint's weights (and EMA), optimizer state, generator and step; its run
 // folder is the run's. Under a time budget the checkpoint's epochs are kept (decided at its start).
-void resume(ReplicaRun& r) {
-  const TrainOptions& opt = r.opt;
+void resume(const Replica& rep, RunConfig& cfg, Learner& learner, const BatchPlan& plan, Schedule& sched,
+            RunFolder& folder, RunSpan& span, RunProgress& prog) {
+  const TrainOptions& opt = cfg.opt();
   // One writer: the lock before anything of the run folder is read (rank 0 writes it); a live
   // writer's run may have no checkpoint yet, and its refusal is the one to give.
-  if (r.lead && is_run_folder(opt.resume)) r.lock = std::make_unique<RunLock>(opt.resume);
+  if (rep.lead && is_run_folder(opt.resume)) folder.lock = std::make_unique<RunLock>(opt.resume);
   std::string base = resolve_checkpoint(opt.resume);
-  r.run_dir = fs::path(base).parent_path().string();
-  if (r.lead && !r.lock) r.lock = std::make_unique<RunLock>(r.run_dir);
-  r.state = load_checkpoint_naming_changes(r, base);
-  if (r.ema && !r.state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
-    r.ema->ema->reset_to_live();
-    if (r.show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
+  folder.dir = fs::path(base).parent_path().string();
+  if (rep.lead && !folder.lock) folder.lock = std::make_unique<RunLock>(folder.dir);
+  prog.state = load_checkpoint_naming_changes(learner, folder, base);
+  if (learner.ema && !prog.state.ema_loaded) {  // EMA switched on for a run that had none: it starts here
+    learner.ema->ema->reset_to_live();
+    if (rep.show) std::cout << "ema: the checkpoint has no EMA weights; the average starts from its weights\n";
   }
-  r.optimizer->load_state_dict(r.state.optimizer);
-  default_generator().set_state(r.state.rng);
-  refuse_mid_epoch_changes(r, base);
-  resume_position(r, base);
-  resume_records(r);
+  learner.optimizer->load_state_dict(prog.state.optimizer);
+  default_generator().set_state(prog.state.rng);
+  refuse_mid_epoch_changes(prog, folder, base);
+  resume_position(cfg, plan, folder, prog, span, base);
+  resume_records(rep, cfg, folder, prog);
   // A budget not decided yet when the checkpoint was saved (mid-way through the first epoch, whose
   // config as run still has it) is decided in this invocation (start_budget).
-  const json saved_train = r.state.config.value("train", json::object());
+  const json saved_train = prog.state.config.value("train", json::object());
   const bool budget_undecided = saved_train.is_object() && saved_train.value("time_budget_minutes", 0.0) > 0;
   const bool budget_decided_on_resume = opt.time_budget_minutes > 0 && !budget_undecided;
   if (budget_decided_on_resume) {
     // The budget was decided in the run's first epoch; a resumed run keeps the epochs its
     // checkpoint was trained for (its schedule), whatever time is left.
-    const json t = r.state.config.value("train", json::object());
+    const json t = prog.state.config.value("train", json::object());
     const json e = t.is_object() ? t.value("epochs", json()) : json();
     KILN_CHECK(e.is_number_integer() && e.get<int64_t>() >= 1, "resume: ", base,
                " does not record its train.epochs, which train.time_budget_minutes needs to continue its schedule");
-    set_epochs(r, e.get<int64_t>());
-    if (r.show)
+    set_epochs(cfg, sched, folder, e.get<int64_t>());
+    if (rep.show)
       std::cout << "time budget: resumed runs keep the checkpoint's " << opt.epochs << " epochs (decided at its start)\n";
   }
-  KILN_CHECK(r.state.epoch < opt.epochs, "resume: ", base, " has finished ", r.state.epoch,
+  KILN_CHECK(prog.state.epoch < opt.epochs, "resume: ", base, " has finished ", prog.state.epoch,
              " epochs and train.epochs is ", opt.epochs,
              budget_decided_on_resume ? " (decided by train.time_budget_minutes at the run's start; drop the budget and "
                                         "ask for more epochs, epochs=N, to continue)"
                                       : "; ask for more epochs (epochs=N) to continue");
-  note_changes(r);
-  r.state.config = r.as_run;
-  if (r.show) std::cout << resume_banner(r, base) << "\n";
+  note_changes(rep, prog, folder);
+  prog.state.config = folder.as_run;
+  if (rep.show) std::cout << resume_banner(cfg, plan, span, prog, base) << "\n";
 }
 
 // Rank 0: the run folder's config.json, classes.json and metrics log, and the run's first line.
-void open_run_folder(ReplicaRun& r) {
-  write_file_atomically(r.run_dir + "/config.json", r.as_run.dump(2) + "\n");
-  save_class_names(r.run_dir + "/classes.json", r.train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
+void open_run_folder(const Replica& rep, const RunConfig& cfg, const RunData& data, const Learner& learner,
+                     const BatchPlan& plan, RunFolder& folder, const RunProgress& prog) {
+  write_file_atomically(folder.dir + "/config.json", folder.as_run.dump(2) + "\n");
+  save_class_names(folder.dir + "/classes.json", data.train_set->class_names());  // kiln predict's (tools/deploy/predict.h)
   // tools/engine/console_log.h: this invocation's header line, then also what was printed before.
-  attach_console_log(r.run_dir + "/train.log", invocation_header());
-  append_invocation(r.run_dir, json{{"event", "start"}, {"kiln_version", kiln_version()},
+  attach_console_log(folder.dir + "/train.log", invocation_header());
+  append_invocation(folder.dir, json{{"event", "start"}, {"kiln_version", kiln_version()},
                                      {"command", process_command_line()}, {"pid", static_cast<int64_t>(::getpid())},
-                                     {"resumed", r.opt.resume.empty() ? json() : json(checkpoint_pair_path(resolve_checkpoint(r.opt.resume)))},
-                                     {"step", r.state.step}, {"epoch", r.state.epoch}, {"epoch_step", r.state.epoch_step},
-                                     {"changed", r.changed}});
-  set_second_signal_note(r.opt.resume.empty() ? "nothing of this run is saved yet"
-                                              : "kiln train " + r.run_dir + " resumes it from step " +
-                                                    std::to_string(r.state.step) + ", as this invocation did");
+                                     {"resumed", cfg.opt().resume.empty() ? json() : json(checkpoint_pair_path(resolve_checkpoint(cfg.opt().resume)))},
+                                     {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"epoch_step", prog.state.epoch_step},
+                                     {"changed", folder.changed}});
+  set_second_signal_note(cfg.opt().resume.empty() ? "nothing of this run is saved yet"
+                                              : "kiln train " + folder.dir + " resumes it from step " +
+                                                    std::to_string(prog.state.step) + ", as this invocation did");
   // A resumed run's logs lose the rows past its checkpoint's step; TensorBoard is told likewise.
-  r.log = std::make_unique<MetricsLog>(r.run_dir, r.opt.resume.empty() ? -1 : r.state.step, r.opt.tensorboard);
-  if (!r.show) return;
+  folder.log = std::make_unique<MetricsLog>(folder.dir, cfg.opt().resume.empty() ? -1 : prog.state.step, cfg.opt().tensorboard);
+  if (!rep.show) return;
   int64_t trainable = 0;  // scalars; fewer than the model's when train.freeze holds some
-  for (const ParamRef& p : r.params) trainable += p.param.numel();
-  std::cout << "kiln: " << r.s.name << " on " << r.device.str()
-            << (r.world > 1 ? " x" + std::to_string(r.world) + " ranks" : "") << ", " << r.model->num_parameters()
-            << " parameters" << (trainable < r.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
-            << ", batch " << r.breq.global << ", " << r.steps_per_epoch << " steps/epoch"
-            << (r.accumulate > 1 ? " of " + std::to_string(r.accumulate) + " micro-batches" : std::string()) << ", "
-            << r.result.threads << " CPU threads" << (r.threads_from.empty() ? std::string() : " (" + r.threads_from + ")")
-            << (r.ema ? ", EMA " + r.ema->ema->options().to_json().dump() : std::string()) << " -> " << r.run_dir
+  for (const ParamRef& p : learner.params) trainable += p.param.numel();
+  std::cout << "kiln: " << cfg.s.name << " on " << rep.device.str()
+            << (rep.world > 1 ? " x" + std::to_string(rep.world) + " ranks" : "") << ", " << learner.model->num_parameters()
+            << " parameters" << (trainable < learner.model->num_parameters() ? " (" + std::to_string(trainable) + " trainable)" : "")
+            << ", batch " << cfg.breq.global << ", " << plan.steps_per_epoch << " steps/epoch"
+            << (plan.accumulate > 1 ? " of " + std::to_string(plan.accumulate) + " micro-batches" : std::string()) << ", "
+            << prog.result.threads << " CPU threads" << (cfg.threads_from.empty() ? std::string() : " (" + cfg.threads_from + ")")
+            << (learner.ema ? ", EMA " + learner.ema->ema->options().to_json().dump() : std::string()) << " -> " << folder.dir
             << "\n";
-  if (!native_compute(r.device, r.compute))
-    std::cout << "kiln: note: " << r.device.str() << " has no native " << dtype_name(r.compute)
+  if (!native_compute(rep.device, cfg.compute))
+    std::cout << "kiln: note: " << rep.device.str() << " has no native " << dtype_name(cfg.compute)
               << " convolutions (a CPU without AVX-512 BF16 or AMX): they run in f32 with conversions, usually "
               << "slower than train.precision=fp32 (docs/precision.md)\n";
 }
 
 // The training step's setup (make_step_setup): the all-reduce over several ranks; with fp16 the loss
 // scaler, whose state continues from the checkpoint on resume.
-void make_run_step(ReplicaRun& r) {
-  if (r.world > 1) {
+void make_run_step(const Replica& rep, const RunConfig& cfg, const Learner& learner, const BatchPlan& plan,
+                   const RunProgress& prog, RunStep& step) {
+  if (rep.world > 1) {
     std::vector<Tensor> ps;
-    for (auto& p : r.params) ps.push_back(p.param);
-    r.sync = std::make_unique<GradSync>(ps, r.comm);
+    for (auto& p : learner.params) ps.push_back(p.param);
+    step.sync = std::make_unique<GradSync>(ps, rep.comm);
   }
-  StepOptions so = step_options(r.opt);
-  so.class_weights = r.class_weights;
-  so.accumulate = r.accumulate;
-  so.sync = r.sync.get();
-  r.step = make_step_setup(so, r.device, *r.optimizer);
-  if (r.step.scaler && !r.state.scaler.empty()) r.step.scaler->load_state_dict(r.state.scaler);
+  StepOptions so = step_options(cfg.opt());
+  so.class_weights = learner.class_weights;
+  so.accumulate = plan.accumulate;
+  so.sync = step.sync.get();
+  step.setup = make_step_setup(so, rep.device, *learner.optimizer);
+  if (step.setup.scaler && !prog.state.scaler.empty()) step.setup.scaler->load_state_dict(prog.state.scaler);
 }
 
 // train.time_budget_minutes: when this invocation decides the epochs (a resumed run has decided).
 // A run resumed before the decision (a mid-epoch checkpoint of its first epoch) decides it here,
 // counting from the resumed step, with the seconds before it in the elapsed time.
-void start_budget(ReplicaRun& r) {
-  BudgetState& b = r.budget;
-  b.minutes = r.opt.time_budget_minutes;
+BudgetState start_budget(const RunConfig& cfg, const BatchPlan& plan, const RunProgress& prog) {
+  BudgetState b;
+  b.minutes = cfg.opt().time_budget_minutes;
   b.pending = b.minutes > 0;  // resume() zeroed a budget decided before
-  const int64_t decide = b.pending ? budget_decision_step(r.steps_per_epoch) : 0;
-  b.decide_at = b.pending ? r.state.step + decide : 0;
-  b.mark_at = b.pending ? r.state.step + std::min(kUntimedSteps, std::max<int64_t>(0, decide - 1)) : 0;
+  const int64_t decide = b.pending ? budget_decision_step(plan.steps_per_epoch) : 0;
+  b.decide_at = b.pending ? prog.state.step + decide : 0;
+  b.mark_at = b.pending ? prog.state.step + std::min(kUntimedSteps, std::max<int64_t>(0, decide - 1)) : 0;
   b.mark_time = Clock::now();
+  return b;
 }
 
 }  // namespace
 
-void open_run(ReplicaRun& r) {
-  record_as_run(r);
-  if (!r.opt.resume.empty()) {
-    resume(r);
-  } else if (r.lead) {
-    r.run_dir = make_run_dir(r.opt.runs_dir, r.s.name);
-    r.lock = std::make_unique<RunLock>(r.run_dir);  // a new folder: nobody else can hold it yet
+Opened open_run(const Replica& rep, RunConfig& cfg, const RunData& data, Learner& learner, const BatchPlan& plan,
+                Schedule& sched) {
+  Opened o;
+  RunFolder& folder = o.folder;
+  RunSpan& span = o.span;
+  RunProgress& prog = o.prog;
+  folder.as_run = config_as_run(cfg, data, learner, plan, sched);
+  prog.state.config = folder.as_run;
+  prog.result.threads = cfg.threads;
+  if (!cfg.opt().resume.empty()) {
+    resume(rep, cfg, learner, plan, sched, folder, span, prog);
+  } else if (rep.lead) {
+    folder.dir = make_run_dir(cfg.opt().runs_dir, cfg.s.name);
+    folder.lock = std::make_unique<RunLock>(folder.dir);  // a new folder: nobody else can hold it yet
   }
-  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
-  KILN_CHECK(r.state.epoch < r.last_epoch, "train.stop_after = ", r.opt.stop_after, ": ", r.run_dir, " has trained ",
-             r.state.epoch, " epoch(s) already, so this invocation would train nothing; give a larger train.stop_after "
-             "(at most train.epochs = ", r.opt.epochs, "), or none to train to the end");
-  if (r.lead) open_run_folder(r);
-  make_run_step(r);
-  r.result.run_dir = r.run_dir;
-  r.result.batch = r.breq.global;
-  r.result.accumulate = r.accumulate;
-  r.result.autobatch_target_bytes = r.autobatch_target;
-  CachingAllocator& device_alloc = allocator_for(r.device);
+  span.last_epoch = cfg.opt().stop_after > 0 ? std::min(cfg.opt().stop_after, cfg.opt().epochs) : cfg.opt().epochs;
+  KILN_CHECK(prog.state.epoch < span.last_epoch, "train.stop_after = ", cfg.opt().stop_after, ": ", folder.dir, " has trained ",
+             prog.state.epoch, " epoch(s) already, so this invocation would train nothing; give a larger train.stop_after "
+             "(at most train.epochs = ", cfg.opt().epochs, "), or none to train to the end");
+  if (rep.lead) open_run_folder(rep, cfg, data, learner, plan, folder, prog);
+  make_run_step(rep, cfg, learner, plan, prog, o.step);
+  prog.result.run_dir = folder.dir;
+  prog.result.batch = cfg.breq.global;
+  prog.result.accumulate = plan.accumulate;
+  prog.result.autobatch_target_bytes = plan.autobatch_target;
+  CachingAllocator& device_alloc = allocator_for(rep.device);
   device_alloc.reset_peak();
-  r.weights_bytes = device_alloc.stats().allocated;
-  r.tty = Progress::stdout_is_tty();
-  r.num_classes = r.train_set->num_classes();
-  start_budget(r);
-  r.first_epoch = r.state.epoch;
-  r.last_lr = r.schedule->lr_at(std::max<int64_t>(0, r.state.step - 1));  // the checkpoint's last step's
-  r.last_save = Clock::now();
-  // Over several ranks, signals are agreed on every 8 steps (one small all-reduce that waits for the
-  // device); alone, every step at no cost (tools/engine/interrupt.h).
-  r.poll_every = r.world > 1 ? 8 : 1;
+  o.step.weights_bytes = device_alloc.stats().allocated;
+  o.budget = start_budget(cfg, plan, prog);
+  span.first_epoch = prog.state.epoch;
+  prog.last_lr = sched.lr->lr_at(std::max<int64_t>(0, prog.state.step - 1));  // the checkpoint's last step's
+  prog.last_save = Clock::now();
+  return o;
 }
 
-void adopt_epochs(ReplicaRun& r, int64_t n) {
-  set_epochs(r, n);
-  r.last_epoch = r.opt.stop_after > 0 ? std::min(r.opt.stop_after, r.opt.epochs) : r.opt.epochs;
-  r.state.config = r.as_run;
-  if (r.lead) write_file_atomically(r.run_dir + "/config.json", r.as_run.dump(2) + "\n");  // the run as it runs
+void adopt_epochs(const Replica& rep, RunConfig& cfg, Schedule& sched, RunFolder& folder, RunSpan& span,
+                  RunProgress& prog, int64_t n) {
+  set_epochs(cfg, sched, folder, n);
+  span.last_epoch = cfg.opt().stop_after > 0 ? std::min(cfg.opt().stop_after, cfg.opt().epochs) : cfg.opt().epochs;
+  prog.state.config = folder.as_run;
+  if (rep.lead) write_file_atomically(folder.dir + "/config.json", folder.as_run.dump(2) + "\n");  // the run as it runs
 }
 
 // --- finish -----------------------------------------------------------------------------------------
 
-TrainResult interrupt_run(ReplicaRun& r) {
-  if (r.lead && r.opt.plots && r.log) r.log->save_plots(r.run_dir);
-  if (r.show)
-    std::cout << "kiln: " << signal_name(r.interrupted) << ": stopped at step " << r.state.step << " (epoch "
-              << r.state.epoch + 1 << " of " << r.opt.epochs << ", batch " << r.state.epoch_step << " of "
-              << r.steps_per_epoch << "); saved " << r.run_dir << "/last\n"
-              << "resume with: kiln train " << r.run_dir << "\n";
-  if (r.lead)
-    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", std::string("stopped by ") + signal_name(r.interrupted)},
-                                      {"step", r.state.step}, {"epoch", r.state.epoch}, {"epoch_step", r.state.epoch_step}});
-  r.result.interrupted = r.interrupted;
-  r.result.epochs = r.opt.epochs;
-  r.result.steps = r.state.step;
-  r.comm.barrier();
-  return r.result;
+TrainResult interrupt_run(const Replica& rep, const RunConfig& cfg, const BatchPlan& plan, RunFolder& folder,
+                          RunProgress& prog) {
+  if (rep.lead && cfg.opt().plots && folder.log) folder.log->save_plots(folder.dir);
+  if (rep.show)
+    std::cout << "kiln: " << signal_name(prog.interrupted) << ": stopped at step " << prog.state.step << " (epoch "
+              << prog.state.epoch + 1 << " of " << cfg.opt().epochs << ", batch " << prog.state.epoch_step << " of "
+              << plan.steps_per_epoch << "); saved " << folder.dir << "/last\n"
+              << "resume with: kiln train " << folder.dir << "\n";
+  if (rep.lead)
+    append_invocation(folder.dir, json{{"event", "end"}, {"outcome", std::string("stopped by ") + signal_name(prog.interrupted)},
+                                      {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"epoch_step", prog.state.epoch_step}});
+  prog.result.interrupted = prog.interrupted;
+  prog.result.epochs = cfg.opt().epochs;
+  prog.result.steps = prog.state.step;
+  rep.comm.barrier();
+  return prog.result;
 }
 
-TrainResult finish_run(ReplicaRun& r) {
-  const TrainOptions& opt = r.opt;
+TrainResult finish_run(const EpochInputs& in) {
+  const Replica& rep = in.rep;
+  RunConfig& cfg = in.cfg;
+  const RunData& data = in.data;
+  Learner& learner = in.learner;
+  BatchPlan& plan = in.plan;
+  RunFolder& folder = in.folder;
+  RunSpan& span = in.span;
+  BudgetState& budget = in.budget;
+  RunProgress& prog = in.prog;
+  const TrainOptions& opt = cfg.opt();
   // train.tta: the last evaluation again with test-time augmentation; its numbers are the result and
   // the report's (metrics.csv and the best checkpoint keep the plain evaluations).
-  if (opt.tta != "none" && !r.final_confusion.empty()) {
-    r.final_confusion.assign(r.num_classes, std::vector<int64_t>(r.num_classes, 0));
-    EvalCounts ec = run_eval(*r.model, *r.val_loader, r.device, r.compute, r.last_epoch - 1, r.num_classes,
-                             &r.final_confusion, opt.tta);
-    all_reduce_confusion(r.comm, r.final_confusion);
-    publish_eval(r, ec, "tta=" + opt.tta);
-    if (r.ema) {  // and the EMA weights, whose figures are the result's ema_val_*
-      EvalCounts ee = run_eval(*r.ema->model, *r.val_loader, r.device, r.compute, r.last_epoch - 1, r.num_classes,
+  if (opt.tta != "none" && !prog.final_confusion.empty()) {
+    prog.final_confusion.assign(data.num_classes, std::vector<int64_t>(data.num_classes, 0));
+    EvalCounts ec = run_eval(*learner.model, *plan.val_loader, rep.device, cfg.compute, span.last_epoch - 1, data.num_classes,
+                             &prog.final_confusion, opt.tta);
+    all_reduce_confusion(rep.comm, prog.final_confusion);
+    publish_eval(rep, prog.result, ec, "tta=" + opt.tta);
+    if (learner.ema) {  // and the EMA weights, whose figures are the result's ema_val_*
+      EvalCounts ee = run_eval(*learner.ema->model, *plan.val_loader, rep.device, cfg.compute, span.last_epoch - 1, data.num_classes,
                                nullptr, opt.tta);
-      publish(r, ee, "ema", "tta=" + opt.tta, r.result.ema_val_loss, r.result.ema_val_top1, r.result.ema_val_top5);
+      publish(rep, ee, "ema", "tta=" + opt.tta, prog.result.ema_val_loss, prog.result.ema_val_top1, prog.result.ema_val_top5);
     }
   }
-  if (r.show && r.state.best.epoch > 0)  // train.best_metric's choice (an earlier kiln's record has no epoch)
-    std::cout << "best: epoch " << r.state.best.epoch << ", " << metric_label(r.state.best.metric) << " "
-              << metric_text(r.state.best.metric, r.state.best.best) << " (train.best_metric) -> " << r.run_dir << "/best\n";
-  if (r.lead && opt.plots && r.log) {
-    r.log->save_plots(r.run_dir);  // also after every epoch (end_epoch); here the run's last word
-    if (r.show) std::cout << "results in " << r.run_dir << "\n";
+  if (rep.show && prog.state.best.epoch > 0)  // train.best_metric's choice (an earlier kiln's record has no epoch)
+    std::cout << "best: epoch " << prog.state.best.epoch << ", " << metric_label(prog.state.best.metric) << " "
+              << metric_text(prog.state.best.metric, prog.state.best.best) << " (train.best_metric) -> " << folder.dir << "/best\n";
+  if (rep.lead && opt.plots && folder.log) {
+    folder.log->save_plots(folder.dir);  // also after every epoch (end_epoch); here the run's last word
+    if (rep.show) std::cout << "results in " << folder.dir << "\n";
   }
-  if (r.lead && !r.final_confusion.empty())
-    write_run_report(r.run_dir, r.final_confusion, report_class_names(*r.val_set), r.show);
-  r.result.epochs = opt.epochs;
-  if (r.lead)
-    append_invocation(r.run_dir, json{{"event", "end"}, {"outcome", r.result.stopped_early > 0          ? "stopped by train.early_stopping"
-                                                    : r.last_epoch < opt.epochs ? "stopped by train.stop_after"
+  if (rep.lead && !prog.final_confusion.empty())
+    write_run_report(folder.dir, prog.final_confusion, report_class_names(*data.val_set), rep.show);
+  prog.result.epochs = opt.epochs;
+  if (rep.lead)
+    append_invocation(folder.dir, json{{"event", "end"}, {"outcome", prog.result.stopped_early > 0          ? "stopped by train.early_stopping"
+                                                    : span.last_epoch < opt.epochs ? "stopped by train.stop_after"
                                                                                 : "finished"},
-                                      {"step", r.state.step}, {"epoch", r.state.epoch}, {"val_top1", r.result.val_top1}});
-  if (r.show && r.budget.minutes > 0)
-    std::cout << "time budget " << fmt("%.4g", r.budget.minutes) << " min: the run took "
-              << fmt("%.1f", seconds_since(r.start) / 60) << " min (" << fmt("%.0f", seconds_since(r.start))
-              << " s) for " << r.last_epoch - r.first_epoch << " of " << opt.epochs << " epochs\n";
-  r.comm.barrier();
-  return r.result;
+                                      {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"val_top1", prog.result.val_top1}});
+  if (rep.show && budget.minutes > 0)
+    std::cout << "time budget " << fmt("%.4g", budget.minutes) << " min: the run took "
+              << fmt("%.1f", seconds_since(cfg.start) / 60) << " min (" << fmt("%.0f", seconds_since(cfg.start))
+              << " s) for " << span.last_epoch - span.first_epoch << " of " << opt.epochs << " epochs\n";
+  rep.comm.barrier();
+  return prog.result;
 }
 
 }  // namespace trainer
@@ -713,15 +756,17 @@ TrainResult finish_run(ReplicaRun& r) {
 // train_replicas() start them.
 TrainResult train_replica(const json& config, bool quiet, Communicator& comm, Device device) {
   using namespace trainer;
-  ReplicaRun r(comm, device, quiet);
-  prepare_run(r, config);
-  plan_batch(r);
-  open_run(r);
-  for (int64_t epoch = r.state.epoch; epoch < r.last_epoch && !r.interrupted; ++epoch) {
-    const EpochOutcome e = run_epoch(r, epoch);
-    if (!r.interrupted) end_epoch(r, epoch, e);
+  const Replica rep = make_replica(comm, device, quiet);
+  Prepared p = prepare_run(rep, config);  // the options, the model and optimizer, the datasets
+  BatchPlan plan = plan_batch(rep, p.cfg, p.data, p.learner);
+  Schedule sched = make_run_schedule(p.cfg, p.learner, plan);
+  Opened o = open_run(rep, p.cfg, p.data, p.learner, plan, sched);  // the run folder, the step, the budget
+  const EpochInputs in{rep, p.cfg, p.data, p.learner, plan, sched, o.step, o.folder, o.span, o.budget, o.prog};
+  for (int64_t epoch = o.prog.state.epoch; epoch < o.span.last_epoch && !o.prog.interrupted; ++epoch) {
+    const EpochOutcome e = run_epoch(in, epoch);
+    if (!o.prog.interrupted) end_epoch(in, epoch, e);
   }
-  return r.interrupted ? interrupt_run(r) : finish_run(r);
+  return o.prog.interrupted ? interrupt_run(rep, p.cfg, plan, o.folder, o.prog) : finish_run(in);
 }
 
 void check_config(const json& config_in) {

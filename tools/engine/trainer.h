@@ -10,6 +10,7 @@
 // logs and checkpoints; evaluation counts are summed over ranks.
 // Tests: tests/engine/trainer_test.cpp, tests/engine/finetune_test.cpp (train.init, train.freeze), tests/slow/, tests/mpi/.
 #pragma once
+#include <concepts>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "core/json_reader.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 
 namespace kiln {
 
@@ -60,7 +61,14 @@ struct TrainResult {
 //   - started by mpirun: this process is one rank; its GPU is picked by its local rank (or it is a
 //     CPU rank), with NCCL between GPU ranks (MPI hands out the NCCL id) and MPI between CPU ranks.
 // Returns rank 0's result.
-TrainResult train(const json& config, bool quiet = false);
+TrainResult train_once(const json& config, bool quiet);
+inline TrainResult train(const json& config) { return train_once(config, false); }
+// train(config, quiet): a template taking bool alone, so that train(config, {"epochs=3"}) calls train_api.h's
+// train(config, overrides) instead of turning the string into a bool.
+template <std::same_as<bool> Bool>
+TrainResult train(const json& config, Bool quiet) {
+  return train_once(config, quiet);
+}
 
 // Runs one replica of `config` per device, each on its own thread with comms[i] (rank i of
 // comms.size()); returns rank 0's result. If a replica fails, every communicator is aborted so the

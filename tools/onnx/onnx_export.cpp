@@ -5,6 +5,7 @@
 #include <onnx/shape_inference/implementation.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -18,6 +19,7 @@
 #include "layers/linear.h"
 #include "layers/norm.h"
 #include "layers/pooling.h"
+#include "layers/sequential.h"
 #include "models/common.h"
 #include "models/registry.h"
 #include "models/resnet.h"
@@ -71,8 +73,37 @@ class GraphBuilder {
     if (dynamic_cast<LocalResponseNorm*>(&m)) return lrn(m, path, x);
     if (auto* b = dynamic_cast<BasicBlock*>(&m)) return basic_block(*b, path, x);
     if (auto* b = dynamic_cast<Bottleneck*>(&m)) return bottleneck(*b, path, x);
+    // A program's own model or layer (core/registry.h) that is a Sequential of kiln's layers: its layers
+    // in order, once its forward is checked to be exactly that (the exporter cannot see inside a forward).
+    if (auto* seq = dynamic_cast<Sequential*>(&m)) {
+      check_runs_in_order(*seq, path, x);
+      return children(m, path, x, "");
+    }
     KILN_FAIL("onnx export: layer '", path.empty() ? std::string("(the model)") : path, "' of type '", m.type(),
               "' is not supported; supported: ", kSupported);
+  }
+
+  // Refuses a Sequential whose forward is not its layers run in order: on a fixed input (a batch of 2,
+  // eval mode) its output must equal theirs.
+  void check_runs_in_order(Sequential& s, const std::string& path, const Value& x) {
+    const Shape shape = x.dims.size() == 3 ? Shape{2, x.dims[1], x.dims[2], x.dims[0]} : Shape{2, x.dims.at(0)};
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i)));
+    const Tensor in = Tensor::from_vector(v, shape);
+    NoGradGuard no_grad;
+    const bool was_training = s.is_training();
+    s.eval();
+    const std::vector<float> own = s.forward(in).to_float_vector();
+    const std::vector<float> in_order = run_layers(s.layers(), in).to_float_vector();
+    s.train(was_training);
+    bool same = own.size() == in_order.size();
+    for (size_t i = 0; same && i < own.size(); ++i) same = std::fabs(own[i] - in_order[i]) <= 1e-5f * (1 + std::fabs(own[i]));
+    KILN_CHECK(same, "onnx export: '", path.empty() ? std::string("(the model)") : path, "' of type '", s.type(),
+               "' is a Sequential whose forward is not its layers run in order (its output differs from theirs), so "
+               "its layers' graph would not be the model; exported: models whose forward runs kiln's layers in order ",
+               "(a Sequential of them, nested or not); supported layers: ", kSupported);
   }
 
   // Every state-dict tensor the graph must use was used (num_batches_tracked is not needed).

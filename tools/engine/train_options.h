@@ -1,20 +1,19 @@
-// The config's "train" section (TrainOptions) and the precision names: how a run was configured, which
-// both the training engine (tools/engine/trainer.h) and deployment (predict, evaluation of a run's
-// weights) read. The small parsers of its options that need no training code live here too:
-// train.accumulate, train.class_weights' form and the name-prefix lists (train.freeze,
-// train.init_fresh). Tests: tests/engine/config_test.cpp, tests/engine/accumulate_test.cpp,
-// tests/engine/finetune_test.cpp.
+// The config's "train" section (TrainOptions): how a run trains, read by the training engine
+// (tools/engine/trainer.h) and the commands (`kiln train`, its schema and help). Prediction reads only
+// train.device and train.precision (tools/deploy/precision.h, whose names this section takes), so it
+// links no optimizer library. The small parsers of its options live here too: train.accumulate,
+// train.class_weights' form and the name-prefix lists (train.freeze, train.init_fresh).
+// Tests: tests/engine/config_test.cpp, tests/engine/accumulate_test.cpp, tests/engine/finetune_test.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "core/device.h"
-#include "core/dtype.h"
 #include "core/json_reader.h"
 #include "data/mix.h"
 #include "optim/ema.h"
 #include "optim/loss_scaler.h"
+#include "tools/deploy/precision.h"
 
 namespace kiln {
 
@@ -165,15 +164,6 @@ struct TrainOptions {
   static TrainOptions from_json(const json& j, const std::string& path = "train");
   json to_json() const;
 };
-
-// The dtype a model computes in for a precision name ("fp32", "bf16", "fp16"; master weights stay
-// f32, docs/precision.md) on `device`; "auto" is resolve_precision's; throws for any other name.
-DType compute_dtype_of(const std::string& precision, Device device);
-// train.precision = "auto" on `device`: "bf16" where it has bf16 arithmetic units (native_bf16: a
-// GPU of compute capability 8.0 or newer, a CPU with AVX-512 BF16 or AMX), else "fp32" (bf16 would
-// compute in f32 with conversions, or by emulation, there: slower). Other names are returned as
-// they are. The trainer takes bf16 only when every rank's device has the units.
-std::string resolve_precision(const std::string& precision, Device device);
 
 // train.accumulate: a positive integer N, or "auto" (returned as 0); null is 1.
 int64_t accumulate_from_json(const json& j, const std::string& path = "train.accumulate");

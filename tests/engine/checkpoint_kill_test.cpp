@@ -1,4 +1,4 @@
-// kill -9 during checkpoint saves, then resume (tools/deploy/checkpoint.h): the `kiln` binary trains a tiny
+// kill -9 during checkpoint saves, then resume (tools/engine/training_checkpoint.h): the `kiln` binary trains a tiny
 // model whose checkpoint (1 MB of weights + 1 MB of momentum, fsync'ed) is saved after every step
 // (one step per epoch), so saves take most of its time. Each round starts `kiln train resume=`, waits
 // until that process has saved once (so the resume worked), kills it at a random point (fixed seed)
@@ -20,6 +20,7 @@
 #include "core/autograd.h"
 #include "models/registry.h"
 #include "tools/deploy/checkpoint.h"
+#include "tools/engine/training_checkpoint.h"
 #include "../kiln_process.h"
 
 using namespace kiln;

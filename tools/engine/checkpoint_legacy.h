@@ -7,8 +7,8 @@
 // columns permuted to (c, h, w) on save), so they load unchanged today; but the training state
 // (`*.state.safetensors`) holds the optimizer's tensors ("<linear>.weight.momentum_buffer",
 // ".exp_avg", ...) as kiln kept them, in (h, w, c) order. A state written since carries
-// "flatten_order": "chw" in its kiln_training_state metadata (tools/deploy/checkpoint.cpp); load_checkpoint
-// converts a state without it here, and refuses one it cannot convert, naming the file.
+// "flatten_order": "chw" in its kiln_training_state metadata (tools/engine/training_checkpoint.cpp);
+// load_checkpoint converts a state without it here, and refuses one it cannot convert, naming the file.
 // Tests: tests/engine/checkpoint_test.cpp (LegacyFlattenOrder*).
 #pragma once
 #include <cstdint>

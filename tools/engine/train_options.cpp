@@ -1,6 +1,6 @@
-// TrainOptions (the config's "train" section) read from and written to JSON, the precision names
-// (train.precision, "auto" included) and the option parsers declared in tools/deploy/train_options.h.
-#include "tools/deploy/train_options.h"
+// TrainOptions (the config's "train" section) read from and written to JSON, and the option parsers
+// declared in tools/engine/train_options.h.
+#include "tools/engine/train_options.h"
 
 #include <cmath>
 
@@ -152,7 +152,7 @@ TrainOptions TrainOptions::from_json(const json& j, const std::string& path) {
   o.device = device_option_from_json(r.raw("device"), r.path_of("device"), o.device);  // also 0 and [0, 1]
   o.cudnn_benchmark = r.get("cudnn_benchmark", o.cudnn_benchmark);
   o.cuda_graph = r.get_choice("cuda_graph", o.cuda_graph, {"auto", "on", "off"});
-  o.precision = r.get_choice("precision", o.precision, {"fp32", "bf16", "fp16", "auto"});
+  o.precision = r.get_choice("precision", o.precision, precision_names());  // tools/deploy/precision.h
   o.seed = r.get("seed", o.seed, int64_t{0}, INT64_MAX);
   o.label_smoothing = r.get("label_smoothing", o.label_smoothing, 0.0, 0.999);
   describe("class_weights", "\"balanced\" or list of numbers", nullptr);
@@ -235,19 +235,6 @@ json TrainOptions::to_json() const {
               {"best_metric", best_metric},
               {"early_stopping", early_stopping.to_json()},
               {"threads", threads}};
-}
-
-std::string resolve_precision(const std::string& precision, Device device) {
-  if (precision != "auto") return precision;
-  return native_bf16(device) ? "bf16" : "fp32";
-}
-
-DType compute_dtype_of(const std::string& precision, Device device) {
-  const std::string p = resolve_precision(precision, device);
-  if (p == "bf16") return DType::bf16;
-  if (p == "fp16") return DType::f16;
-  KILN_CHECK(p == "fp32", "precision \"", precision, "\" is not accepted; accepted: fp32, bf16, fp16, auto");
-  return DType::f32;
 }
 
 }  // namespace kiln

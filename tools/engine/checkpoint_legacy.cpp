@@ -1,5 +1,5 @@
 // See checkpoint_legacy.h.
-#include "tools/deploy/checkpoint_legacy.h"
+#include "tools/engine/checkpoint_legacy.h"
 
 #include <algorithm>
 #include <iterator>
