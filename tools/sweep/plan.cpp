@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "tools/deploy/config.h"
-#include "tools/deploy/train_options.h"
+#include "tools/engine/train_options.h"
 #include "tools/engine/run_history.h"
 
 namespace fs = std::filesystem;
