@@ -15,7 +15,8 @@ declare -A allowed=(
   [tools/deploy]="core layers models data tools/deploy"
   [tools/engine]="core layers models optim data tools/deploy tools/engine"
   [tools/onnx]="core layers models tools/onnx"
-  [tools/cli]="core layers models optim data tools/deploy tools/engine tools/onnx tools/cli"
+  [tools/sweep]="core layers models optim data tools/deploy tools/engine tools/sweep"
+  [tools/cli]="core layers models optim data tools/deploy tools/engine tools/onnx tools/sweep tools/cli"
 )
 bad=0
 for folder in "${!allowed[@]}"; do

@@ -50,5 +50,7 @@ int cmd_config(const Args& args);  // tools/cli/config_cmd.cpp: `kiln config sho
 int cmd_predict(const Args& args);  // tools/cli/predict_cmd.cpp
 int bench_data_cmd(const Args& args);  // tools/cli/data_cmd.cpp: `kiln bench data`
 int cmd_export(const Args& args);  // tools/cli/export_cmd.cpp: `kiln export ... format=onnx`
+int cmd_sweep(const Args& args);    // tools/cli/sweep_cmd.cpp: `kiln sweep ...`, `kiln sweep show`
+int cmd_compare(const Args& args);  // tools/cli/compare_cmd.cpp: `kiln compare RUN RUN ...`
 
 }  // namespace kiln::cli
