@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
     const std::vector<std::string> overrides(argv + 2, argv + argc);
     const kiln::TrainResult r = kiln::train(kiln::json(argv[1]), overrides);
     if (r.interrupted) return 128 + r.interrupted;  // saved: `engine_model <run>` resumes it
+    if (r.run_dir.empty()) return 0;                  // under mpirun, a rank other than the first
     std::printf("engine_model: %s: val top1 %.2f%%, top5 %.2f%%, loss %.4f, %lld steps, %.0f img/s\n", r.run_dir.c_str(),
                 100 * r.val_top1, 100 * r.val_top5, r.val_loss, static_cast<long long>(r.steps), r.images_per_s);
     return 0;

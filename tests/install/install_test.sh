@@ -174,11 +174,26 @@ for _ in $(seq 600); do [ -e runs/cut/last ] && break; kill -0 $pid 2>/dev/null 
 kill -INT $pid
 status=0; wait $pid || status=$?
 [ "$status" -eq 130 ] || { cat cut.log; fail "engine_model after SIGINT: exit status $status, expected 130 (saved and stopped)"; }
+# the hint names how this program resumes (kiln's own `kiln train` would not know tiny_cnn)
+grep -qF 'resume with: kiln::train("runs/cut")' cut.log || { cat cut.log; fail "engine_model's SIGINT message does not say how it resumes"; }
 "$tmp/ex2/engine_model" runs/cut >resumed.log 2>&1 || { cat resumed.log; fail "engine_model runs/cut (resume)"; }
 grep -q "resumed" resumed.log || { cat resumed.log; fail "engine_model runs/cut did not resume"; }
 diff <(cut -d, -f1-8 runs/straight/metrics.csv) <(cut -d, -f1-8 runs/cut/metrics.csv) ||
   fail "the interrupted and resumed run's metrics differ from the straight run's (above)"
 cmp runs/straight/last.safetensors runs/cut/last.safetensors || fail "the resumed run's last weights differ from the straight run's"
+# what a built-in model gets, the user's gets: bf16, gradient checkpointing of its declared units,
+# AutoBatch, TensorBoard and the report; then data parallelism under mpirun (two CPU ranks)
+"$tmp/ex2/engine_model" "$src/examples/tiny_cnn.json" train.runs_dir=runs name=feat precision=bf16 checkpoint=blocks \
+  batch=-1 train.tensorboard=true epochs=1 train.max_steps_per_epoch=3 >feat.log 2>&1 || { cat feat.log; fail "engine_model with bf16, checkpoint=blocks, batch=-1"; }
+grep -qF '"precision": "bf16"' runs/feat/config.json && grep -qF '"checkpoint": "blocks"' runs/feat/config.json &&
+  grep -q '^AutoBatch: ' runs/feat/train.log && compgen -G 'runs/feat/events.out.tfevents.*' >/dev/null &&
+  [ -s runs/feat/report.csv ] || { cat feat.log; ls runs/feat; fail "engine_model: the run lacks bf16, checkpoint=blocks, AutoBatch, TensorBoard or the report"; }
+if command -v mpirun >/dev/null; then
+  mpirun -np 2 --oversubscribe --allow-run-as-root --mca btl self,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
+    "$tmp/ex2/engine_model" "$src/examples/tiny_cnn.json" train.runs_dir=runs name=mpi epochs=1 train.max_steps_per_epoch=3 \
+    >mpi.log 2>&1 || { cat mpi.log; fail "mpirun -np 2 engine_model"; }
+  grep -qF 'on cpu x2 ranks' runs/mpi/train.log || { cat mpi.log; fail "engine_model under mpirun did not train on 2 ranks"; }
+fi
 # predict and export from the run folder, with the user's kiln (it rebuilds tiny_cnn by name)
 "$tmp/ex2/user_kiln" data export "$src/examples/tiny_cnn.json" out=fm split=val limit=3 >/dev/null || fail "user_kiln data export"
 img=$(ls fm/val/*/*.png | head -1)

@@ -1,6 +1,7 @@
 // Command dispatch for the `kiln` executable. The command tables (kCommands here, bench_commands() and
 // data_commands() for the groups) are the one list of commands: the dispatch, `kiln --help`, the
 // "accepted:" of an unknown command and tests/cli/cli_help_test.cpp all read them.
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "tools/cli/cli.h"
 #include "tools/cli/commands.h"
 #include "tools/engine/mpi_comm.h"
+#include "tools/engine/run_lock.h"  // set_resume_command
 
 namespace kiln::cli {
 
@@ -107,6 +109,7 @@ int dispatch(const std::vector<Command>& table, const Args& args, const std::str
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  set_resume_command(std::filesystem::path(argc > 0 && argv[0] ? argv[0] : "kiln").filename().string() + " train");
   try {
     check_registrations();  // a component registered twice (KILN_REGISTER) fails here, naming both places
     return run(args);

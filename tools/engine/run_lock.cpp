@@ -34,6 +34,19 @@ std::string local_time_text() {
   return buf;
 }
 
+namespace {
+std::string& resume_prefix() {
+  static std::string prefix;
+  return prefix;
+}
+}  // namespace
+
+void set_resume_command(const std::string& command) { resume_prefix() = command; }
+
+std::string resume_command(const std::string& run_dir) {
+  return resume_prefix().empty() ? "kiln::train(\"" + run_dir + "\")" : resume_prefix() + " " + run_dir;
+}
+
 std::string host_name() {
   char buf[256] = {0};
   if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
@@ -84,7 +97,7 @@ RunLock::RunLock(const std::string& run_dir, const std::string& what) {
     KILN_FAIL(what, " ", run_dir, ": the run folder is being written by another kiln train (",
               holder.empty() ? std::string("its holder is not recorded") : holder,
               "); two writers would interleave its checkpoints and metrics. Wait for it to end, or stop it "
-              "(Ctrl-C, or kill -INT with its PID: it saves) and then resume with: kiln train ", run_dir);
+              "(Ctrl-C, or kill -INT with its PID: it saves) and then resume with: ", resume_command(run_dir));
   }
   held_ = true;
   record_holder(fd_);

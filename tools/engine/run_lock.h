@@ -43,4 +43,11 @@ std::string host_name();
 // The local time now as "2026-12-07 03:41:07 +0000".
 std::string local_time_text();
 
+// The command that resumes `run_dir`, for the messages that tell the user how to continue a run:
+// "<command> <run_dir>" once set_resume_command(command) has been called (kiln::cli::main sets
+// "<its program's name> train": "kiln train", or "user_kiln train" for a program's own kiln); before
+// that, in a program that calls kiln::train itself, `kiln::train("<run_dir>")`.
+std::string resume_command(const std::string& run_dir);
+void set_resume_command(const std::string& command);
+
 }  // namespace kiln

@@ -690,7 +690,7 @@ TrainResult interrupt_run(const Replica& rep, const RunConfig& cfg, const BatchP
     std::cout << "kiln: " << signal_name(prog.interrupted) << ": stopped at step " << prog.state.step << " (epoch "
               << prog.state.epoch + 1 << " of " << cfg.opt().epochs << ", batch " << prog.state.epoch_step << " of "
               << plan.steps_per_epoch << "); saved " << folder.dir << "/last\n"
-              << "resume with: kiln train " << folder.dir << "\n";
+              << "resume with: " << resume_command(folder.dir) << "\n";
   if (rep.lead)
     append_invocation(folder.dir, json{{"event", "end"}, {"outcome", std::string("stopped by ") + signal_name(prog.interrupted)},
                                       {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"epoch_step", prog.state.epoch_step}});

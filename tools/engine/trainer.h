@@ -38,7 +38,7 @@ struct TrainResult {
   double peak_bytes = 0;  // the device allocator's peak during training, above the model's weights
                           // (activations, gradients, optimizer state, workspaces; this rank's)
   double autobatch_target_bytes = 0;  // with AutoBatch: the memory it aimed at (0 otherwise)
-  std::string run_dir;
+  std::string run_dir;  // the run folder; empty on every rank but the first under mpirun (rank 0 writes it)
   // SIGINT/SIGTERM (tools/engine/interrupt.h): the signal that stopped the run after saving its `last`
   // checkpoint (0: the run ran to its end); the figures above are then those of the last epoch ended.
   int interrupted = 0;
