@@ -11,7 +11,7 @@ std::vector<std::string>& failures() {
 }
 }  // namespace
 
-std::string place_text(const std::source_location& where) {
+std::string place_text(const SourcePlace& where) {
   // The file as the compiler was given it (absolute, or relative to the build folder), shortened to
   // the path under kiln's source folders (models/registry.cpp) where it lies in one.
   std::string file = where.file_name();

@@ -21,7 +21,6 @@
 // Registration is single-threaded (static initialisation, or main before training); lookups may then
 // run on any thread. Tests: tests/core/registry_test.cpp, tests/cli/registration_test.cpp.
 #pragma once
-#include <source_location>
 #include <string>
 #include <utility>
 #include <vector>
@@ -47,8 +46,25 @@ struct ComponentDocs {
   std::vector<std::pair<std::string, std::string>> keys;
 };
 
+// Where a registration is written: its caller's file and line, as std::source_location::current()
+// gives them (a default argument evaluated at the call site). Not std::source_location itself: clang 14
+// (Debian 12's, the sanitizer build's compiler) lacks the builtin libstdc++'s needs.
+class SourcePlace {
+ public:
+  static constexpr SourcePlace current(const char* file = __builtin_FILE(), unsigned line = __builtin_LINE()) {
+    return SourcePlace(file, line);
+  }
+  constexpr const char* file_name() const { return file_; }
+  constexpr unsigned line() const { return line_; }
+
+ private:
+  constexpr SourcePlace(const char* file, unsigned line) : file_(file), line_(line) {}
+  const char* file_;
+  unsigned line_;
+};
+
 // Where a component was registered: "models/registry.cpp:31", or the user's file and line.
-std::string place_text(const std::source_location& where);
+std::string place_text(const SourcePlace& where);
 
 // Failures of KILN_REGISTER objects during static initialisation (a name registered twice, an empty
 // name): they cannot throw there, so they are kept and thrown by check_registrations(), which every
@@ -82,7 +98,7 @@ class Registry {
 
   // Adds `name`. Throws for an empty name, or one already registered (naming both places).
   void add(const std::string& name, Maker make, ComponentDocs docs = {},
-           const std::source_location& where = std::source_location::current()) {
+           const SourcePlace& where = SourcePlace::current()) {
     const std::string place = place_text(where);
     KILN_CHECK(!name.empty(), "registering ", what_.empty() ? "a component" : what_, " at ", place, ": the name is empty");
     if (const Entry* e = entry(name))

@@ -273,7 +273,7 @@ const ComponentDocs& data_source_docs(const std::string& name) {
 }
 
 void register_data_source(const std::string& name, DataSourceSpec spec, ComponentDocs docs,
-                          const std::source_location& where) {
+                          const SourcePlace& where) {
   sources().add(name, registered_source(std::move(spec)), std::move(docs), where);
 }
 

@@ -57,7 +57,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <variant>
 
@@ -200,7 +199,7 @@ struct DataSourceSpec {
 };
 // Adds a data source; throws if `name` is taken (naming both places). `docs`: what `--help` says of it.
 void register_data_source(const std::string& name, DataSourceSpec spec, ComponentDocs docs = {},
-                          const std::source_location& where = std::source_location::current());
+                          const SourcePlace& where = SourcePlace::current());
 
 // Opens the split's dataset (reads the files). Errors name the file.
 std::shared_ptr<const Dataset> make_dataset(const DataConfig& config, Split split);

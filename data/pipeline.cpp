@@ -54,7 +54,7 @@ Registry<TransformMaker>& transform_registry() {
   return r;
 }
 
-void register_transform(const std::string& type, TransformMaker make, ComponentDocs docs, const std::source_location& where) {
+void register_transform(const std::string& type, TransformMaker make, ComponentDocs docs, const SourcePlace& where) {
   KILN_CHECK(type != "normalize", "register_transform at ", place_text(where), ": \"normalize\" is kiln's own");
   transform_registry().add(type, std::move(make), std::move(docs), where);
 }

@@ -20,7 +20,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -38,7 +37,7 @@ using TransformMaker = std::function<std::shared_ptr<const Transform>(const Json
 Registry<TransformMaker>& transform_registry();
 // Adds a transform type; throws if `type` is taken (naming both places). `docs`: what `--help` says of it.
 void register_transform(const std::string& type, TransformMaker make, ComponentDocs docs = {},
-                        const std::source_location& where = std::source_location::current());
+                        const SourcePlace& where = SourcePlace::current());
 
 // The transform type names, in registry order ("normalize" included), e.g. for the config schema.
 std::vector<std::string> transform_types();

@@ -24,7 +24,7 @@ Registry<LossMaker>& loss_registry() {
   return r;
 }
 
-void register_loss(const std::string& name, LossMaker make, ComponentDocs docs, const std::source_location& where) {
+void register_loss(const std::string& name, LossMaker make, ComponentDocs docs, const SourcePlace& where) {
   loss_registry().add(name, std::move(make), std::move(docs), where);
 }
 

@@ -10,7 +10,6 @@
 // Tests: tests/layers/loss_registry_test.cpp, tests/cli/plugin/registration_test.cpp.
 #pragma once
 #include <functional>
-#include <source_location>
 #include <string>
 
 #include "core/json_reader.h"
@@ -32,7 +31,7 @@ using LossMaker = std::function<LossFunction(const json& options, const LossCont
 Registry<LossMaker>& loss_registry();
 // Adds a loss; throws if `name` is taken (naming both places). `docs`: what `--help` says of it.
 void register_loss(const std::string& name, LossMaker make, ComponentDocs docs = {},
-                   const std::source_location& where = std::source_location::current());
+                   const SourcePlace& where = SourcePlace::current());
 
 // train.loss as given (a name, or an object with "name") as the object {"name": ..., options}; throws
 // naming `path` for anything else.

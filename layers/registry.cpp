@@ -73,7 +73,7 @@ Registry<LayerFactory>& layer_registry() {
   return r;
 }
 
-void register_layer(const std::string& type, LayerFactory make, ComponentDocs docs, const std::source_location& where) {
+void register_layer(const std::string& type, LayerFactory make, ComponentDocs docs, const SourcePlace& where) {
   layer_registry().add(type, std::move(make), std::move(docs), where);
 }
 

@@ -7,7 +7,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -25,7 +24,7 @@ using LayerFactory = std::function<std::shared_ptr<Module>(const json& options, 
 Registry<LayerFactory>& layer_registry();
 // Adds a layer type; throws if `type` is taken (naming both places). `docs`: what `--help` says of it.
 void register_layer(const std::string& type, LayerFactory make, ComponentDocs docs = {},
-                    const std::source_location& where = std::source_location::current());
+                    const SourcePlace& where = SourcePlace::current());
 
 // Builds one layer; `path` is its JSON path for messages ("model.layers[2]"). An unknown type names
 // the closest registered type; a bad option names its JSON path.

@@ -44,7 +44,7 @@ Registry<ModelMaker>& model_registry() {
   return r;
 }
 
-void register_model(const std::string& name, ModelFactory make, ComponentDocs docs, const std::source_location& where) {
+void register_model(const std::string& name, ModelFactory make, ComponentDocs docs, const SourcePlace& where) {
   model_registry().add(name, {std::move(make), nullptr}, std::move(docs), where);
 }
 

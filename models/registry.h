@@ -10,7 +10,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -35,7 +34,7 @@ struct ModelMaker {
 Registry<ModelMaker>& model_registry();
 // Adds a model; throws if `name` is taken (naming both places). `docs`: what `--help` says of it.
 void register_model(const std::string& name, ModelFactory make, ComponentDocs docs = {},
-                    const std::source_location& where = std::source_location::current());
+                    const SourcePlace& where = SourcePlace::current());
 
 // `path` names the config in messages ("model").
 std::shared_ptr<Module> build_model(const json& j, const std::string& path = "model");

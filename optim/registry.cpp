@@ -49,10 +49,10 @@ Registry<ScheduleMaker>& schedule_registry() {
   return r;
 }
 
-void register_optimizer(const std::string& name, OptimizerMaker make, ComponentDocs docs, const std::source_location& where) {
+void register_optimizer(const std::string& name, OptimizerMaker make, ComponentDocs docs, const SourcePlace& where) {
   optimizer_registry().add(name, std::move(make), std::move(docs), where);
 }
-void register_schedule(const std::string& name, ScheduleMaker make, ComponentDocs docs, const std::source_location& where) {
+void register_schedule(const std::string& name, ScheduleMaker make, ComponentDocs docs, const SourcePlace& where) {
   schedule_registry().add(name, std::move(make), std::move(docs), where);
 }
 

@@ -6,7 +6,6 @@
 #pragma once
 #include <functional>
 #include <memory>
-#include <source_location>
 #include <string>
 #include <vector>
 
@@ -28,8 +27,8 @@ Registry<OptimizerMaker>& optimizer_registry();
 Registry<ScheduleMaker>& schedule_registry();
 // Add a name; each throws if it is taken (naming both places). `docs`: what `--help` says of it.
 void register_optimizer(const std::string& name, OptimizerMaker make, ComponentDocs docs = {},
-                        const std::source_location& where = std::source_location::current());
+                        const SourcePlace& where = SourcePlace::current());
 void register_schedule(const std::string& name, ScheduleMaker make, ComponentDocs docs = {},
-                       const std::source_location& where = std::source_location::current());
+                       const SourcePlace& where = SourcePlace::current());
 
 }  // namespace kiln
