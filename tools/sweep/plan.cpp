@@ -270,7 +270,8 @@ SweepPlan read_sweep_file(const json& j, const std::string& file, Placement* pla
   KILN_CHECK(expected.is_null() || expected.is_object(), where, ": expected must be {\"<variant label>\": {\"top1\", \"source\"}}");
   const json no_expected = json::object();
   for (const auto& [label, e] : (expected.is_object() ? expected : no_expected).items()) {
-    auto it = std::find_if(plan.variants.begin(), plan.variants.end(), [&](const Variant& v) { return v.label == label; });
+    const std::string& name = label;  // a lambda may not capture a structured binding (C++20 allows it; clang 14 does not)
+    auto it = std::find_if(plan.variants.begin(), plan.variants.end(), [&](const Variant& v) { return v.label == name; });
     std::vector<std::string> labels;
     for (const Variant& v : plan.variants) labels.push_back(v.label);
     KILN_CHECK(it != plan.variants.end(), where, ": expected.", label, ": no variant is labelled '", label, "'; variants: ",
