@@ -4,7 +4,9 @@
 # scratch in a temporary folder and run on Fashion-MNIST. Prints, for each: lines of code (neither
 # blank nor comment), the cold compile + link time of the program (no compiler cache; wall and CPU
 # seconds), the training steps per second (batch 64) and the test accuracy after those steps, and
-# the CPU it ran on. A bench script, not a test: the suite never runs it.
+# the CPU it ran on. Then the same lines and compile times for the prediction example,
+# examples/classify.cpp, and its twin tools/bench/libtorch/classify.cpp (a TorchScript file and
+# OpenCV preprocessing by hand; built, not run). A bench script, not a test: the suite never runs it.
 #
 #   tools/bench/libtorch/compare.sh [STEPS]     training steps each program runs (default 300)
 #
@@ -46,10 +48,14 @@ cmake --install "$build" --prefix "$tmp/kiln" >/dev/null
 cmake -S "$src/examples" -B "$tmp/kiln-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$tmp/kiln" \
   -DCMAKE_CXX_COMPILER_LAUNCHER= >/dev/null
 timed kiln_build cmake --build "$tmp/kiln-build" --target custom_loop
+timed kiln_classify_build cmake --build "$tmp/kiln-build" --target classify
 # libtorch: the same flags as the kiln example's Release build.
 timed torch_build g++ -std=c++20 -O3 -DNDEBUG -I"$torch/include" -I"$torch/include/torch/csrc/api/include" \
   "$src/tools/bench/libtorch/custom_loop.cpp" -o "$tmp/custom_loop_torch" \
   -L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10
+timed torch_classify_build g++ -std=c++20 -O3 -DNDEBUG -I"$torch/include" -I"$torch/include/torch/csrc/api/include" \
+  -I/usr/include/opencv4 "$src/tools/bench/libtorch/classify.cpp" -o "$tmp/classify_torch" \
+  -L"$torch/lib" -Wl,-rpath,"$torch/lib" -ltorch -ltorch_cpu -lc10 -lopencv_imgcodecs -lopencv_imgproc -lopencv_core
 
 run() {  # run LABEL BINARY: trains `steps` steps, evaluates on the 10000 test images, checks the reload
   timed "$1_run" "$2" data="$tmp/data" steps="$steps" out="$tmp/$1.weights"
@@ -71,3 +77,8 @@ printf '| %-8s | %13s | %26s | %7s | %20s | %13s |\n' "" "lines of code" "compil
   "whole run, wall / CPU" "test accuracy"
 row kiln kiln "$src/examples/custom_loop.cpp"
 row libtorch torch "$src/tools/bench/libtorch/custom_loop.cpp"
+echo
+printf '| %-8s | %13s | %26s |\n' "classify" "lines of code" "compile + link, wall / CPU"
+printf '| %-8s | %13s | %26s |\n' kiln "$(loc "$src/examples/classify.cpp")" "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/kiln_classify_build.secs")"
+printf '| %-8s | %13s | %26s |\n' libtorch "$(loc "$src/tools/bench/libtorch/classify.cpp")" \
+  "$(awk '{ print $1 " s / " $2 " s" }' "$tmp/torch_classify_build.secs")"
