@@ -19,7 +19,7 @@ ComponentDocs documented_by(const char* options, const char* keys) { return {"",
 
 Registry<OptimizerMaker>& optimizer_registry() {
   static Registry<OptimizerMaker> r = [] {
-    Registry<OptimizerMaker> b("");
+    Registry<OptimizerMaker> b("an optimizer");
     b.add("sgd", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
       return std::make_unique<SGD>(std::move(p), SGDOptions::from_json(j, path)); }, documented_by("SGDOptions", "OptimKeys"));
     b.add("adamw", [](const json& j, std::vector<ParamRef> p, const std::string& path) {
@@ -33,7 +33,7 @@ Registry<OptimizerMaker>& optimizer_registry() {
 
 Registry<ScheduleMaker>& schedule_registry() {
   static Registry<ScheduleMaker> r = [] {
-    Registry<ScheduleMaker> b("");
+    Registry<ScheduleMaker> b("a learning-rate schedule");
     b.add("constant", [](const json& j, const ScheduleContext& c, const std::string& path) {
       return std::make_unique<ConstantLR>(c, ConstantLROptions::from_json(j, path)); }, documented_by("ConstantLROptions", "ScheduleKeys"));
     b.add("step", [](const json& j, const ScheduleContext& c, const std::string& path) {

@@ -32,6 +32,14 @@ TEST(Config, OverridesShortFormsAndDottedPaths) {
   EXPECT_EQ(c["train"]["checkpoint"], "blocks");
 }
 
+TEST(Config, ModelAsAnObjectIsTheWholeSectionAndAsANameItsName) {
+  json c = json::parse(R"({"model": {"name": "lenet", "dropout": 0}})");
+  apply_overrides(c, {R"(model={"layers": [{"type": "flatten"}, {"type": "linear", "in_features": 4, "out_features": 2}]})"});
+  EXPECT_EQ(c["model"], json::parse(R"({"layers": [{"type": "flatten"}, {"type": "linear", "in_features": 4, "out_features": 2}]})"));
+  apply_overrides(c, {"model=resnet20"});
+  EXPECT_EQ(c["model"]["name"], "resnet20");
+}
+
 TEST(Config, BadOverridesNameTheArgument) {
   json c = json::parse(R"({"train": {"epochs": 10}, "data": {"train_transforms": []}})");
   EXPECT_NE(error_of([&] { apply_overrides(c, {"epochs"}); }).find("'epochs' is not key=value"), std::string::npos);

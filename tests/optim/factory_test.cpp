@@ -57,7 +57,7 @@ TEST(OptimizerFactory, DefaultsAndJsonRoundTrip) {
 }
 
 TEST(OptimizerFactory, ConfigErrors) {
-  expect_error(R"({"name": "adam"})", "optim.name = \"adam\" is not accepted (did you mean \"adamw\"?); accepted: sgd, adamw, lars");
+  expect_error(R"({"name": "adam"})", "optim.name = \"adam\" is not an optimizer (did you mean \"adamw\"?); accepted: sgd, adamw, lars");
   expect_error(R"({"lr": 0.1})", "optim.name is required; accepted: sgd, adamw, lars");
   expect_error(R"({"name": "sgd", "momentun": 0.9})", "unknown key optim.momentun (did you mean optim.momentum?)");
   expect_error(R"({"name": "sgd", "betas": [0.9, 0.99]})", "unknown key optim.betas");

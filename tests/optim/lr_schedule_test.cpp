@@ -145,7 +145,7 @@ TEST(LrSchedule, ConfigErrors) {
   expect_error(R"({"name": "poly", "end_lr": 0.5})", "end_lr = 0.5 is not accepted; accepted: 0..0.1");
   expect_error(R"({"name": "poly", "power": -1})", "schedule.power = -1 is out of range");
   expect_error(R"({"name": "poly", "min_lr": 0})", "unknown key schedule.min_lr");
-  expect_error(R"({"name": "cosin"})", "schedule.name = \"cosin\" is not accepted (did you mean \"cosine\"?); accepted: constant, step, multistep, cosine, poly");
+  expect_error(R"({"name": "cosin"})", "schedule.name = \"cosin\" is not a learning-rate schedule (did you mean \"cosine\"?); accepted: constant, step, multistep, cosine, poly");
   expect_error(R"({"gamma": 0.1})", "schedule.name is required; accepted: constant, step, multistep, cosine, poly");
   expect_error(R"({"name": "step", "step_sise": 3})", "unknown key schedule.step_sise (did you mean schedule.step_size?)");
   expect_error(R"({"name": "cosine", "milestones": [3]})", "unknown key schedule.milestones");

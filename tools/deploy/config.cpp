@@ -214,6 +214,8 @@ void apply_overrides(json& config, const std::vector<std::string>& overrides) {
     const std::string& short_key = kv->key;
     check_short_form(arg, short_key);
     std::string key = expand_short_form(short_key);
+    // model={...} (an object, e.g. {"layers": [...]}) is the whole model section, not model.name
+    if (short_key == "model" && !kv->value.empty() && kv->value.front() == '{') key = "model";
     bool text_key = false;
     for (const ShortForm& s : kShortForms)
       if (short_key == s.key) text_key = s.text;
