@@ -5,6 +5,11 @@
 
 namespace kiln {
 
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, const LossContext& c) {
+  return targets.dtype() == DType::i64 ? ops::cross_entropy(logits, targets, c.label_smoothing, c.class_weights)
+                                       : ops::soft_cross_entropy(logits, targets, 0.0, c.class_weights);
+}
+
 Registry<LossMaker>& loss_registry() {
   static Registry<LossMaker> r = [] {
     Registry<LossMaker> b("a loss");
@@ -13,10 +18,7 @@ Registry<LossMaker>& loss_registry() {
             JsonReader r(j, path);
             r.allow("name");
             r.finish();
-            return [c](const Tensor& logits, const Tensor& targets) {
-              return targets.dtype() == DType::i64 ? ops::cross_entropy(logits, targets, c.label_smoothing, c.class_weights)
-                                                   : ops::soft_cross_entropy(logits, targets, 0.0, c.class_weights);
-            };
+            return [c](const Tensor& logits, const Tensor& targets) { return cross_entropy_loss(logits, targets, c); };
           },
           {"softmax cross-entropy, with train.label_smoothing and train.class_weights", json::object(), {"LossKeys"}, {}});
     return b;

@@ -28,6 +28,10 @@ using LossFunction = std::function<Tensor(const Tensor& logits, const Tensor& ta
 // Builds a loss from its options object (with "name"); `path` names it in errors ("train.loss").
 using LossMaker = std::function<LossFunction(const json& options, const LossContext& context, const std::string& path)>;
 
+// kiln's "cross_entropy": ops::cross_entropy of labels with the context's smoothing and weights, or
+// ops::soft_cross_entropy of soft targets with its weights. The step uses it when its setup names no loss.
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, const LossContext& context);
+
 Registry<LossMaker>& loss_registry();
 // Adds a loss; throws if `name` is taken (naming both places). `docs`: what `--help` says of it.
 void register_loss(const std::string& name, LossMaker make, ComponentDocs docs = {},

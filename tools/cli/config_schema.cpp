@@ -179,8 +179,9 @@ Section loss_section() {
   Section loss{"train.loss", "name", "LossKeys", "", {}};  // required in the object (the string form is the name)
   for (const auto& e : loss_registry().entries())
     loss.variants.push_back(registered(e, "name", "train.loss", json::object(), {"LossKeys"}, [](const json& j) {
-      make_loss(loss_options(j), LossContext{}, "train.loss");
-      return loss_options(j);
+      const json options = loss_options(j);
+      make_loss(options, LossContext{}, "train.loss");
+      return options;
     }));
   return loss;
 }

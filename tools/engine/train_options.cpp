@@ -2,13 +2,12 @@
 // declared in tools/engine/train_options.h.
 #include "tools/engine/train_options.h"
 
-#include "layers/loss.h"
-
 #include <cmath>
 
 #include "core/check.h"
 #include "core/device.h"
 #include "core/json_util.h"
+#include "layers/loss.h"
 
 namespace kiln {
 

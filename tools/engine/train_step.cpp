@@ -8,7 +8,6 @@
 
 #include "core/check.h"
 #include "core/ops/elementwise.h"
-#include "core/ops/loss.h"
 #include "optim/param.h"
 #include "tools/engine/accumulate.h"
 #include "tools/engine/batch_images.h"
@@ -93,8 +92,7 @@ void micro_batches(Module& model, Optimizer& opt, const StepBatch& batch, const 
     Tensor logits32 = logits.to(DType::f32);  // softmax and the loss in f32 whatever the compute dtype
     const Tensor targets = batch.targets.defined() ? part_of(batch.targets).to(setup.device) : y;
     Tensor loss = setup.loss ? setup.loss(logits32, targets)
-                  : batch.targets.defined() ? ops::soft_cross_entropy(logits32, targets, 0.0, setup.class_weights)
-                                            : ops::cross_entropy(logits32, y, setup.label_smoothing, setup.class_weights);
+                             : cross_entropy_loss(logits32, targets, {setup.label_smoothing, setup.class_weights});
     const double share = static_cast<double>(m) / static_cast<double>(n);
     Tensor part = whole ? loss : ops::mul_scalar(loss, share);
     if (setup.sync) setup.sync->set_deferred(k + 1 < micro.size());
