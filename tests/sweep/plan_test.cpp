@@ -105,6 +105,23 @@ TEST(SweepPlan, SweepFileVariantsGridAndExpectedFigures) {
   EXPECT_EQ(plan_to_json(plan_from_json(plan_to_json(plan), "sweep.json")), plan_to_json(plan));
 }
 
+// A recipe's replicates: a sweep file of a base, settings and seeds, without grid or variants, is a
+// sweep file (not read as a training config) of one variant over the seeds.
+TEST(SweepPlan, SweepFileWithoutGridOrVariantsIsTheBaseOverTheSeeds) {
+  const fs::path d = temp_dir("seeds_only");
+  base_config(d);
+  std::ofstream(d / "r.json") << R"({"base": "base.json", "set": {"train.epochs": 3}, "seeds": [0, 1, 2]})";
+  EXPECT_TRUE(is_sweep_file((d / "r.json").string()));
+  EXPECT_FALSE(is_sweep_file((d / "base.json").string()));
+  const SweepPlan plan = plan_from_file((d / "r.json").string(), nullptr);
+  ASSERT_EQ(plan.variants.size(), 1u);
+  EXPECT_EQ(plan.variants[0].label, "base");
+  EXPECT_TRUE(plan.variants[0].overrides.empty());
+  EXPECT_EQ(plan.base["train"]["epochs"], 3);
+  EXPECT_EQ(plan.seeds, (std::vector<int64_t>{0, 1, 2}));
+  EXPECT_EQ(plan.name, "r");
+}
+
 TEST(SweepPlan, EmptyGridDuplicatesAndBadValuesAreRefusedNamingThem) {
   const fs::path d = temp_dir("bad");
   base_config(d);

@@ -169,6 +169,10 @@ TEST_F(SweepProcess, BadVariantsAndAChangedPlanAreRefusedBeforeAnyRunStarts) {
   r = kt::run_kiln_in(d, "sweep empty.json");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("grid is empty"), std::string::npos) << r.err;
+  r = kt::run_kiln_in(d, "sweep typo.json retry=all");  // refused for a sweep file as for a sweep folder
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("retry=all is not accepted; accepted: retry=failed"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d / "runs" / "typo"));
 
   // A sweep, then the same name with another base: refused naming the change; adding a seed continues it.
   r = kt::run_kiln_in(d, "sweep " + cfg.string() + " name=p");

@@ -103,6 +103,13 @@ int sweep_show(const Args& args) {
   return 0;
 }
 
+// retry=failed (runs the failed runs again); nothing else is a value of retry.
+bool read_retry(const KeyValueArgs& a) {
+  KILN_CHECK(a.str("retry").empty() || a.str("retry") == "failed", "kiln sweep: retry=", a.str("retry"),
+             " is not accepted; accepted: retry=failed");
+  return a.str("retry") == "failed";
+}
+
 }  // namespace
 
 int cmd_sweep(const Args& args) {
@@ -116,9 +123,7 @@ int cmd_sweep(const Args& args) {
   if (fs::is_directory(args[0])) {  // continue a sweep
     plan = load_sweep_dir(args[0]);
     const KeyValueArgs a("kiln sweep " + args[0], rest, {{"retry", ""}, {"parallel", "auto"}, {"devices", ""}});
-    KILN_CHECK(a.str("retry").empty() || a.str("retry") == "failed", "kiln sweep: retry=", a.str("retry"),
-               " is not accepted; accepted: retry=failed");
-    opt.retry_failed = a.str("retry") == "failed";
+    opt.retry_failed = read_retry(a);
     opt.placement = read_placement(a, {});
   } else {
     KILN_CHECK(fs::is_regular_file(args[0]), "kiln sweep: ", args[0], " is not a file or folder; give a config, a sweep "
@@ -127,7 +132,7 @@ int cmd_sweep(const Args& args) {
       const KeyValueArgs a("kiln sweep " + args[0], rest, {{"retry", ""}, {"parallel", "auto"}, {"devices", ""}});
       plan = sweep::plan_from_file(args[0], &opt.placement);
       opt.placement = read_placement(a, opt.placement);
-      opt.retry_failed = a.str("retry") == "failed";
+      opt.retry_failed = read_retry(a);
     } else {
       plan = sweep::plan_from_command_line(args[0], rest, &opt.placement);
       opt.placement = read_placement(KeyValueArgs("kiln sweep", {}, {{"parallel", "auto"}, {"devices", ""}}), opt.placement);

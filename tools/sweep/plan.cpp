@@ -196,7 +196,7 @@ bool is_sweep_file(const std::string& path) {
   if (!fs::is_regular_file(path)) return false;
   try {
     const json j = load_config_file(path);
-    return j.contains("grid") || j.contains("variants");
+    return j.is_object() && (j.contains("base") || j.contains("grid") || j.contains("variants"));  // a config has none
   } catch (const Error&) {
     return false;
   }
@@ -279,7 +279,7 @@ SweepPlan read_sweep_file(const json& j, const std::string& file, Placement* pla
     it->has_expected = true;
     it->expected = read_expected(e, "expected." + label);
   }
-  KILN_CHECK(!plan.variants.empty(), where, ": no variants; give a grid, a list of variants, or both");
+  if (plan.variants.empty()) plan.variants.push_back(make_variant("base", {}));  // the base config over the seeds
   const json seeds = r.raw("seeds");
   if (seeds.is_null()) plan.seeds = {0};
   else {

@@ -68,9 +68,10 @@ SweepPlan plan_from_command_line(const std::string& config_file, const std::vect
 // A sweep file (docs/sweeps.md): {"name", "base": FILE or {config}, "set": {key: value}, "grid": {key: [values]},
 // "variants": [{"label", "set": {key: value}, "expected": {"top1", "source"}}], "expected": {label: {...}},
 // "seeds": [...], "devices": "0,1" | [0, 1], "parallel": N}. Relative paths are the file's folder's.
-// Errors name the file and the JSON path.
+// Errors name the file and the JSON path. Without grid and variants the plan is one variant, "base".
 SweepPlan plan_from_file(const std::string& file, Placement* placement);
-// Whether `path` is a sweep file (a JSON object with "grid" or "variants") rather than a training config.
+// Whether `path` is a sweep file (a JSON object with "base", "grid" or "variants", keys no training config
+// has) rather than a training config.
 bool is_sweep_file(const std::string& path);
 
 // Checks the plan before anything runs: at least one variant, no empty grid axis (refused while reading), no
