@@ -64,8 +64,9 @@ struct TrainOptions {
   std::string cuda_graph = "off";
   /// "fp32", "bf16", "fp16" or "auto" (default "fp32"): the dtype of activations, conv and matmul;
   /// master weights, optimizer state, batch-norm statistics and the loss stay f32; fp16 adds dynamic
-  /// loss scaling; "auto" is bf16 where the device has bf16 units (a GPU of compute capability 8.0+;
-  /// a CPU with AVX-512 BF16 or AMX), else fp32, and the run folder's config records the choice
+  /// loss scaling; "auto" is bf16 on a GPU of compute capability 8.0+, fp32 on a CPU without bf16
+  /// units, and on a CPU with them (AVX-512 BF16 or AMX) the one whose measured training step is
+  /// faster (bf16 when it takes at most 90% of fp32's); the run folder's config records the choice
   /// (docs/precision.md)
   std::string precision = "fp32";
   /// seed of the initial weights, the data order, augmentation and dropout (default 0)

@@ -44,6 +44,7 @@
 #include "tools/engine/interrupt.h"
 #include "tools/engine/metrics.h"
 #include "tools/engine/mpi_comm.h"
+#include "tools/engine/precision_probe.h"
 #include "tools/engine/progress.h"
 #include "tools/engine/replica_run.h"
 #include "tools/engine/report.h"
@@ -154,7 +155,7 @@ void set_threads(const Replica& rep, RunConfig& cfg) {
               << cfg.threads << " CPU threads\n";
 }
 
-// The config's sections, the precision (train.precision = "auto" agreed over the ranks), the threads.
+// The config's sections, the precision ("auto" is decided later: decide_auto_precision), the threads.
 RunConfig read_run_config(const Replica& rep, const json& config_in) {
   RunConfig cfg;
   cfg.start = Clock::now();
@@ -162,12 +163,8 @@ RunConfig read_run_config(const Replica& rep, const json& config_in) {
   cfg.s = read_sections(cfg.config);
   cfg.breq = read_batch(cfg.config["data"], cfg.opt().autobatch_fraction);
   rep.comm.set_timeout(std::chrono::milliseconds(static_cast<int64_t>(cfg.opt().comm_timeout_s * 1000)));
-  if (cfg.opt().precision == "auto") {  // bf16 when every rank's device has the units; recorded as run
-    std::vector<double> units{resolve_precision("auto", rep.device) == "bf16" ? 1.0 : 0.0};
-    rep.comm.all_reduce_doubles(units);
-    cfg.opt().precision = units[0] == rep.world ? "bf16" : "fp32";
-  }
-  cfg.compute = compute_dtype_of(cfg.opt().precision, rep.device);
+  // "auto" is decided once the model and data are built (decide_auto_precision); f32 until then.
+  cfg.compute = cfg.opt().precision == "auto" ? DType::f32 : compute_dtype_of(cfg.opt().precision, rep.device);
   set_threads(rep, cfg);
   set_conv_benchmark(rep.device, cfg.opt().cudnn_benchmark);  // cuDNN's on a GPU; the CPU has none
   return cfg;
@@ -195,8 +192,6 @@ void build_model_and_data(const Replica& rep, RunConfig& cfg, RunData& data, Lea
     KILN_CHECK(!data.dcfg.progressive_resize.enabled(), "train.time_budget_minutes = ", opt.time_budget_minutes,
                " cannot be used with data.progressive_resize, whose sizes change at fixed epochs");
   }
-  // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
-  if (cfg.compute == DType::bf16) data.dcfg.loader.dtype = "bf16";
   data.train_set = make_dataset(data.dcfg, Split::train);
   data.val_set = make_dataset(data.dcfg, Split::val);
   // Before anything is allocated or written: the loaders' buffers fit, the model takes the images.
@@ -236,6 +231,9 @@ Prepared prepare_run(const Replica& rep, const json& config) {
   Prepared p{read_run_config(rep, config), {}, {}};
   build_model_and_data(rep, p.cfg, p.data, p.learner);
   build_optimizer(rep, p.cfg, p.learner);
+  decide_auto_precision(rep, p.cfg, p.data, p.learner);  // tools/engine/precision_probe.h
+  // bf16 training: the loader writes bf16 batches (half the bytes to move); fp16 casts on the device.
+  if (p.cfg.compute == DType::bf16) p.data.dcfg.loader.dtype = "bf16";
   return p;
 }
 
@@ -647,6 +645,7 @@ Opened open_run(const Replica& rep, RunConfig& cfg, const RunData& data, Learner
   folder.as_run = config_as_run(cfg, data, learner, plan, sched);
   prog.state.config = folder.as_run;
   prog.result.threads = cfg.threads;
+  prog.result.precision = cfg.opt().precision;
   if (!cfg.opt().resume.empty()) {
     resume(rep, cfg, learner, plan, sched, folder, span, prog);
   } else if (rep.lead) {

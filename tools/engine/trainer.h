@@ -47,6 +47,8 @@ struct TrainResult {
   // The CPU threads the training computations used (train.threads, or OMP_NUM_THREADS where set, or
   // OpenMP's default): omp_get_max_threads() on the training thread.
   int64_t threads = 0;
+  // The precision trained in: train.precision, "auto" decided (tools/engine/precision_probe.h).
+  std::string precision;
 };
 
 // Trains with `config` (a full config, overrides applied). `quiet` suppresses progress output.
