@@ -181,6 +181,19 @@ TEST(SweepPlan, ContinuingWithAChangedPlanNamesWhatChangedButAddingIsAccepted) {
   EXPECT_EQ(c[2], "seed 0 is missing");
 }
 
+// The ETA printed as runs end: runs still in flight count only what is left of a run, so the last
+// runs of a sweep of three at a time, all nearly done, read about a minute, not another whole run
+// (it read "sweep eta 1:29:46" there).
+TEST(SweepPlacement, TheEtaCountsWhatIsLeftOfTheRunsInFlight) {
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(5400, {5350, 5340}, 0, 3), 60);        // two nearly done, nothing waiting
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {}, 4, 2), 200);                   // 4 runs, 2 at a time
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {}, 3, 2), 200);                   // the odd one runs after
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {30}, 1, 2), 100);                 // the free slot takes the waiting run
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {30}, 2, 2), 170);                 // then the next free slot: 70 + 100
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {250}, 0, 1), 0);                  // past the mean: no negative time
+  EXPECT_DOUBLE_EQ(sweep_eta_seconds(100, {}, 2, 1), 200);                   // one at a time
+}
+
 TEST(SweepPlacement, ARunTakesOneFreeDeviceOrAllItsVariantAsksFor) {
   std::vector<std::string> free = {"0", "1", "2"}, taken;
   EXPECT_TRUE(take_devices({}, free, &taken));

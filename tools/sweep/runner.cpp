@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -215,6 +216,14 @@ std::vector<std::string> variant_devices(const Variant& v) {
   return out;
 }
 
+double sweep_eta_seconds(double mean_run_s, const std::vector<double>& in_flight_elapsed_s, size_t waiting, int64_t slots) {
+  std::vector<double> free_in;  // seconds until each slot is free
+  for (double e : in_flight_elapsed_s) free_in.push_back(std::max(0.0, mean_run_s - e));
+  while (free_in.size() < static_cast<size_t>(std::max<int64_t>(1, slots))) free_in.push_back(0);
+  for (size_t i = 0; i < waiting; ++i) *std::min_element(free_in.begin(), free_in.end()) += mean_run_s;
+  return *std::max_element(free_in.begin(), free_in.end());
+}
+
 namespace {
 
 // The sweep in flight: what is left, the children, the clock.
@@ -229,7 +238,7 @@ class SweepRun {
   void start_ready();
   void reap();
   void ended(const Child& c, int code);
-  std::string eta() const;
+  std::string eta(size_t ending = SIZE_MAX) const;  // `ending`: a run that has just ended, still a child
   std::string tag(size_t i) const {
     return "[sweep " + plan_.name + "] run " + std::to_string(i + 1) + " of " + std::to_string(runs_.size()) + ": " +
            runs_[i].name;
@@ -278,10 +287,14 @@ void SweepRun::plan_work() {
        << "; folder " << plan_.dir << std::endl;
 }
 
-std::string SweepRun::eta() const {
+// Each run takes the mean of those ended here (sweep_eta_seconds).
+std::string SweepRun::eta(size_t ending) const {
   if (ended_here_ == 0) return "sweep eta after the first run";
-  const double left = static_cast<double>(to_run_ - ended_here_);
-  return "sweep eta " + clock_text(ended_seconds_ / static_cast<double>(ended_here_) * std::ceil(left / static_cast<double>(slots_)));
+  std::vector<double> elapsed;
+  for (const Child& c : children_)
+    if (c.index != ending) elapsed.push_back(seconds_since(c.start));
+  return "sweep eta " + clock_text(sweep_eta_seconds(ended_seconds_ / static_cast<double>(ended_here_), elapsed,
+                                                     waiting_.size(), slots_));
 }
 
 void SweepRun::start_ready() {
@@ -324,7 +337,7 @@ void SweepRun::ended(const Child& c, int code) {
     char top1[64] = "";
     if (m.has_metrics) std::snprintf(top1, sizeof top1, ": val top1 %.2f%%", m.final_top1);
     out_ << tag(c.index) << " " << state_name(s.state) << " in " << clock_text(took) << top1 << " (" << finished_ << " of "
-         << runs_.size() << " finished; " << eta() << ")" << std::endl;
+         << runs_.size() << " finished; " << eta(c.index) << ")" << std::endl;
   } else if (forwarded_ > 0 && (code == 128 + SIGINT || code == 128 + SIGTERM)) {
     out_ << tag(c.index) << " stopped by the signal (exit " << code << "); it resumes when the sweep continues" << std::endl;
   } else {

@@ -47,4 +47,9 @@ bool take_devices(const std::vector<std::string>& need, std::vector<std::string>
 // The devices a variant's own train.device asks for ("0,1" -> {"0", "1"}), or empty when it sets none.
 std::vector<std::string> variant_devices(const Variant& v);
 
+// The sweep's ETA in seconds: every run takes `mean_run_s` (the mean of those ended); a run in flight
+// for e seconds the rest, max(0, mean - e); then `waiting` runs, each on the slot free first, of
+// `slots` slots (at least the runs in flight).
+double sweep_eta_seconds(double mean_run_s, const std::vector<double>& in_flight_elapsed_s, size_t waiting, int64_t slots);
+
 }  // namespace kiln::sweep
