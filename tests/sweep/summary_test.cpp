@@ -20,7 +20,8 @@ namespace fs = std::filesystem;
 namespace {
 
 // A run folder with one metrics row per val_top1 (fractions), and its invocations (ended or not).
-void write_run(const fs::path& dir, const std::vector<double>& top1, const std::string& outcome, double lr = 0.1) {
+void write_run(const fs::path& dir, const std::vector<double>& top1, const std::string& outcome, double lr = 0.1,
+               double final_tta_top1 = -1) {
   fs::create_directories(dir);
   std::ofstream(dir / "config.json") << json{{"name", dir.filename().string()}, {"optim", {{"lr", lr}}}}.dump();
   std::ofstream m(dir / "metrics.csv");
@@ -30,7 +31,9 @@ void write_run(const fs::path& dir, const std::vector<double>& top1, const std::
       << "," << 1000 + 100 * i << ",0.01,3\n";
   std::ofstream inv(dir / "invocations.jsonl");
   inv << json{{"event", "start"}, {"time", 1000.0}}.dump() << "\n";
-  if (!outcome.empty()) inv << json{{"event", "end"}, {"outcome", outcome}, {"time", 1120.0}}.dump() << "\n";
+  json end{{"event", "end"}, {"outcome", outcome}, {"time", 1120.0}};
+  if (final_tta_top1 >= 0) end.update(json{{"val_top1", final_tta_top1}, {"val_top5", 0.999}, {"val_loss", 0.25}, {"tta", "flip"}});
+  if (!outcome.empty()) inv << end.dump() << "\n";
 }
 
 double sample_std(const std::vector<double>& v) {
@@ -124,5 +127,25 @@ TEST(SweepSummary, MeanAndSampleStdOfFinishedRunsOnlyBestMarkedExpectedCompared)
   EXPECT_NE(cmp.find("| optim.lr | 0.1 | 0.3 |"), std::string::npos) << cmp;
   EXPECT_NE(cmp.find("| final top-1 | 80.00 | 60.00 |"), std::string::npos) << cmp;
   EXPECT_TRUE(fs::exists(d / "cmp.png"));
+  fs::remove_all(d);
+}
+
+// A run with train.tta: its final figure is the test-time-augmented evaluation kiln train prints and
+// records at its end (invocations.jsonl), not metrics.csv's last row; best counts it too.
+TEST(SweepSummary, TheFinalFigureIsTheRunsOwnWithTestTimeAugmentation) {
+  const fs::path d = fs::temp_directory_path() / ("kiln_sweep_summary_tta_" + std::to_string(getpid()));
+  fs::remove_all(d);
+  write_run(d / "tta", {0.90, 0.9446}, "finished", 0.1, /*final_tta_top1=*/0.9478);
+  write_run(d / "old", {0.90, 0.9446}, "finished");  // an end record without figures: the last epoch
+  const RunMetrics t = read_run((d / "tta").string());
+  EXPECT_NEAR(t.final_top1, 94.78, 1e-9);
+  EXPECT_NEAR(t.final_top5, 99.9, 1e-9);
+  EXPECT_NEAR(t.final_loss, 0.25, 1e-12);
+  EXPECT_EQ(t.final_tta, "flip");
+  EXPECT_NEAR(t.best_top1, 94.78, 1e-9);
+  EXPECT_EQ(t.curve_top1.size(), 2u) << "the curve is the epochs' evaluations";
+  const RunMetrics o = read_run((d / "old").string());
+  EXPECT_NEAR(o.final_top1, 94.46, 1e-9);
+  EXPECT_EQ(o.final_tta, "");
   fs::remove_all(d);
 }

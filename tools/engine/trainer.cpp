@@ -739,7 +739,8 @@ TrainResult finish_run(const EpochInputs& in) {
     append_invocation(folder.dir, json{{"event", "end"}, {"outcome", prog.result.stopped_early > 0          ? "stopped by train.early_stopping"
                                                     : span.last_epoch < opt.epochs ? "stopped by train.stop_after"
                                                                                 : "finished"},
-                                      {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"val_top1", prog.result.val_top1}});
+                                      {"step", prog.state.step}, {"epoch", prog.state.epoch}, {"val_top1", prog.result.val_top1},
+                                      {"val_top5", prog.result.val_top5}, {"val_loss", prog.result.val_loss}, {"tta", opt.tta}});
   if (rep.show && budget.minutes > 0)
     std::cout << "time budget " << fmt("%.4g", budget.minutes) << " min: the run took "
               << fmt("%.1f", seconds_since(cfg.start) / 60) << " min (" << fmt("%.0f", seconds_since(cfg.start))

@@ -68,7 +68,8 @@ std::string compare_runs(const std::vector<std::string>& runs, const std::string
   }
   std::vector<RunMetrics> m;
   for (const std::string& r : runs) m.push_back(read_run(r));
-  os << "\nfinal metrics (top-1, top-5 in %; final: the last evaluated epoch):\n\n" << header << "\n" << rule << "\n";
+  os << "\nfinal metrics (top-1, top-5 in %; final: the run's final evaluation, with train.tta the "
+                    "test-time-augmented one, else the last evaluated epoch):\n\n" << header << "\n" << rule << "\n";
   auto row = [&](const char* name, auto get, const char* f) {
     os << "| " << name << " |";
     for (const RunMetrics& x : m) os << " " << num(get(x), f) << " |";

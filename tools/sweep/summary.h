@@ -23,7 +23,10 @@ namespace kiln::sweep {
 struct RunMetrics {
   bool has_metrics = false;  // at least one evaluated epoch
   int64_t epochs = 0;        // epoch rows in metrics.csv
-  double final_top1 = NAN, final_top5 = NAN, final_loss = NAN;  // the last evaluated epoch (top: percent)
+  // The run's final evaluation (its end record: with train.tta the test-time-augmented one), else the
+  // last evaluated epoch (top: percent).
+  double final_top1 = NAN, final_top5 = NAN, final_loss = NAN;
+  std::string final_tta;  // train.tta of the final figures ("" when they are the last epoch's)
   double best_top1 = NAN, best_top5 = NAN, best_loss = NAN;     // the highest top-1/top-5, the lowest loss
   double minutes = NAN;       // wall time of its invocations (start to end), else the sum of epoch_seconds
   double images_per_s = NAN;  // training images/s, mean over its epochs
