@@ -70,7 +70,9 @@ TEST(PrecisionAuto, ARunMeasuresBothOnACpuWithBf16UnitsAndTrainsInTheFasterOne) 
   EXPECT_GT(t.fp32_ms, 0);
   EXPECT_GT(t.bf16_ms, 0);
   // The figures printed have 3 significant digits: the choice must be theirs unless they sit on the line.
-  if (std::abs(t.bf16_ms - kBf16StepShare * t.fp32_ms) > 0.01 * t.fp32_ms) EXPECT_EQ(m[1].str(), faster_precision(t)) << r.out;
+  if (std::abs(t.bf16_ms - kBf16StepShare * t.fp32_ms) > 0.01 * t.fp32_ms) {
+    EXPECT_EQ(m[1].str(), faster_precision(t)) << r.out;
+  }
   EXPECT_EQ(recorded(d / "runs" / "tiny"), m[1].str()) << "the run folder records what it trained in";
 }
 

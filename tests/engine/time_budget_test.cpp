@@ -308,8 +308,11 @@ TEST(TimeBudget, ReplicasAgreeOnTheEpochsAndThePrecision) {
   EXPECT_EQ(metrics_rows(r.run_dir), 1);
   // On a CPU with bf16 units the ranks measured and agreed (tests/cli/precision_auto_test.cpp); without, fp32.
   EXPECT_EQ(run_config(r.run_dir)["train"]["precision"], r.precision);
-  if (!native_bf16(Device::cpu())) EXPECT_EQ(r.precision, "fp32");
-  else EXPECT_TRUE(r.precision == "bf16" || r.precision == "fp32") << r.precision;
+  if (!native_bf16(Device::cpu())) {
+    EXPECT_EQ(r.precision, "fp32");
+  } else {
+    EXPECT_TRUE(r.precision == "bf16" || r.precision == "fp32") << r.precision;
+  }
 }
 
 TEST(TimeBudget, SchedulesAtFixedEpochsAndProgressiveResizeAreRefused) {
@@ -357,5 +360,7 @@ TEST(Precision, AutoIsBf16WhereTheDeviceHasTheUnitsAndARunRecordsItsChoice) {
   apply_overrides(c, {"precision=auto", "epochs=1"});
   TrainResult r = train(c, true);
   EXPECT_EQ(run_config(r.run_dir)["train"]["precision"], r.precision);
-  if (cpu_choice == "fp32") EXPECT_EQ(r.precision, "fp32");
+  if (cpu_choice == "fp32") {
+    EXPECT_EQ(r.precision, "fp32");
+  }
 }

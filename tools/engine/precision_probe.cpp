@@ -7,12 +7,10 @@
 #include <filesystem>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <vector>
 
 #include "core/comm.h"
 #include "core/device.h"
-#include "core/rng.h"
 #include "tools/deploy/checkpoint.h"
 #include "tools/deploy/config.h"
 #include "tools/deploy/model_io.h"
@@ -28,14 +26,13 @@ std::string faster_precision(const PrecisionTiming& t) {
   return t.bf16_ms > 0 && t.fp32_ms > 0 && t.bf16_ms <= kBf16StepShare * t.fp32_ms ? "bf16" : "fp32";
 }
 
-std::string precision_report(const PrecisionTiming& t, const std::string& choice, Device device) {
+std::string precision_report(const PrecisionTiming& t, const std::string& choice) {
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "precision: auto -> %s: a training step of %lld images (forward and backward) measured on this %s: "
+                "precision: auto -> %s: a training step of %lld images (forward and backward) measured on this CPU: "
                 "fp32 %.3g ms, bf16 %.3g ms; bf16 is taken when its step takes at most %.0f%% of fp32's "
                 "(docs/precision.md)",
-                choice.c_str(), static_cast<long long>(t.batch), device.is_cpu() ? "CPU" : "device", t.fp32_ms,
-                t.bf16_ms, kBf16StepShare * 100);
+                choice.c_str(), static_cast<long long>(t.batch), t.fp32_ms, t.bf16_ms, kBf16StepShare * 100);
   return buf;
 }
 
@@ -76,13 +73,9 @@ PrecisionTiming time_precisions(const Replica& rep, const RunConfig& cfg, const 
   const int64_t micro = cfg.breq.auto_fraction > 0 ? kProbeMaxBatch
                                                     : cfg.breq.global / rep.world / std::max<int64_t>(1, cfg.opt().accumulate);
   t.batch = std::max<int64_t>(1, std::min({micro, kProbeMaxBatch, data.train_set->size()}));
-  std::map<std::string, Tensor> saved;
-  for (auto& [n, v] : learner.model->named_buffers()) saved[n] = v.detach().clone();
-  const RngState rng = default_generator().state();
+  const ProbeRestore restore(*learner.model);
   t.fp32_ms = fastest_step_ms("fp32", cfg, data, learner, rep.device, t.batch);
   t.bf16_ms = fastest_step_ms("bf16", cfg, data, learner, rep.device, t.batch);
-  for (auto& [n, v] : learner.model->named_buffers()) copy_tensor(v, saved[n]);
-  default_generator().set_state(rng);
   return t;
 }
 
@@ -115,7 +108,7 @@ void decide_auto_precision(const Replica& rep, RunConfig& cfg, const RunData& da
   cfg.opt().precision = choice;  // recorded as run: eval, predict and resume compute the same way
   cfg.compute = compute_dtype_of(choice, rep.device);
   if (rep.show && t.batch > 0)
-    std::cout << precision_report(t, choice, rep.device)
+    std::cout << precision_report(t, choice)
               << (rep.world > 1 ? " (this rank's; bf16 only where every rank measured it faster)" : "") << "\n";
 }
 

@@ -11,8 +11,9 @@
 // collective), so all ranks compute alike. A resumed run keeps the precision its run folder records.
 //
 // The probe leaves the model's buffers and the random generator as they were, and zeroes the
-// gradients it made (as AutoBatch's probe does); its time counts in train.time_budget_minutes.
-// Tests: tests/engine/time_budget_test.cpp (Precision.*). Docs: docs/precision.md.
+// gradients it made (ProbeRestore, as AutoBatch's probe); its time counts in train.time_budget_minutes.
+// Tests: tests/cli/precision_auto_test.cpp, tests/engine/time_budget_test.cpp (Precision.*).
+// Docs: docs/precision.md.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -33,8 +34,8 @@ struct PrecisionTiming {
 // "bf16" when t.bf16_ms <= kBf16StepShare * t.fp32_ms, else "fp32".
 std::string faster_precision(const PrecisionTiming& t);
 
-// What the run prints: the choice and the measurement it came from.
-std::string precision_report(const PrecisionTiming& t, const std::string& choice, Device device);
+// What the run prints: the choice and the CPU measurement it came from.
+std::string precision_report(const PrecisionTiming& t, const std::string& choice);
 
 namespace trainer {
 

@@ -31,6 +31,7 @@
 #include "core/comm.h"
 #include "core/pinned.h"
 #include "core/device.h"
+#include "core/rng.h"
 #include "core/json_reader.h"
 #include "data/config.h"
 #include "data/loader.h"
@@ -233,6 +234,27 @@ struct EpochInputs {
 };
 
 Prepared prepare_run(const Replica& rep, const json& config);
+
+// A probe's training steps on the run's model (AutoBatch's memory probe, precision "auto"'s timing):
+// the model's buffers (batch-norm statistics) and the random generator as they were before it, put
+// back when it goes out of scope, so the run is the one it would have been without the probe.
+class ProbeRestore {
+ public:
+  explicit ProbeRestore(Module& model) : model_(model), rng_(default_generator().state()) {
+    for (auto& [n, t] : model_.named_buffers()) saved_[n] = t.detach().clone();
+  }
+  ~ProbeRestore() {
+    for (auto& [n, t] : model_.named_buffers()) copy_tensor(t, saved_[n]);
+    default_generator().set_state(rng_);
+  }
+  ProbeRestore(const ProbeRestore&) = delete;
+  ProbeRestore& operator=(const ProbeRestore&) = delete;
+
+ private:
+  Module& model_;
+  std::map<std::string, Tensor> saved_;
+  RngState rng_;
+};
 BatchPlan plan_batch(const Replica& rep, RunConfig& cfg, RunData& data, Learner& learner);
 Schedule make_run_schedule(const RunConfig& cfg, const Learner& learner, const BatchPlan& plan);
 Opened open_run(const Replica& rep, RunConfig& cfg, const RunData& data, Learner& learner, const BatchPlan& plan,

@@ -316,9 +316,7 @@ void choose_batch(const Replica& rep, RunConfig& cfg, const RunData& data, Batch
 // puts the buffers and the random generator back as they were.
 void run_autobatch(const Replica& rep, RunConfig& cfg, const RunData& data, Learner& learner, BatchPlan& plan) {
   const ImageShape shape = data.dcfg.transforms(Split::train).output_shape(data.train_set->image_shape());
-  std::map<std::string, Tensor> saved;
-  for (auto& [n, t] : learner.model->named_buffers()) saved[n] = t.detach().clone();
-  RngState rng = default_generator().state();
+  const ProbeRestore restore(*learner.model);
   const std::function<double(int64_t)> probe = memory_probe(rep, cfg, data, learner, plan, shape);
   double free_bytes = free_memory_bytes(rep.device);
   // The probes measure this rank's batch on this rank's device. A GPU is the rank's own; CPU ranks
@@ -329,8 +327,6 @@ void run_autobatch(const Replica& rep, RunConfig& cfg, const RunData& data, Lear
   BenchmarkOff benchmark_off(rep.device);
   if (plan.accumulate == 0) choose_accumulation(rep, cfg, plan, probe, free_bytes);
   else choose_batch(rep, cfg, data, plan, probe, free_bytes, sharing);
-  for (auto& [n, t] : learner.model->named_buffers()) copy_tensor(t, saved[n]);
-  default_generator().set_state(rng);
 }
 
 // This rank's loaders of the global batch, the steps of an epoch.
