@@ -121,7 +121,7 @@ void recheck_budget_after(const EpochInputs& in, int64_t epoch, const EpochOutco
   bin.max_epochs = cfg.opt().epochs;
   bin.cap_epochs = b.in.max_epochs;  // train.epochs, as the decision had it
   b.epoch_step_s.push_back(e.train_seconds / static_cast<double>(std::max<int64_t>(e.steps, 1)) + slow);
-  bin.step_s = budget_recent_step_s(b.epoch_step_s);
+  bin.step_s = budget_recent_step_s(b.epoch_step_s, b.in.step_s);
   if (b.last_eval_s >= 0) bin.eval_s = b.last_eval_s;
   bin.final_extra_s = cfg.opt().tta != "none" ? 2 * bin.eval_s : 0;
   std::vector<double> keep{rep.lead ? static_cast<double>(recheck_budget(bin)) : 0.0};  // rank 0's, on every rank

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdio>
 
 #include "core/check.h"
@@ -49,12 +50,15 @@ BudgetPlan plan_budget(const BudgetInput& in) {
   return p;
 }
 
-double budget_recent_step_s(const std::vector<double>& epoch_step_s) {
-  KILN_CHECK(!epoch_step_s.empty(), "budget_recent_step_s: no epoch measured");
+double budget_recent_step_s(const std::vector<double>& epoch_step_s, double decided_step_s) {
+  KILN_CHECK(!epoch_step_s.empty() && decided_step_s >= 0, "budget_recent_step_s: ", epoch_step_s.size(),
+             " epochs measured, the decision's speed ", decided_step_s, " s/step");
+  static_assert(kRecheckEpochs % 2 == 1, "the median of an odd count is one of the measured speeds");
   const size_t n = std::min(epoch_step_s.size(), kRecheckEpochs);
-  double sum = 0;
-  for (size_t k = epoch_step_s.size() - n; k < epoch_step_s.size(); ++k) sum += epoch_step_s[k];
-  return sum / static_cast<double>(n);
+  std::vector<double> recent(kRecheckEpochs - n, decided_step_s);  // epochs not yet measured
+  recent.insert(recent.end(), epoch_step_s.end() - static_cast<std::ptrdiff_t>(n), epoch_step_s.end());
+  std::nth_element(recent.begin(), recent.begin() + kRecheckEpochs / 2, recent.end());
+  return recent[kRecheckEpochs / 2];
 }
 
 int64_t recheck_budget(const BudgetInput& in) {

@@ -21,7 +21,8 @@
 // on top), and the time already spent since the trainer started (data, model, set-up).
 // Kept: the machine's speed drifts (a shared virtual machine's by 20-40% over minutes), so the
 // decision is checked again at the end of every later epoch (recheck_budget) with the speed of the
-// last kRecheckEpochs epochs and the measured time of the last evaluation. Only when the run is then
+// last kRecheckEpochs epochs (their median, the decision's speed standing in for epochs not yet run)
+// and the measured time of the last evaluation. Only when the run is then
 // predicted past kRecheckShare of the budget are the epochs lowered, to the most that fit (at least
 // one more): the schedule is rebuilt for them, so the learning rate still anneals to its end, with a
 // step down in lr at that epoch instead of a run that overruns its budget. In the first half of the
@@ -41,7 +42,7 @@ inline constexpr int64_t kMinMeasuredSteps = 20;  // timed steps before a decisi
 inline constexpr int64_t kUntimedSteps = 3;       // first steps not timed (one-off set-up)
 inline constexpr double kBudgetMargin = 0.02;     // share of the budget kept free for what is not modelled
 inline constexpr double kRecheckShare = 0.99;     // a recheck lowers the epochs past this share of the budget
-inline constexpr size_t kRecheckEpochs = 3;       // a recheck's speed: the mean of the last epochs' (at most these)
+inline constexpr size_t kRecheckEpochs = 3;       // a recheck's speed: the median of the last epochs' (odd)
 
 // The number of steps done when the decision is taken: a tenth of the first epoch, at least
 // kUntimedSteps + kMinMeasuredSteps, at most the whole first epoch.
@@ -73,10 +74,12 @@ struct BudgetPlan {
 // is within budget * (1 - margin); epochs_done + 1 when none is (fits = false).
 BudgetPlan plan_budget(const BudgetInput& in);
 
-// The seconds per step a recheck predicts with: the mean of the last kRecheckEpochs entries of
-// `epoch_step_s` (each epoch's since the decision's), so that one slow epoch on a noisy machine does
-// not cost the run an epoch, while a lasting slowdown shows within kRecheckEpochs epochs.
-double budget_recent_step_s(const std::vector<double>& epoch_step_s);
+// The seconds per step a recheck predicts with: the median of the last kRecheckEpochs entries of
+// `epoch_step_s` (each epoch's since the decision's); while fewer epochs have been measured, the
+// decision's speed (`decided_step_s`) stands in for the missing ones. So one slow epoch on a noisy
+// machine, also the first after the decision, does not move the prediction (its time is counted
+// in the elapsed time all the same), while a slowdown that lasts two epochs of three shows.
+double budget_recent_step_s(const std::vector<double>& epoch_step_s, double decided_step_s);
 
 // The check at the end of a later epoch: `in` as at a decision, with epochs_done the epochs
 // finished, steps_done their steps, step_s the recent speed (budget_recent_step_s), eval_s the last
