@@ -4,8 +4,8 @@
 //   make_replica       where this replica runs: communicator, device, rank, what it prints
 //   prepare_run        -> Prepared {RunConfig cfg, RunData data, Learner learner}: config sections and
 //                      options, precision, threads; the datasets; model, optimizer, EMA   (trainer.cpp)
-//   plan_batch         -> BatchPlan: AutoBatch and accumulation, the loaders, steps/epoch  (trainer.cpp)
-//   make_run_schedule  -> Schedule: the learning-rate schedule                             (trainer.cpp)
+//   plan_batch         -> BatchPlan: AutoBatch and accumulation, the loaders, steps/epoch  (batch_plan.cpp)
+//   make_run_schedule  -> Schedule: the learning-rate schedule                             (batch_plan.cpp)
 //   open_run           -> Opened {RunFolder, RunSpan, RunStep, BudgetState, RunProgress}: run folder
 //                      or checkpoint resume, the step's setup, the time budget             (trainer.cpp)
 //   run_epoch          the step loop, progress lines, statistics read at log intervals   (epoch.cpp)
