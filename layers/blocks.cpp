@@ -1,9 +1,12 @@
 #include "layers/blocks.h"
 
+#include <algorithm>
+
 #include "core/ops/batch_norm.h"
 #include "core/ops/channel_moments.h"
 #include "core/ops/conv_fusion.h"
 #include "core/ops/elementwise.h"
+#include "core/ops/pool.h"
 #include "core/ops/reduce.h"
 #include "core/ops/shape_ops.h"
 #include "layers/options.h"
@@ -20,6 +23,7 @@ BlockOptions BlockOptions::from_json(const json& j, const std::string& path, con
                                     : r.get_choice("shortcut", o.shortcut, {"A", "B"});
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
   o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);
+  o.se_reduction = r.get("se_reduction", o.se_reduction, int64_t{0}, kMaxSize);
   r.finish();
   return o;
 }
@@ -29,6 +33,7 @@ json BlockOptions::to_json(const std::string& type) const {
             {"planes", planes},     {"stride", stride},
             {"shortcut", shortcut}, {"zero_init_residual", zero_init_residual}};
   j["fused_bn_conv"] = fused_bn_conv;
+  if (se_reduction > 0) j["se_reduction"] = se_reduction;  // absent: the blocks' JSON from before the key
   return j;
 }
 
@@ -54,7 +59,34 @@ std::shared_ptr<Conv2d> ResidualBlock::conv(int64_t in, int64_t out, int64_t ker
   return std::make_shared<Conv2d>(c);
 }
 
+SqueezeExcite::SqueezeExcite(int64_t channels, int64_t reduction) : Module("squeeze_excite") {
+  KILN_CHECK(channels > 0 && reduction > 0, "squeeze_excite: channels ", channels, " and reduction ", reduction,
+             " must be positive");
+  const int64_t hidden = std::max<int64_t>(1, channels / reduction);
+  fc1 = register_module("fc1", std::make_shared<Linear>(LinearOptions{channels, hidden}));
+  fc2 = register_module("fc2", std::make_shared<Linear>(LinearOptions{hidden, channels}));
+}
+
+json SqueezeExcite::to_json() const {
+  return {{"type", "squeeze_excite"}, {"channels", fc1->options().in_features},
+          {"hidden", fc1->options().out_features}};
+}
+
+Tensor sigmoid(const Tensor& z) {
+  const Tensor clamped = ops::add_scalar(ops::sub(ops::relu(ops::add_scalar(z, 30.0)), ops::relu(ops::add_scalar(z, -30.0))), -30.0);
+  const Tensor denom = ops::add_scalar(ops::exp(ops::neg(clamped)), 1.0);
+  return ops::div(Tensor::ones(z.shape(), z.dtype(), z.device()), denom);
+}
+
+Tensor SqueezeExcite::forward(const Tensor& x) {
+  KILN_CHECK(x.dim() == 4, "squeeze_excite: expects an (N, H, W, C) input, got ", x.str());
+  const Tensor squeezed = ops::global_avg_pool(x);  // (N, C)
+  const Tensor gate = sigmoid(fc2->forward(ops::relu(fc1->forward(squeezed))));
+  return ops::mul(x, gate.reshape({x.size(0), 1, 1, x.size(3)}));
+}
+
 void ResidualBlock::make_shortcut() {
+  if (opts_.se_reduction > 0) se = register_module("se", std::make_shared<SqueezeExcite>(out_channels(), opts_.se_reduction));
   bool changes = opts_.stride != 1 || opts_.in_channels != out_channels();
   if (!changes || opts_.shortcut != "B") return;
   downsample_ = register_module("downsample", std::make_shared<Sequential>());
@@ -63,6 +95,11 @@ void ResidualBlock::make_shortcut() {
 }
 
 Tensor ResidualBlock::finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x) {
+  if (se) return ops::relu(ops::add(se->forward(bn.forward(pre_bn)), shortcut(x)));
+  return bn.forward_relu(pre_bn, shortcut(x));
+}
+
+Tensor ResidualBlock::shortcut(const Tensor& x) {
   Tensor identity = x;
   if (downsample_) {
     identity = downsample_->forward(x);
@@ -81,7 +118,7 @@ Tensor ResidualBlock::finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor
       identity = identity.contiguous();
     }
   }
-  return bn.forward_relu(pre_bn, identity);
+  return identity;
 }
 
 BasicBlock::BasicBlock(const BlockOptions& o) : ResidualBlock("basic_block", o, kExpansion) {

@@ -7,11 +7,16 @@
 //   "A": parameter-free (He et al. 2015, CIFAR): subsample by the stride, zero-pad the channels
 //        (half the new channels before, half after). BasicBlock only.
 // Convs are bias-free with Kaiming-normal (fan_out) init, BNs weight 1 bias 0, as torchvision.
+// Squeeze-and-excitation (opt-in, `se_reduction` r > 0; Hu et al. 2018, "Squeeze-and-Excitation
+// Networks", fig. 3): the residual branch's output after its last BN is scaled per channel by
+// sigmoid(fc2(relu(fc1(global_avg_pool(.))))) before the shortcut is added; fc1 C -> max(1, C / r),
+// fc2 back to C, both with biases (child "se": "se.fc1.weight", ... as timm's SE-ResNets' names).
 // Tests: tests/layers/layers_test.cpp.
 #pragma once
 #include <memory>
 
 #include "layers/conv.h"
+#include "layers/linear.h"
 #include "layers/norm.h"
 #include "layers/sequential.h"
 
@@ -24,6 +29,7 @@ struct BlockOptions {
   std::string shortcut = "B";       /// "B" projection or "A" zero-padding identity (default "B")
   bool zero_init_residual = false;  /// start the last BN's weight at 0, so the block starts as identity (default false)
   bool fused_bn_conv = false;  /// in training, run conv -> BN -> ReLU -> conv through the fused op (default false)
+  int64_t se_reduction = 0;    /// squeeze-and-excitation on the residual branch with this reduction ratio; 0: none (default 0)
   // Not a JSON key: the builder's promise that every input of the block is >= 0 (it follows a ReLU, as
   // in every ResNet), which lets fused_bn_conv run conv1 through the fused op too (identity scale and
   // bias: relu(x) = x) and take its output's sums from the convolution's epilogue.
@@ -33,6 +39,20 @@ struct BlockOptions {
   static BlockOptions from_json(const json& j, const std::string& path, const std::string& type);
   json to_json(const std::string& type) const;
 };
+
+// Squeeze-and-excitation: x (N, H, W, C) times a per-sample, per-channel gate in (0, 1).
+class SqueezeExcite : public Module {
+ public:
+  SqueezeExcite(int64_t channels, int64_t reduction);
+  Tensor forward(const Tensor& x) override;
+  json to_json() const override;
+
+  std::shared_ptr<Linear> fc1, fc2;
+};
+
+// sigmoid(z) from recorded ops: 1 / (1 + exp(-z)) with z first clamped to [-30, 30], so exp stays finite
+// and no inf * 0 reaches the gradient (beyond +-30 the sigmoid is within 1e-13 of 0 or 1).
+Tensor sigmoid(const Tensor& z);
 
 // Shared shortcut logic of both blocks.
 class ResidualBlock : public Module {
@@ -44,16 +64,23 @@ class ResidualBlock : public Module {
 
  protected:
   // relu(bn(pre_bn) + shortcut(x)): the block's last batch norm, the shortcut and the final ReLU,
-  // the last three fused (BatchNorm2d::forward_relu).
+  // the last three fused (BatchNorm2d::forward_relu); with squeeze-and-excitation
+  // relu(se(bn(pre_bn)) + shortcut(x)).
   Tensor finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x);
+  // The shortcut's output for input x: x itself, the projection, or option A's subsample and zero-pad.
+  Tensor shortcut(const Tensor& x);
   // A bias-free conv with Kaiming-normal init.
   static std::shared_ptr<Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride);
-  // Registers the shortcut; call after the residual branch so names come in torchvision's order.
+  // Registers the squeeze-and-excitation (when asked for) and then the shortcut; call after the
+  // residual branch so names come in torchvision's order.
   void make_shortcut();
 
   BlockOptions opts_;
   int64_t expansion_;
   std::shared_ptr<Sequential> downsample_;  // "B" when the shape changes
+
+ public:
+  std::shared_ptr<SqueezeExcite> se;  // with se_reduction > 0
 };
 
 // With `fused_bn_conv` (as the Bottleneck's, below) a training forward whose bn1 is not frozen runs

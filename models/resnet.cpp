@@ -48,6 +48,7 @@ ResNetOptions ResNetOptions::from_json(const json& j, const std::string& path, c
   o.depth = d;
   o.common.read(r);
   o.zero_init_residual = r.get("zero_init_residual", o.zero_init_residual);
+  o.se_reduction = r.get("se_reduction", o.se_reduction, int64_t{0}, int64_t{4096});
   if (!o.cifar) o.fused_bn_conv = r.get("fused_bn_conv", o.fused_bn_conv);  // CIFAR layouts: an unknown key
   r.finish();
   return o;
@@ -56,6 +57,7 @@ ResNetOptions ResNetOptions::from_json(const json& j, const std::string& path, c
 json ResNetOptions::to_json() const {
   json j = {{"name", name}, {"zero_init_residual", zero_init_residual}};
   if (!cifar) j["fused_bn_conv"] = fused_bn_conv;
+  if (se_reduction > 0) j["se_reduction"] = se_reduction;  // absent: the JSON of models from before the key
   if (cifar) {
     if (name == "resnet_cifar") j["depth"] = depth;
     j["width"] = width;
@@ -105,6 +107,7 @@ ResNet::ResNet(const ResNetOptions& o) : Module(o.name), opts_(o), policy_(o.com
       bo.shortcut = o.cifar ? o.shortcut : "B";
       bo.zero_init_residual = o.zero_init_residual;
       bo.fused_bn_conv = o.fused_bn_conv;
+      bo.se_reduction = o.se_reduction;
       bo.input_after_relu = true;  // the stem's and every block's output end in a ReLU (max-pooled or not)
       std::shared_ptr<ResidualBlock> block;
       if (bottleneck) block = std::make_shared<Bottleneck>(bo);

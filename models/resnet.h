@@ -10,6 +10,7 @@
 //     blocks, widths 16-32-64 (scaled by width/16), stride 2 from the second; global average pool; fc.
 //     Shortcut "A" by default (the paper's CIFAR choice: subsample and zero-pad channels, no
 //     parameters; resnet20 then has 269,722 parameters) or "B" (1x1 projection + BN).
+//   Either layout with `se_reduction` r > 0: an SE-ResNet (layers/blocks.h, SqueezeExcite in every block).
 // Init as torchvision: convs Kaiming normal (fan_out), BN 1/0, fc PyTorch default.
 // Checkpoint units are the residual blocks (the stem and head always run plainly).
 // Tests: tests/models/models_test.cpp, tests/models/golden_test.cpp.
@@ -28,6 +29,7 @@ struct ResNetOptions {
   int64_t width = 64;               /// CIFAR only: channels of the first stage (default 16)
   std::string shortcut = "B";       /// CIFAR only: "A" (default) or "B"; ImageNet always "B"
   bool zero_init_residual = false;  /// start each block's last BN weight at 0 (default false)
+  int64_t se_reduction = 0;         /// squeeze-and-excitation in every block with this reduction ratio (SE-ResNet; 16 in the SE paper); 0: none (default 0)
   bool fused_bn_conv = false;       /// ImageNet layouts (resnet18..resnet152), not the CIFAR ones: in training, each block's conv -> BN -> ReLU -> conv through the fused op (default false)
   CommonOptions common{3, 1000, "none"};  // keys in_channels (default 3), num_classes (1000 ImageNet, 10 CIFAR), checkpoint
 

@@ -378,6 +378,100 @@ TEST(Layers, ShortcutAMatchesHandComputation) {
   EXPECT_THROW(BasicBlock{o}, Error);
 }
 
+// Squeeze-and-excitation (SE-ResNet): the gate sigmoid(fc2(relu(fc1(mean over H, W)))) scales each
+// sample's channels.
+TEST(Layers, SqueezeExciteMatchesHandComputation) {
+  manual_seed(21);
+  SqueezeExcite se(4, 2);  // 4 channels -> 2 hidden -> 4
+  EXPECT_EQ(se.fc1->weight.shape(), (Shape{2, 4}));
+  EXPECT_EQ(se.fc2->weight.shape(), (Shape{4, 2}));
+  Tensor x = randn({2, 3, 3, 4}, 22);
+  NoGradGuard ng;
+  Tensor y = se.forward(x);
+  const auto xv = x.to_double_vector(), w1 = se.fc1->weight.to_double_vector(), b1 = se.fc1->bias.to_double_vector(),
+             w2 = se.fc2->weight.to_double_vector(), b2 = se.fc2->bias.to_double_vector();
+  std::vector<double> want(xv.size());
+  for (int n = 0; n < 2; ++n) {
+    double mean[4] = {0, 0, 0, 0}, hidden[2], gate[4];
+    for (int p = 0; p < 9; ++p)
+      for (int c = 0; c < 4; ++c) mean[c] += xv[static_cast<size_t>((n * 9 + p) * 4 + c)] / 9.0;
+    for (int j = 0; j < 2; ++j) {
+      hidden[j] = b1[j];
+      for (int c = 0; c < 4; ++c) hidden[j] += w1[static_cast<size_t>(j * 4 + c)] * mean[c];
+      hidden[j] = std::max(0.0, hidden[j]);
+    }
+    for (int c = 0; c < 4; ++c) {
+      double z = b2[c];
+      for (int j = 0; j < 2; ++j) z += w2[static_cast<size_t>(c * 2 + j)] * hidden[j];
+      gate[c] = 1.0 / (1.0 + std::exp(-z));
+    }
+    for (int p = 0; p < 9; ++p)
+      for (int c = 0; c < 4; ++c) {
+        const size_t i = static_cast<size_t>((n * 9 + p) * 4 + c);
+        want[i] = xv[i] * gate[c];
+      }
+  }
+  expect_close(y, want, 1e-6, 1e-5, "squeeze-excite");
+  EXPECT_THROW(SqueezeExcite(4, 0), Error);
+}
+
+TEST(Layers, SqueezeExciteGradientsMatchFiniteDifferences) {
+  manual_seed(23);
+  SqueezeExcite se(6, 3);
+  // The input, fc1's weight and fc2's bias as the checked inputs (the module reads its members).
+  auto f = [&se](const std::vector<Tensor>& v) {
+    se.fc1->weight = v[1];
+    se.fc2->bias = v[2];
+    return se.forward(v[0]);
+  };
+  kiln::testing::gradcheck(f, {randn({2, 3, 2, 6}, 24).set_requires_grad(true),
+                               randn({2, 6}, 25, DType::f32, 0.5).set_requires_grad(true),
+                               randn({6}, 26).set_requires_grad(true)},
+                           "squeeze-excite: x, fc1.weight, fc2.bias");
+}
+
+// The gate's sigmoid stays finite, and so does its gradient, however large the pre-activation.
+TEST(Layers, SigmoidIsFiniteAtTheExtremes) {
+  const std::vector<double> z = {-1000, -40, -5, -0.5, 0, 0.5, 5, 40, 1000};
+  Tensor t = Tensor::from_vector(std::vector<float>(z.begin(), z.end()), {9}).set_requires_grad(true);
+  Tensor s = kiln::sigmoid(t);
+  ops::sum(s).backward();
+  const auto sv = s.to_double_vector(), g = t.grad().to_double_vector();
+  for (size_t i = 0; i < z.size(); ++i) {
+    const double want = 1.0 / (1.0 + std::exp(-z[i]));
+    EXPECT_NEAR(sv[i], want, 1e-6) << z[i];
+    ASSERT_TRUE(std::isfinite(g[i])) << z[i];
+    if (std::fabs(z[i]) <= 5) EXPECT_NEAR(g[i], want * (1 - want), 1e-6) << z[i];
+    if (std::fabs(z[i]) > 30) EXPECT_EQ(g[i], 0.0) << z[i];
+  }
+}
+
+TEST(Layers, BlockWithSqueezeExciteGatesTheResidualBranch) {
+  manual_seed(27);
+  BlockOptions o = block_opts(4, 8, 2);
+  o.se_reduction = 4;
+  BasicBlock b(o);
+  std::vector<std::string> names;
+  for (auto& kv : b.named_parameters()) names.push_back(kv.first + shape_str(kv.second.shape()));
+  EXPECT_EQ(names, (std::vector<std::string>{"conv1.weight[8, 3, 3, 4]", "bn1.weight[8]", "bn1.bias[8]",
+                                             "conv2.weight[8, 3, 3, 8]", "bn2.weight[8]", "bn2.bias[8]",
+                                             "se.fc1.weight[2, 8]", "se.fc1.bias[2]", "se.fc2.weight[8, 2]",
+                                             "se.fc2.bias[8]", "downsample.0.weight[8, 1, 1, 4]",
+                                             "downsample.1.weight[8]", "downsample.1.bias[8]"}));
+  b.eval();
+  NoGradGuard ng;
+  Tensor x = randn({2, 5, 5, 4}, 28);
+  Tensor branch = b.bn2->forward(b.conv2->forward(b.bn1->forward_relu(b.conv1->forward(x))));
+  Tensor want = ops::relu(ops::add(b.se->forward(branch), b.submodule("downsample").forward(x)));
+  expect_close(b.forward(x), want.to_double_vector(), 1e-6, 1e-6, "block with squeeze-excite");
+  EXPECT_EQ(b.to_json()["se_reduction"], 4);
+  EXPECT_FALSE(BasicBlock(block_opts(4, 8, 2)).to_json().contains("se_reduction"));  // the JSON from before the key
+  EXPECT_EQ(BlockOptions::from_json(b.to_json(), "b", "basic_block").se_reduction, 4);
+  json bad = b.to_json();
+  bad["se_reduction"] = -1;
+  EXPECT_THROW(BlockOptions::from_json(bad, "b", "basic_block"), Error);
+}
+
 TEST(Layers, BottleneckIsV15) {
   BlockOptions o = block_opts(16, 4, 2);
   Bottleneck b(o);

@@ -144,6 +144,27 @@ TEST(Models, EvalIsDeterministicAndLeavesStatistics) {
   EXPECT_EQ(m->state_dict()["features.1.num_batches_tracked"].to_int_vector(), std::vector<int64_t>{2});
 }
 
+// SE-ResNet (model.se_reduction): each block gains fc1 (C -> max(1, C / r)) and fc2 (back to C) with biases.
+TEST(Models, SeResnetAddsTheGatesParameters) {
+  // resnet20: stages of 3 blocks at 16, 32, 64 channels; r = 4: 4, 8, 16 hidden; r = 16: 1, 2, 4.
+  auto se_params = [](int64_t c, int64_t h) { return 3 * (c * h + h + h * c + c); };
+  EXPECT_EQ(build_zero(R"({"name": "resnet20", "se_reduction": 4})")->num_parameters(),
+            269722 + se_params(16, 4) + se_params(32, 8) + se_params(64, 16));
+  auto m = build_zero(R"({"name": "resnet20", "se_reduction": 16})");
+  EXPECT_EQ(m->num_parameters(), 269722 + se_params(16, 1) + se_params(32, 2) + se_params(64, 4));
+  bool found = false;
+  for (auto& [name, p] : m->named_parameters())
+    if (name == "layer3.2.se.fc2.weight") found = true, EXPECT_EQ(p.shape(), (Shape{64, 4}));
+  EXPECT_TRUE(found);
+  json j = m->to_json();
+  EXPECT_EQ(j["se_reduction"], 16);
+  EXPECT_EQ(models::build_model(j)->to_json(), j);
+  EXPECT_FALSE(build_zero(R"({"name": "resnet20"})")->to_json().contains("se_reduction"));
+  auto r50 = build_zero(R"({"name": "resnet50", "se_reduction": 16, "num_classes": 10})");  // bottlenecks: 4C channels
+  EXPECT_EQ(r50->named_parameters().size(), build_zero(R"({"name": "resnet50", "num_classes": 10})")->named_parameters().size() + 16 * 4);
+  expect_has(error_of([] { build(R"({"name": "resnet20", "se_reduction": -1})"); }), "model.se_reduction = -1 is out of range");
+}
+
 TEST(Models, JsonRoundTrip) {
   for (const std::string& name : models::model_names()) {
     if (name.rfind("vgg", 0) == 0 && name != "vgg11") continue;  // the big ones are the same code

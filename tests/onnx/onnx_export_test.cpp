@@ -48,6 +48,17 @@ TEST(OnnxExport, EveryRegistryModelPassesTheCheckerWithStateDictInitializers) {
   }
 }
 
+TEST(OnnxExport, SeResnetPassesTheCheckerWithEveryGateWeightUsed) {
+  std::shared_ptr<Module> model = models::build_model({{"name", "resnet20"}, {"in_channels", 1}, {"se_reduction", 4}});
+  model->eval();
+  ox::ModelProto m = parse(export_onnx(*model, {1, 28, 28, "se", {}}));
+  check_structure(m, *model, 1, 28, 10);  // the checker, and the initializers are exactly the state dict
+  int sigmoids = 0, muls = 0;
+  for (auto& n : m.graph().node()) sigmoids += n.op_type() == "Sigmoid", muls += n.op_type() == "Mul";
+  EXPECT_EQ(sigmoids, 9);  // one gate per block
+  EXPECT_EQ(muls, 9);
+}
+
 TEST(OnnxExport, WeightsAreThePyTorchLayoutValues) {
   // LeNet: conv weights OIHW, and the first linear's columns in (c, h, w) order for the NCHW graph.
   std::shared_ptr<Module> model = models::build_model({{"name", "lenet"}});

@@ -302,6 +302,7 @@ TrainBench make_train_bench(std::map<std::string, std::string>& a, std::map<std:
   if (!a["stem"].empty()) mj["stem"] = a["stem"];
   for (const char* k : {"depth", "width"})  // the model's own check names model.depth / model.width
     if (!a[k].empty()) mj[k] = kv.integer(k, 1);
+  if (!a["se_reduction"].empty()) mj["se_reduction"] = kv.integer("se_reduction", 0);
   // model.fused_bn_conv (bottleneck ResNets; the model's own check refuses it elsewhere)
   KILN_CHECK(a["fused_bn_conv"] == "0" || a["fused_bn_conv"] == "1", "bench train: 'fused_bn_conv=",
              a["fused_bn_conv"], "': accepted: 0 or 1 (model.fused_bn_conv)");
@@ -425,12 +426,13 @@ int bench_train(const Args& args) {
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
       "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-winograd[,...]] [rounds=1]\n"
-      "                        [profile=0] [depth=] [width=] [paced=0] [cuda_graph=off|on|auto] [fused_bn_conv=0|1]\n"
+      "                        [profile=0] [depth=] [width=] [se_reduction=] [paced=0] [cuda_graph=off|on|auto]\n"
+      "                        [fused_bn_conv=0|1]\n"
       "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
       "  convolution choice round by round in one process (auto-im2col: measured, without the im2col\n"
       "  candidates; core/conv_policy.h); depth= and width= set the model's\n"
       "  keys of those names (model=resnet_cifar depth=14 width=24: a CIFAR ResNet's depth 6n+2 and first\n"
-      "  stage's channels); paced=1: after the warm-up, each timed step waits for a line on stdin and prints\n"
+      "  stage's channels); se_reduction=R sets model.se_reduction (an SE-ResNet); paced=1: after the warm-up, each timed step waits for a line on stdin and prints\n"
       "  `step_ms T` when done (a driver interleaves another program's steps with kiln's:\n"
       "  tools/bench/bench_train.py --paired); profile=1 records only the timed\n"
       "  steps in an attached profiler (ncu --profile-from-start off; nsys --capture-range=cudaProfilerApi);\n"
@@ -443,7 +445,7 @@ int bench_train(const Args& args) {
                                           {"warmup", "5"},       {"device", ""},      {"precision", "fp32"},
                                           {"cudnn_benchmark", "0"}, {"stem", ""},       {"conv_algo", ""},
                                           {"rounds", "1"}, {"profile", "0"}, {"depth", ""}, {"width", ""},
-                                          {"paced", "0"}, {"cuda_graph", "off"}, {"fused_bn_conv", "0"}};
+                                          {"se_reduction", ""}, {"paced", "0"}, {"cuda_graph", "off"}, {"fused_bn_conv", "0"}};
   const KeyValueArgs kv("bench train", args, a);
   for (auto& [k, v] : a) v = kv.str(k);
   std::map<std::string, int64_t> ints;

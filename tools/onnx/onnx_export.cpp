@@ -38,7 +38,8 @@ struct Value {
 
 const char* kSupported =
     "sequential, conv2d, batch_norm2d, batch_norm1d, relu, silu, dropout, max_pool2d, avg_pool2d, adaptive_avg_pool2d, "
-    "global_avg_pool, flatten, linear, local_response_norm (odd size), basic_block, bottleneck, and the models "
+    "global_avg_pool, flatten, linear, local_response_norm (odd size), basic_block, bottleneck (with or without "
+    "squeeze-and-excitation), and the models "
     "lenet, alexnet, vgg*, resnet*, a \"layers\" list";
 
 class GraphBuilder {
@@ -370,8 +371,20 @@ class GraphBuilder {
       }
     }
     KILN_CHECK(identity.dims == residual.dims, "onnx export: block '", path, "': shortcut and residual shapes differ");
-    Value sum = node("Add", path, {residual.name, identity.name}, residual.dims);
+    const Value branch = b.se ? squeeze_excite(*b.se, join_path(path, "se"), residual) : residual;
+    Value sum = node("Add", path, {branch.name, identity.name}, residual.dims);
     return node("Relu", path, {sum.name}, sum.dims);
+  }
+
+  // x * sigmoid(fc2(relu(fc1(mean over H, W)))), the gate broadcast over H and W, as SqueezeExcite.
+  Value squeeze_excite(SqueezeExcite& se, const std::string& path, const Value& x) {
+    const int64_t c = x.dims[0];
+    Value pooled = flatten(path, node("GlobalAveragePool", path, {x.name}, {c, 1, 1}));
+    Value h = linear(*se.fc1, join_path(path, "fc1"), pooled);
+    h = node("Relu", path, {h.name}, h.dims);
+    Value gate = node("Sigmoid", path, {linear(*se.fc2, join_path(path, "fc2"), h).name}, {c});
+    gate = node("Reshape", path, {gate.name, constant_i64(path, {0, c, 1, 1})}, {c, 1, 1});
+    return node("Mul", path, {x.name, gate.name}, x.dims);
   }
 
   Value basic_block(BasicBlock& b, const std::string& path, const Value& x) {
