@@ -8,6 +8,7 @@
 #include "core/ops/elementwise.h"
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
+#include "core/ops/scale_add_relu.h"
 #include "core/ops/shape_ops.h"
 #include "layers/options.h"
 
@@ -78,11 +79,13 @@ Tensor sigmoid(const Tensor& z) {
   return ops::div(Tensor::ones(z.shape(), z.dtype(), z.device()), denom);
 }
 
-Tensor SqueezeExcite::forward(const Tensor& x) {
+Tensor SqueezeExcite::gate(const Tensor& x) {
   KILN_CHECK(x.dim() == 4, "squeeze_excite: expects an (N, H, W, C) input, got ", x.str());
-  const Tensor squeezed = ops::global_avg_pool(x);  // (N, C)
-  const Tensor gate = sigmoid(fc2->forward(ops::relu(fc1->forward(squeezed))));
-  return ops::mul(x, gate.reshape({x.size(0), 1, 1, x.size(3)}));
+  return sigmoid(fc2->forward(ops::relu(fc1->forward(ops::global_avg_pool(x)))));
+}
+
+Tensor SqueezeExcite::forward(const Tensor& x) {
+  return ops::mul(x, gate(x).reshape({x.size(0), 1, 1, x.size(3)}));
 }
 
 void ResidualBlock::make_shortcut() {
@@ -95,7 +98,10 @@ void ResidualBlock::make_shortcut() {
 }
 
 Tensor ResidualBlock::finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x) {
-  if (se) return ops::relu(ops::add(se->forward(bn.forward(pre_bn)), shortcut(x)));
+  if (se) {
+    const Tensor branch = bn.forward(pre_bn);
+    return ops::scale_add_relu(branch, se->gate(branch), shortcut(x));
+  }
   return bn.forward_relu(pre_bn, shortcut(x));
 }
 

@@ -44,7 +44,8 @@ struct BlockOptions {
 class SqueezeExcite : public Module {
  public:
   SqueezeExcite(int64_t channels, int64_t reduction);
-  Tensor forward(const Tensor& x) override;
+  Tensor forward(const Tensor& x) override;  // x * gate(x), the gate broadcast over H and W
+  Tensor gate(const Tensor& x);              // (N, C): sigmoid(fc2(relu(fc1(mean of x over H, W))))
   json to_json() const override;
 
   std::shared_ptr<Linear> fc1, fc2;
@@ -65,7 +66,7 @@ class ResidualBlock : public Module {
  protected:
   // relu(bn(pre_bn) + shortcut(x)): the block's last batch norm, the shortcut and the final ReLU,
   // the last three fused (BatchNorm2d::forward_relu); with squeeze-and-excitation
-  // relu(se(bn(pre_bn)) + shortcut(x)).
+  // relu(se(bn(pre_bn)) + shortcut(x)), the last three as ops::scale_add_relu.
   Tensor finish(const Tensor& pre_bn, BatchNorm2d& bn, const Tensor& x);
   // The shortcut's output for input x: x itself, the projection, or option A's subsample and zero-pad.
   Tensor shortcut(const Tensor& x);

@@ -15,6 +15,7 @@
 #include "core/ops/normalize_u8.h"
 #include "core/ops/pool.h"
 #include "core/ops/reduce.h"
+#include "core/ops/scale_add_relu.h"
 #include "core/ops/silu.h"
 #include "core/ops/bn_finalize.h"
 #include "core/ops/channel_moments.h"
@@ -52,6 +53,9 @@ Tensor adaptive_avg_pool2d_forward(const Tensor& x, int64_t out_h, int64_t out_w
 Tensor adaptive_avg_pool2d_backward(const Tensor& gy, const Shape& x_shape);
 Tensor global_avg_pool_forward(const Tensor& x);
 Tensor global_avg_pool_backward(const Tensor& gy, const Shape& x_shape);
+// core/cpu/scale_add_relu.cpp
+Tensor scale_add_relu_forward(const Tensor& x, const Tensor& scale, const Tensor& residual);
+ScaleAddReluGrads scale_add_relu_backward(const Tensor& grad_out, const Tensor& y, const Tensor& x, const Tensor& scale);
 // core/cpu/silu.cpp
 Tensor silu_forward(const Tensor& x);
 Tensor silu_backward(const Tensor& grad_out, const Tensor& x);
@@ -112,6 +116,8 @@ void register_kernels() {
   native_bf16_kernel.set(cpu, [](int) { return onednn::bf16_units(); });
   dropout_forward_kernel.set(cpu, dropout_forward);
   dropout_backward_kernel.set(cpu, dropout_backward);
+  scale_add_relu_forward_kernel.set(cpu, scale_add_relu_forward);
+  scale_add_relu_backward_kernel.set(cpu, scale_add_relu_backward);
   silu_forward_kernel.set(cpu, silu_forward);
   silu_backward_kernel.set(cpu, silu_backward);
   channel_moments_backward_kernel.set(cpu, channel_moments_backward);
