@@ -63,6 +63,8 @@ class ResidualBlock : public Module {
   const BlockOptions& options() const { return opts_; }
   int64_t out_channels() const { return opts_.planes * expansion_; }
 
+  std::shared_ptr<SqueezeExcite> se;  // with se_reduction > 0 (child "se"), else null
+
  protected:
   // relu(bn(pre_bn) + shortcut(x)): the block's last batch norm, the shortcut and the final ReLU,
   // the last three fused (BatchNorm2d::forward_relu); with squeeze-and-excitation
@@ -79,9 +81,6 @@ class ResidualBlock : public Module {
   BlockOptions opts_;
   int64_t expansion_;
   std::shared_ptr<Sequential> downsample_;  // "B" when the shape changes
-
- public:
-  std::shared_ptr<SqueezeExcite> se;  // with se_reduction > 0
 };
 
 // With `fused_bn_conv` (as the Bottleneck's, below) a training forward whose bn1 is not frozen runs

@@ -154,7 +154,10 @@ TEST(Models, SeResnetAddsTheGatesParameters) {
   EXPECT_EQ(m->num_parameters(), 269722 + se_params(16, 1) + se_params(32, 2) + se_params(64, 4));
   bool found = false;
   for (auto& [name, p] : m->named_parameters())
-    if (name == "layer3.2.se.fc2.weight") found = true, EXPECT_EQ(p.shape(), (Shape{64, 4}));
+    if (name == "layer3.2.se.fc2.weight") {
+      found = true;
+      EXPECT_EQ(p.shape(), (Shape{64, 4}));
+    }
   EXPECT_TRUE(found);
   json j = m->to_json();
   EXPECT_EQ(j["se_reduction"], 16);
