@@ -2,7 +2,7 @@
 // tests), device-neutral: the mode (KILN_CONV_ALGO: measure, the static rule, or one forced
 // algorithm), candidates left out for A/B timings, what was measured in this process, and the disk
 // cache of measured choices. The choices are those of the CPU's conv2d kernel (oneDNN's direct
-// kernels, Winograd F(2x2,3x3), im2col + GEMM); implemented in core/cpu/conv_algo.cpp, whose
+// kernels, Winograd F(2x2,3x3), im2col + GEMM, direct on a blocked view); implemented in core/cpu/conv_algo.cpp, whose
 // header core/cpu/conv_algo.h (the chooser conv2d's CPU kernel calls) includes this one. A GPU's
 // convolution library chooses its own algorithms: cuDNN's benchmark mode is core/device.h's
 // set_conv_benchmark. See docs/conv_algorithms.md. Tests: tests/core/conv_algo_test.cpp,
@@ -20,7 +20,10 @@ Mode mode();         // KILN_CONV_ALGO on first use
 void set_mode(Mode m);  // for tests and benchmarks; not thread-safe against running convolutions
 Mode parse_mode(const std::string& s, const std::string& what);  // throws naming `what` and the accepted values
 
-enum class Algo { direct, winograd, im2col };
+// `blocked`: oneDNN's direct kernels on a view of the NHWC tensors in oneDNN's blocked layout
+// (nChw16c, nChw8c), offered where the two are the same bytes: input and output channels equal to
+// the block (core/cpu/conv2d.cpp).
+enum class Algo { direct, winograd, im2col, blocked };
 enum class Pass { forward, backward_data, backward_weights };
 const char* algo_name(Algo a);
 const char* pass_name(Pass p);

@@ -51,9 +51,17 @@ struct ConvGeom {
   Conv2dParams p;
   DType dtype;
   bool bias;
+  // conv_algo's `blocked`: the activations described as oneDNN's nChw16c / nChw8c, which for 16 / 8
+  // channels are the NHWC bytes themselves (so x, y, dx and dy are wrapped, never reordered), for
+  // oneDNN's blocked kernels; only where input and output channels both equal the block.
+  bool blocked = false;
 
-  memory::desc src_md() const { return {{n, ic, h, w}, onednn::data_type(dtype), tag::nhwc}; }
-  memory::desc dst_md() const { return {{n, oc, oh, ow}, onednn::data_type(dtype), tag::nhwc}; }
+  memory::desc act_md(int64_t c, int64_t hh, int64_t ww) const {
+    const tag t = !blocked ? tag::nhwc : c == 16 ? tag::nChw16c : tag::nChw8c;
+    return {{n, c, hh, ww}, onednn::data_type(dtype), t};
+  }
+  memory::desc src_md() const { return act_md(ic, h, w); }
+  memory::desc dst_md() const { return act_md(oc, oh, ow); }
   memory::desc bias_md() const { return {{oc}, onednn::data_type(dtype), tag::a}; }
   // The layout of kiln's weight tensors.
   memory::desc user_weights_md() const {
@@ -78,11 +86,11 @@ struct ConvGeom {
     onednn::CacheKey k(op);
     k.add(Shape{n, h, w, ic, oc, kh, kw});
     k.add(Shape{p.stride_h, p.stride_w, p.pad_h, p.pad_w, p.dilation_h, p.dilation_w, p.groups});
-    k.add(dtype).add(bias ? 1 : 0);
+    k.add(dtype).add(bias ? 1 : 0).add(blocked ? 1 : 0);
     return k;
   }
   std::string str() const {
-    return detail::cat("x ", dtype_name(dtype), shape_str({n, h, w, ic}), ", w ",
+    return detail::cat(blocked ? "(blocked view) " : "", "x ", dtype_name(dtype), shape_str({n, h, w, ic}), ", w ",
                        shape_str({oc, kh, kw, ic / p.groups}), ", stride ", p.stride_h, "x", p.stride_w, ", pad ",
                        p.pad_h, "x", p.pad_w, ", dilation ", p.dilation_h, "x", p.dilation_w, ", groups ", p.groups);
   }
@@ -170,6 +178,34 @@ std::shared_ptr<const BwdWeightsPrim> bwd_weights_prim(const ConvGeom& g) {
                                                                g.dilates(), g.pad(), g.pad());
     return dnnl::convolution_backward_weights::primitive_desc(d, onednn::attr(), onednn::engine(), g.bwd_hint_pd());
   });
+}
+
+// conv_algo's `blocked` for `g`: the same convolution on the blocked view of its activations.
+ConvGeom blocked_view(ConvGeom g) {
+  g.blocked = true;
+  return g;
+}
+
+// Whether oneDNN runs `pass` of the blocked view `gv` on one of its optimised kernels. A layout its
+// blocked kernels do not take (nChw16c on an AVX2 CPU) goes to its reference implementation, which
+// takes seconds where direct takes milliseconds: no candidate then.
+bool blocked_view_runs(const ConvGeom& gv, ca::Pass pass) {
+  try {
+    const char* impl = pass == ca::Pass::forward         ? fwd_prim(gv)->pd.impl_info_str()
+                       : pass == ca::Pass::backward_data ? bwd_data_prim(gv)->pd.impl_info_str()
+                                                         : bwd_weights_prim(gv)->pd.impl_info_str();
+    return std::string(impl).rfind("ref", 0) != 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Whether `pass` of `g` (key `key`) offers conv_algo's `blocked` candidate: only a measured choice
+// can take it (the static rule and the forced modes never do), so the view's primitive is not even
+// made for the shapes that are not measured.
+bool offer_blocked(const ConvGeom& gv, const ca::ConvKey& key, ca::Pass pass, bool native) {
+  return native && ca::mode() == ca::Mode::automatic && key.flops() >= ca::kMinMeasureFlops &&
+         blocked_view_runs(gv, pass);
 }
 
 // Forward in a natively supported dtype. `wr` receives the weights in the forward primitive's
@@ -281,6 +317,34 @@ Conv2dParams unit_stride(Conv2dParams p) {
   return p;
 }
 
+// The backward passes with the algorithms chosen for them (bd: backward-data, bw: backward-weights),
+// in the compute dtype. The direct passes run together (they share dy's reorder), and so do the
+// blocked ones; the bias gradient comes with the direct or blocked weight gradient, else as dy
+// summed over N, H, W.
+ConvGrads run_backward(const ConvGeom& g, const ConvGeom& gv, const Tensor& gy, const Tensor& xc, const Tensor& wc,
+                       const Conv2dBackwardArgs& a, ca::Algo bd, ca::Algo bw) {
+  const Conv2dParams& p = a.p;
+  const bool direct_x = a.need_x && bd == ca::Algo::direct;
+  const bool direct_w = a.need_w && bw == ca::Algo::direct;
+  const bool blocked_x = a.need_x && bd == ca::Algo::blocked;
+  const bool blocked_w = a.need_w && bw == ca::Algo::blocked;
+  const auto* fwd_w = static_cast<const onednn::Reordered*>(a.saved.get());
+  ConvGrads r;
+  if (direct_x || direct_w) r = backward_native(g, gy, xc, wc, fwd_w, direct_x, direct_w);
+  if (blocked_x || blocked_w) {
+    ConvGrads rb = backward_native(gv, gy, xc, wc, fwd_w, blocked_x, blocked_w);
+    if (blocked_x) r.gx = rb.gx;
+    if (blocked_w) r.gw = rb.gw, r.gb = rb.gb;
+  }
+  if (a.need_x && bd == ca::Algo::winograd) r.gx = winograd::backward_data(gy, wc);
+  if (a.need_x && bd == ca::Algo::im2col)
+    r.gx = winograd::im2col_backward_data(gy, wc, a.x_shape, p.stride_h, p.stride_w, p.pad_h, p.pad_w);
+  if (a.need_w && bw == ca::Algo::winograd) r.gw = winograd::backward_weights(gy, xc);
+  if (a.need_w && bw == ca::Algo::im2col) r.gw = winograd::im2col_backward_weights(gy, xc, p.stride_h, p.pad_h);
+  if (a.need_b && !direct_w && !blocked_w) r.gb = ops::sum(gy, {0, 1, 2});
+  return r;
+}
+
 }  // namespace
 
 Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, const Conv2dParams& p,
@@ -299,24 +363,28 @@ Tensor conv2d_forward(const Tensor& x0, const Tensor& w0, const Tensor& b0, cons
   // or the static rule / a forced one.
   const ca::ConvKey key = algo_key(g);
   const Tensor xc = to_dtype(x, ct), wc = to_dtype(w, ct), bc = to_dtype(b, ct);
+  const ConvGeom gv = blocked_view(g);
   std::vector<ca::Candidate> candidates{{ca::Algo::direct, {}}};
   auto im2col = [&] { return winograd::im2col_forward(xc, wc, p.stride_h, p.stride_w, p.pad_h, p.pad_w); };
   for (ca::Algo alg : ca::applicable(key, ca::Pass::forward)) {
     if (alg == ca::Algo::winograd) candidates.push_back({alg, [&] { (void)winograd::forward(xc, wc, bc); }});
     if (alg == ca::Algo::im2col) candidates.push_back({alg, [&] { (void)im2col(); }});
+    if (alg == ca::Algo::blocked && offer_blocked(gv, key, ca::Pass::forward, native))
+      candidates.push_back({alg, [&] { (void)forward_native(gv, xc, wc, bc, nullptr); }});
   }
   if (candidates.size() > 1) candidates[0].run = [&] { (void)forward_native(g, xc, wc, bc, nullptr); };
   const ca::Algo fwd_algo =
       ca::choose(key, ca::Pass::forward, candidates, winograd_rule(g, native) ? ca::Algo::winograd : ca::Algo::direct);
   if (fwd_algo == ca::Algo::winograd) return to_dtype(winograd::forward(xc, wc, bc), dt);
   if (fwd_algo == ca::Algo::im2col) return to_dtype(im2col(), dt);
+  const ConvGeom& gd = fwd_algo == ca::Algo::blocked ? gv : g;
 
   // Keep the forward's reordered weights for backward-data only when it wants the same layout
   // (not the case for the AVX2 kernels); otherwise holding them would just cost memory.
   std::shared_ptr<onednn::Reordered> wr;
-  if (saved && native && bwd_data_prim(g)->pd.weights_desc() == fwd_prim(g)->pd.weights_desc())
+  if (saved && native && bwd_data_prim(gd)->pd.weights_desc() == fwd_prim(gd)->pd.weights_desc())
     wr = std::make_shared<onednn::Reordered>();
-  Tensor y = forward_native(g, xc, wc, bc, wr.get());
+  Tensor y = forward_native(gd, xc, wc, bc, wr.get());
   if (wr) *saved = std::move(wr);
   return to_dtype(y, dt);
 }
@@ -347,11 +415,13 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
   Tensor gy = to_dtype(gy0, g.dtype).contiguous();
   Tensor xc = x0.defined() ? to_dtype(x0, g.dtype).contiguous() : Tensor();
   Tensor wc = w0.defined() ? to_dtype(w0, g.dtype).contiguous() : Tensor();
-  auto candidates = [&](ca::Pass pass, auto direct, auto wino, auto gemm) {
+  const ConvGeom gv = blocked_view(g);
+  auto candidates = [&](ca::Pass pass, auto direct, auto wino, auto gemm, auto blocked) {
     std::vector<ca::Candidate> c{{ca::Algo::direct, direct}};
     for (ca::Algo alg : ca::applicable(key, pass)) {
       if (alg == ca::Algo::winograd) c.push_back({alg, wino});
       if (alg == ca::Algo::im2col) c.push_back({alg, gemm});
+      if (alg == ca::Algo::blocked && offer_blocked(gv, key, pass, native)) c.push_back({alg, blocked});
     }
     return c;
   };
@@ -365,7 +435,8 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
                                  [&] {
                                    (void)winograd::im2col_backward_data(gy, wc, a.x_shape, p.stride_h, p.stride_w,
                                                                         p.pad_h, p.pad_w);
-                                 }),
+                                 },
+                                 [&] { (void)backward_native(gv, gy, xc, wc, nullptr, true, false); }),
                              wino_rule ? ca::Algo::winograd : ca::Algo::direct);
   const ca::Algo bw =
       !a.need_w ? ca::Algo::direct
@@ -374,21 +445,10 @@ Conv2dGrads conv2d_backward(const Tensor& gy0, const Tensor& x0, const Tensor& w
                                  ca::Pass::backward_weights,
                                  [&] { (void)backward_native(g, gy, xc, wc, nullptr, false, true); },
                                  [&] { (void)winograd::backward_weights(gy, xc); },
-                                 [&] { (void)winograd::im2col_backward_weights(gy, xc, p.stride_h, p.pad_h); }),
+                                 [&] { (void)winograd::im2col_backward_weights(gy, xc, p.stride_h, p.pad_h); },
+                                 [&] { (void)backward_native(gv, gy, xc, wc, nullptr, false, true); }),
                              bw_rule);
-  // The direct passes run together (they share dy's reorder); the bias gradient comes with the
-  // direct weight gradient, else as dy summed over N, H, W.
-  const bool direct_x = a.need_x && bd == ca::Algo::direct;
-  const bool direct_w = a.need_w && bw == ca::Algo::direct;
-  ConvGrads r;
-  if (direct_x || direct_w)
-    r = backward_native(g, gy, xc, wc, static_cast<const onednn::Reordered*>(a.saved.get()), direct_x, direct_w);
-  if (a.need_x && bd == ca::Algo::winograd) r.gx = winograd::backward_data(gy, wc);
-  if (a.need_x && bd == ca::Algo::im2col)
-    r.gx = winograd::im2col_backward_data(gy, wc, a.x_shape, p.stride_h, p.stride_w, p.pad_h, p.pad_w);
-  if (a.need_w && bw == ca::Algo::winograd) r.gw = winograd::backward_weights(gy, xc);
-  if (a.need_w && bw == ca::Algo::im2col) r.gw = winograd::im2col_backward_weights(gy, xc, p.stride_h, p.pad_h);
-  if (a.need_b && !direct_w) r.gb = ops::sum(gy, {0, 1, 2});
+  ConvGrads r = run_backward(g, gv, gy, xc, wc, a, bd, bw);
   Conv2dGrads out;
   if (a.need_x) out.dx = to_dtype(r.gx, dt);
   if (a.need_w) out.dw = to_dtype(r.gw, dt);

@@ -39,8 +39,8 @@ constexpr int kWarmup = 1, kReps = 3;
 constexpr int kFormat = 2;
 // The revision of the candidates' kernels, part of machine_id(): a cache measured against other
 // kernels (or another candidate set) is measured again. 2: the AVX2 Winograd transforms. 3: im2col
-// for forward and backward-data.
-constexpr int kKernelsRevision = 3;
+// for forward and backward-data. 4: the blocked view of direct.
+constexpr int kKernelsRevision = 4;
 
 std::atomic<int> g_mode{-1};
 std::atomic<int> g_excluded{0};  // bit (1 << Algo) per candidate left out
@@ -50,7 +50,7 @@ bool is_excluded(Algo a) { return (g_excluded.load() >> static_cast<int>(a)) & 1
 // " -im2col" per candidate left out: the choices made without them are kept apart from the full set's.
 std::string exclusion_suffix() {
   std::string s;
-  for (Algo a : {Algo::winograd, Algo::im2col})
+  for (Algo a : {Algo::winograd, Algo::im2col, Algo::blocked})
     if (is_excluded(a)) s += std::string(" -") + algo_name(a);
   return s;
 }
@@ -132,7 +132,7 @@ State& state() {
 std::string slot(const std::string& key, Pass p) { return key + "|" + pass_name(p); }
 
 bool algo_from(const std::string& s, Algo* a) {
-  for (Algo x : {Algo::direct, Algo::winograd, Algo::im2col})
+  for (Algo x : {Algo::direct, Algo::winograd, Algo::im2col, Algo::blocked})
     if (s == algo_name(x)) return *a = x, true;
   return false;
 }
@@ -332,13 +332,13 @@ void set_excluded(const std::vector<Algo>& algos) {
 
 std::vector<Algo> excluded() {
   std::vector<Algo> v;
-  for (Algo a : {Algo::winograd, Algo::im2col})
+  for (Algo a : {Algo::winograd, Algo::im2col, Algo::blocked})
     if (is_excluded(a)) v.push_back(a);
   return v;
 }
 
 const char* algo_name(Algo a) {
-  static const char* const kNames[] = {"direct", "winograd", "im2col"};  // the order of Algo
+  static const char* const kNames[] = {"direct", "winograd", "im2col", "blocked"};  // the order of Algo
   return kNames[static_cast<int>(a)];
 }
 
@@ -375,6 +375,10 @@ std::vector<Algo> applicable(const ConvKey& k, Pass pass) {
   const bool general = k.kh * k.kw > 1 && k.dil_h == 1 && k.dil_w == 1 && k.groups == 1 &&
                        (k.dtype == DType::f32 || k.dtype == DType::bf16);
   if ((pass == Pass::backward_data || (pass == Pass::forward && !k.bias)) && general) a.push_back(Algo::im2col);
+  // blocked: NHWC with 8 or 16 channels is byte for byte oneDNN's nChw8c / nChw16c, so its blocked
+  // kernels run on kiln's tensors without a reorder when input and output have that many channels.
+  // (conv2d offers it only where oneDNN has a non-reference kernel for the view.)
+  if (k.groups == 1 && k.c == k.k && (k.c == 8 || k.c == 16)) a.push_back(Algo::blocked);
   a.erase(std::remove_if(a.begin(), a.end(), is_excluded), a.end());
   return a;
 }

@@ -6,7 +6,9 @@
 // processes of different thread counts share the file, each using its own entries.
 //
 // Candidates: oneDNN's direct kernels (always), Winograd F(2x2,3x3) (3x3 / stride 1 / pad 1, all
-// three passes) and the im2col GEMM (3x3 weight gradient without bias), core/cpu/winograd.h.
+// three passes) and the im2col GEMM (3x3 weight gradient without bias), core/cpu/winograd.h; and
+// `blocked`, oneDNN's direct kernels on the blocked view (nChw16c / nChw8c) of NHWC tensors whose
+// input and output channels are both 16 or both 8, the same bytes (core/cpu/conv2d.cpp).
 //
 // Environment (read once):
 //   KILN_CONV_ALGO=auto (default: measure) | heuristic (the static rule of winograd::chosen() and

@@ -95,7 +95,8 @@ TEST(BenchTrain, BadArgumentsAreOneLineErrors) {
               std::string::npos)
         << e.what();
   }
-  for (const char* bad : {"conv_algo=auto-", "conv_algo=auto-direct", "conv_algo=auto-im2colx", "conv_algo=heuristic-im2col"})
+  for (const char* bad : {"conv_algo=auto-", "conv_algo=auto-direct", "conv_algo=auto-im2colx", "conv_algo=heuristic-im2col",
+                          "conv_algo=auto-blockedx"})
     EXPECT_THROW(cli::cmd_bench({"train", "model=lenet", bad}), Error) << bad;
 }
 
@@ -106,11 +107,12 @@ TEST(BenchTrain, ConvAlgoVariantsAlternateInOneProcess) {
   int rc = -1;
   EXPECT_NO_THROW(rc = cli::cmd_bench({"train", "model=resnet_cifar", "depth=8", "width=4", "size=8", "channels=1",
                                        "classes=10", "batch=2", "steps=1", "warmup=0", "device=cpu",
-                                       "conv_algo=auto,auto-winograd-im2col"}));
+                                       "conv_algo=auto,auto-winograd-im2col,auto-blocked"}));
   std::string out = ::testing::internal::GetCapturedStdout();
   EXPECT_EQ(rc, 0);
   EXPECT_NE(out.find(" auto "), std::string::npos) << out;
   EXPECT_NE(out.find(" auto-winograd-im2col "), std::string::npos) << out;
+  EXPECT_NE(out.find(" auto-blocked "), std::string::npos) << out;
   EXPECT_TRUE(ops::conv_algo::excluded().empty());
 }
 

@@ -189,6 +189,24 @@ TEST_F(ConvAlgo, ApplicableCandidates) {
   k = key();
   k.dtype = DType::f16;
   EXPECT_EQ(ca::applicable(k, ca::Pass::forward), V{ca::Algo::direct});
+  // blocked: input and output channels both 16 or both 8 (NHWC is then oneDNN's nChw16c / nChw8c),
+  // any kernel, stride and bias; one group.
+  const V all_blocked{ca::Algo::direct, ca::Algo::winograd, ca::Algo::im2col, ca::Algo::blocked};
+  for (int64_t c : {16, 8}) {
+    k = key(c);
+    for (ca::Pass pass : {ca::Pass::forward, ca::Pass::backward_data, ca::Pass::backward_weights})
+      EXPECT_EQ(ca::applicable(k, pass), all_blocked) << c;
+    k.kh = k.kw = 1, k.pad_h = k.pad_w = 0, k.bias = true;
+    EXPECT_EQ(ca::applicable(k, ca::Pass::forward), (V{ca::Algo::direct, ca::Algo::blocked})) << c;
+  }
+  for (auto [c, kk] : std::vector<std::pair<int64_t, int64_t>>{{16, 32}, {32, 16}, {32, 32}, {8, 16}, {1, 16}}) {
+    k = key(c);
+    k.k = kk;
+    EXPECT_EQ(ca::applicable(k, ca::Pass::forward), all) << c << "->" << kk;
+  }
+  k = key(16);
+  k.groups = 2;
+  EXPECT_EQ(ca::applicable(k, ca::Pass::forward), V{ca::Algo::direct});
 }
 
 // Candidates left out (bench train's auto-im2col) are neither offered nor answered from the full
@@ -479,6 +497,63 @@ TEST_F(ConvAlgo, Conv2dResultsUnderEveryChoiceMatchDirect) {
       }
     }
   }
+}
+
+// conv_algo's `blocked` (oneDNN's blocked kernels on the NHWC bytes of 16- or 8-channel tensors):
+// where it is offered and chosen, the three passes and the bias gradient agree with direct to
+// summation order, and a second run with the stored choice gives the same bits. On an AVX-512 CPU
+// the 16-channel view has optimised kernels, so it must be offered there.
+TEST_F(ConvAlgo, BlockedViewMatchesDirect) {
+  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  const auto avx512_core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);  // a bit mask, as bf16_units()
+  const bool avx512 = (isa & avx512_core) == avx512_core;
+  int offered16 = 0;
+  for (int64_t c : {16, 8})
+    for (int64_t stride : {1, 2})
+      for (bool bias : {false, true}) {
+        SCOPED_TRACE(std::to_string(c) + " channels, stride " + std::to_string(stride) + (bias ? ", bias" : ""));
+        ops::Conv2dParams p;
+        p.stride_h = p.stride_w = stride;
+        p.pad_h = p.pad_w = 1;
+        // Large enough to be measured (kMinMeasureFlops) at stride 1.
+        const int64_t n = 8, hw = c == 16 ? 24 : 48, o = (hw - 1) / stride + 1;
+        Tensor x = randn({n, hw, hw, c}, 1), w = randn({c, 3, 3, c}, 2, DType::f32, 0.1);
+        Tensor b = bias ? randn({c}, 4) : Tensor(), gy = randn({n, o, o, c}, 3);
+        auto run = [&] {
+          Tensor xr = x.clone(), wr = w.clone(), br = bias ? b.clone() : Tensor();
+          xr.set_requires_grad(true);
+          wr.set_requires_grad(true);
+          if (bias) br.set_requires_grad(true);
+          Tensor y = ops::conv2d(xr, wr, br, p);
+          y.backward(gy);
+          std::vector<Tensor> out{y, xr.grad(), wr.grad()};
+          if (bias) out.push_back(br.grad());
+          return out;
+        };
+        ca::set_mode(ca::Mode::direct);
+        const std::vector<Tensor> ref = run();
+        ca::set_mode(ca::Mode::automatic);
+        ca::reset();
+        ca::set_cache_path("");
+        ca::set_timer([](const ca::Candidate& cand, double) { return cand.algo == ca::Algo::blocked ? 1.0 : 5.0; });
+        const std::vector<Tensor> got = run(), again = run();
+        std::map<ca::Pass, ca::Algo> chose;
+        for (const auto& e : ca::entries()) chose[e.pass] = e.choice.algo;
+        if (stride == 1 && c == 16) {
+          const bool fwd = chose[ca::Pass::forward] == ca::Algo::blocked;
+          offered16 += fwd;
+          if (avx512) EXPECT_TRUE(fwd) << "the 16-channel blocked view was not offered on an AVX-512 CPU";
+        }
+        const char* what[] = {"y", "dx", "dw", "db"};
+        for (size_t i = 0; i < ref.size(); ++i) {
+          std::vector<double> r = ref[i].to_double_vector();
+          double ss = 0;
+          for (double v : r) ss += v * v;
+          expect_close(got[i], r, 1e-4 * std::sqrt(ss / static_cast<double>(r.size())), 0.0, what[i]);
+          EXPECT_EQ(again[i].to_double_vector(), got[i].to_double_vector()) << what[i];
+        }
+      }
+  if (avx512) EXPECT_GT(offered16, 0);
 }
 
 }  // namespace

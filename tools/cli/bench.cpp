@@ -245,13 +245,15 @@ namespace ca = ops::conv_algo;
 namespace wg = ops::conv_algo;
 
 // The candidates a conv_algo name leaves out ("auto-winograd-im2col" -> winograd, im2col); false when
-// `n` is not "auto" followed by one or more "-NAME" of winograd and im2col.
+// `n` is not "auto" followed by one or more "-NAME" of winograd, im2col and blocked.
 bool conv_algos_left_out(const std::string& n, std::vector<ca::Algo>* out) {
   if (n.rfind("auto", 0) != 0 || n.size() == 4 || n.back() == '-') return false;
   std::istringstream rest(n.substr(5));
   for (std::string name; std::getline(rest, name, '-');) {
-    if (name != ca::algo_name(ca::Algo::winograd) && name != ca::algo_name(ca::Algo::im2col)) return false;
-    out->push_back(name == ca::algo_name(ca::Algo::im2col) ? ca::Algo::im2col : ca::Algo::winograd);
+    bool known = false;
+    for (ca::Algo a : {ca::Algo::winograd, ca::Algo::im2col, ca::Algo::blocked})
+      if (name == ca::algo_name(a)) out->push_back(a), known = true;
+    if (!known) return false;
   }
   return n[4] == '-';
 }
@@ -264,7 +266,7 @@ std::vector<std::string> parse_conv_algos(const std::string& arg) {
     KILN_CHECK(n == "auto" || n == "heuristic" || n == "direct" || n == "winograd" || conv_algos_left_out(n, &unused),
                "bench train: conv_algo=", arg,
                ": accepted values are auto, heuristic, direct, winograd and auto less candidates (auto-im2col, "
-               "auto-winograd, auto-winograd-im2col), comma-separated");
+               "auto-winograd, auto-blocked, auto-winograd-im2col), comma-separated");
   }
   return algos;
 }
@@ -425,7 +427,7 @@ int bench_train(const Args& args) {
   static const char* kUsage =
       "usage: kiln bench train [model=resnet50] [batch=128] [size=224] [channels=3] [classes=1000] [steps=20]\n"
       "                        [warmup=5] [device=] [precision=fp32|bf16|fp16|auto] [cudnn_benchmark=0] [stem=imagenet|cifar]\n"
-      "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-winograd[,...]] [rounds=1]\n"
+      "                        [conv_algo=auto|heuristic|direct|winograd|auto-im2col|auto-blocked[,...]] [rounds=1]\n"
       "                        [profile=0] [depth=] [width=] [se_reduction=] [paced=0] [cuda_graph=off|on|auto]\n"
       "                        [fused_bn_conv=0|1]\n"
       "  images/s of training steps of a registry model on synthetic data; conv_algo=A,B alternates the CPU's\n"
@@ -504,11 +506,11 @@ namespace {
 // speedup over direct; then per pass the sums of direct and of the choices.
 void print_conv_algo_table() {
   namespace ca = ops::conv_algo;
-  std::printf("%-54s %-16s %9s %9s %9s  %-8s %7s\n", "shape", "pass", "direct", "winograd", "im2col", "choice",
-              "speedup");
+  std::printf("%-54s %-16s %9s %9s %9s %9s  %-8s %7s\n", "shape", "pass", "direct", "winograd", "im2col", "blocked",
+              "choice", "speedup");
   std::map<ca::Pass, std::pair<double, double>> sum;  // direct, chosen
   for (const ca::Entry& e : ca::entries()) {
-    double ms[3] = {-1, -1, -1};
+    double ms[4] = {-1, -1, -1, -1};  // the order of ca::Algo
     for (const ca::Timing& tm : e.choice.times) ms[static_cast<int>(tm.algo)] = tm.ms;
     auto col = [](double v) {
       char b[16];
@@ -519,8 +521,8 @@ void print_conv_algo_table() {
       return std::string(b);
     };
     const double chosen = ms[static_cast<int>(e.choice.algo)];
-    std::printf("%-54s %-16s %s %s %s  %-8s %7.2f\n", e.key.c_str(), ca::pass_name(e.pass), col(ms[0]).c_str(),
-                col(ms[1]).c_str(), col(ms[2]).c_str(), ca::algo_name(e.choice.algo),
+    std::printf("%-54s %-16s %s %s %s %s  %-8s %7.2f\n", e.key.c_str(), ca::pass_name(e.pass), col(ms[0]).c_str(),
+                col(ms[1]).c_str(), col(ms[2]).c_str(), col(ms[3]).c_str(), ca::algo_name(e.choice.algo),
                 chosen > 0 && ms[0] > 0 ? ms[0] / chosen : 1.0);
     if (ms[0] > 0 && chosen > 0) {
       sum[e.pass].first += ms[0];
@@ -543,7 +545,8 @@ int bench_winograd(const Args& in) {
       "                           [dtype=bf16|fp32] [cache=0]\n"
       "  (also `kiln bench conv_algo`) the CPU convolution algorithm chosen per layer shape and pass by timing:\n"
       "  direct (oneDNN), winograd (3x3 stride 1), im2col (im2col + GEMM: forward and backward-data of kernels\n"
-      "  larger than 1x1, the 3x3 weight gradient); cache=1 reads and writes the\n"
+      "  larger than 1x1, the 3x3 weight gradient), blocked (direct on oneDNN's blocked view of 8- or\n"
+      "  16-channel tensors, where input and output have that many); cache=1 reads and writes the\n"
       "  disk cache (KILN_CONV_CACHE) instead of measuring afresh. stem applies to the ImageNet ResNets\n"
       "  (default cifar there: the CIFAR ResNet-18); other models take none\n";
   if (wants_help(in, kUsage)) return 0;
