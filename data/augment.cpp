@@ -126,15 +126,28 @@ HorizontalFlipOptions HorizontalFlipOptions::from_json(const Json& j, const std:
   JsonReader r(j, path);
   r.allow("type");
   r.read("p", o.p);
+  r.read("mode", o.mode);
   r.finish();
   KILN_CHECK(o.p >= 0.0 && o.p <= 1.0, r.path_of("p"), ": a probability must be in [0, 1], got ", o.p);
+  KILN_CHECK(o.mode == "random" || o.mode == "alternate", r.path_of("mode"), " = \"", o.mode,
+             "\" is not accepted; accepted: \"random\" (a new draw each epoch) or \"alternate\" (each image "
+             "mirrored in every other epoch)");
+  KILN_CHECK(o.mode != "alternate" || o.p == 0.5, r.path_of("p"), " = ", o.p,
+             " is not accepted with mode \"alternate\", which mirrors each image in every other epoch; accepted: 0.5");
   return o;
 }
 
-Json HorizontalFlipOptions::to_json() const { return Json{{"p", p}}; }
+Json HorizontalFlipOptions::to_json() const {
+  Json j{{"p", p}};
+  if (mode != "random") j["mode"] = mode;  // the default stays out: older configs read back unchanged
+  return j;
+}
 
 HorizontalFlip::HorizontalFlip(HorizontalFlipOptions o) : o_(o) {
   KILN_CHECK(o_.p >= 0.0 && o_.p <= 1.0, "horizontal_flip: p must be in [0, 1], got ", o_.p);
+  KILN_CHECK(o_.mode == "random" || (o_.mode == "alternate" && o_.p == 0.5), "horizontal_flip: mode \"", o_.mode,
+             "\" with p ", o_.p, " is not accepted; accepted: \"random\", or \"alternate\" with p 0.5");
+  alternate_ = o_.mode == "alternate";
 }
 
 Json HorizontalFlip::to_json() const {
@@ -153,6 +166,12 @@ void HorizontalFlip::flip(Image& img) {
 }
 
 void HorizontalFlip::apply(Image& img, SampleRng& rng, Image& scratch) const {
+  // "alternate": the image's own coin, flipped by the epoch's parity. A stream without a sample
+  // (a bare key: no epoch) draws as "random" does.
+  if (alternate_ && rng.epoch() >= 0) {
+    if (rng.sample_bit() != ((rng.epoch() & 1) != 0)) flip(img);
+    return;
+  }
   if (rng.uniform() < o_.p) flip(img);
 }
 

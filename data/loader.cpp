@@ -315,7 +315,7 @@ bool DataLoader::fill(int64_t b, int slot, uint64_t generation, Pipeline::Worksp
     const int64_t idx = st.indices[static_cast<size_t>(start + i)];
     try {
       const Loaded l = load(idx, epoch, sample);
-      const uint64_t key = SampleRng::sample_key(o_.seed, epoch, static_cast<uint64_t>(l.index));
+      const SampleRng key = SampleRng::for_sample(o_.seed, epoch, static_cast<uint64_t>(l.index));
       if (l.region) pipeline_.augment_region(sample.image, l.box, key, ws);
       else pipeline_.augment(sample.image, key, ws);
       KILN_CHECK(sample.image.shape() == out_shape_, "the transforms gave a ", sample.image.shape().str(),

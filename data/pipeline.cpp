@@ -181,7 +181,7 @@ int64_t Pipeline::first_crop_size() const {
   return static_cast<const RandomResizedCrop&>(*steps_[0]).options().size;
 }
 
-void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
+void Pipeline::augment_region(Image& img, const CropBox& box, const SampleRng& base, Workspace& ws) const {
   KILN_CHECK(crops_first(), "Pipeline::augment_region: the first step is not a random_resized_crop");
   const auto& rrc = static_cast<const RandomResizedCrop&>(*steps_[0]);
   try {
@@ -191,15 +191,13 @@ void Pipeline::augment_region(Image& img, const CropBox& box, uint64_t sample_ke
   }
   resize_image(img, box, rrc.options().size, rrc.options().size, rrc.options().interpolation, ws.scratch);
   std::swap(img, ws.scratch);
-  const SampleRng base(sample_key);
   for (size_t i = 1; i < steps_.size(); ++i) {
     SampleRng rng = base.fork(i);
     steps_[i]->apply(img, rng, ws.scratch);
   }
 }
 
-void Pipeline::augment(Image& img, uint64_t sample_key, Workspace& ws) const {
-  const SampleRng base(sample_key);
+void Pipeline::augment(Image& img, const SampleRng& base, Workspace& ws) const {
   for (size_t i = 0; i < steps_.size(); ++i) {
     SampleRng rng = base.fork(i);
     try {

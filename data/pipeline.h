@@ -67,9 +67,11 @@ class Pipeline {
   struct Workspace {
     Image scratch;
   };
-  // Runs every transform on `img` in place with the randomness of `sample_key`
-  // (SampleRng::sample_key(seed, epoch, index)).
-  void augment(Image& img, uint64_t sample_key, Workspace& ws) const;
+  // Runs every transform on `img` in place with the randomness of `sample`: the loader's
+  // SampleRng::for_sample(seed, epoch, index), or a bare key (SampleRng(key): the steps tied
+  // between epochs then draw as in a first epoch).
+  void augment(Image& img, const SampleRng& sample, Workspace& ws) const;
+  void augment(Image& img, uint64_t sample_key, Workspace& ws) const { augment(img, SampleRng(sample_key), ws); }
   // Region decoding (Dataset::get_region_into): when the first step is a random_resized_crop, the
   // source may decode only its box. first_box() draws the box exactly as the step would on an
   // image of h x w (same stream), and augment_region() runs the pipeline on `img`, a region holding
@@ -78,7 +80,10 @@ class Pipeline {
   CropBox first_box(int64_t h, int64_t w, uint64_t sample_key) const;
   // The side of the first random_resized_crop's square output (what first_box is resized to).
   int64_t first_crop_size() const;
-  void augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const;
+  void augment_region(Image& img, const CropBox& box, const SampleRng& sample, Workspace& ws) const;
+  void augment_region(Image& img, const CropBox& box, uint64_t sample_key, Workspace& ws) const {
+    augment_region(img, box, SampleRng(sample_key), ws);
+  }
 
   // Writes the normalised pixels of `img` to `dst` (img.numel() values of f32 or bf16).
   void write(const Image& img, void* dst, DType dtype) const { normalize_.write(img, dst, dtype); }

@@ -36,6 +36,9 @@ inline constexpr int64_t kMaxTransformPixels = 89478485;
 std::pair<int64_t, int64_t> checked_output_size(const std::string& step, ImageShape in, double out_h, double out_w);
 
 // A counter-based random stream: draw i is mix64 of (key, i). Cheap to create per sample.
+// A stream made by for_sample() also knows its sample across epochs (sample_bit(), epoch()), for
+// steps whose draw is tied between epochs (horizontal_flip's "alternate" mode); one made from a
+// bare key does not (epoch() < 0).
 class SampleRng {
  public:
   explicit SampleRng(uint64_t key) : key_(key) {}
@@ -44,8 +47,26 @@ class SampleRng {
   static uint64_t sample_key(uint64_t seed, uint64_t epoch, uint64_t index) {
     return mix64(mix64(mix64(seed) ^ epoch) ^ index);
   }
-  // An independent stream for sub-task `stream` (pipeline step k uses stream k).
-  SampleRng fork(uint64_t stream) const { return SampleRng(mix64(key_ ^ (0x632be59bd9b4e019ull * (stream + 1)))); }
+  // The stream of sample `index` in `epoch`: draws as SampleRng(sample_key(seed, epoch, index)),
+  // plus the sample's identity across epochs.
+  static SampleRng for_sample(uint64_t seed, uint64_t epoch, uint64_t index) {
+    SampleRng r(sample_key(seed, epoch, index));
+    r.stable_ = mix64(mix64(seed ^ 0x73616d706c65ull) ^ index);  // "sample"
+    r.epoch_ = static_cast<int64_t>(epoch & 0x7fffffffffffffffull);
+    return r;
+  }
+  // An independent stream for sub-task `stream` (pipeline step k uses stream k); the sample's
+  // identity goes with it, forked the same way.
+  SampleRng fork(uint64_t stream) const {
+    SampleRng r(mix64(key_ ^ (0x632be59bd9b4e019ull * (stream + 1))));
+    r.stable_ = mix64(stable_ ^ (0x632be59bd9b4e019ull * (stream + 1)));
+    r.epoch_ = epoch_;
+    return r;
+  }
+  // The epoch this stream belongs to, or -1 when it was made from a bare key.
+  int64_t epoch() const { return epoch_; }
+  // A random bit of the sample (and stream) that is the same in every epoch (valid when epoch() >= 0).
+  bool sample_bit() const { return (stable_ >> 63) != 0; }
 
   uint64_t next_u64() { return mix64(key_ + 0x9e3779b97f4a7c15ull * ++counter_); }
   // Uniform in [0, 1) with 53 random bits.
@@ -58,6 +79,8 @@ class SampleRng {
  private:
   uint64_t key_;
   uint64_t counter_ = 0;
+  uint64_t stable_ = 0;
+  int64_t epoch_ = -1;
 };
 
 class Transform {

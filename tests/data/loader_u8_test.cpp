@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
 #include <string>
 
 #include "core/check.h"
 #include "core/ops/normalize_u8.h"
+#include "data/augment.h"
 #include "data/config.h"
 #include "data/loader.h"
 #include "data/synthetic.h"
@@ -47,6 +49,42 @@ Json data_config(const std::string& extra) {
 }
 
 }  // namespace
+
+// horizontal_flip's "alternate" mode through the loader: every image of the dataset comes mirrored
+// in every other epoch, whatever order the shuffle gives it and however many workers load it.
+TEST(LoaderU8, AlternateFlipMirrorsEachImageInEveryOtherEpoch) {
+  auto ds = small_synthetic(20);
+  const Pipeline p = Pipeline::from_json(Json::parse(R"([{"type": "horizontal_flip", "mode": "alternate"},
+                                                          {"type": "normalize", "mean": [0.5], "std": [0.25]}])"));
+  DataLoader l(ds, p, opts("u8"));
+  std::map<int64_t, std::vector<bool>> mirrored;  // dataset index -> per epoch
+  for (int64_t epoch = 0; epoch < 4; ++epoch) {
+    l.start_epoch(epoch);
+    Batch b;
+    while (l.next(b)) {
+      const int64_t per = b.images.numel() / b.size();
+      const uint8_t* px = b.images.data<uint8_t>();
+      for (int64_t k = 0; k < b.size(); ++k) {
+        Sample s;
+        ds->get_into(b.indices[k], s);
+        const std::vector<uint8_t> got(px + k * per, px + (k + 1) * per);
+        Image m = s.image;
+        HorizontalFlip::flip(m);
+        ASSERT_TRUE(got == s.image.bytes || got == m.bytes) << "sample " << b.indices[k];
+        mirrored[b.indices[k]].push_back(got == m.bytes && got != s.image.bytes);
+      }
+    }
+  }
+  ASSERT_EQ(mirrored.size(), 20u);
+  int first = 0;
+  for (const auto& [idx, m] : mirrored) {
+    ASSERT_EQ(m.size(), 4u) << idx;
+    for (size_t e = 1; e < m.size(); ++e) EXPECT_NE(m[e], m[e - 1]) << "sample " << idx << ", epoch " << e;
+    first += m[0];
+  }
+  EXPECT_GT(first, 0);
+  EXPECT_LT(first, 20);
+}
 
 TEST(LoaderU8, PixelsAreThePipelineBeforeNormalizeAndCarryIt) {
   auto ds = small_synthetic(20);

@@ -2,6 +2,7 @@
 // Normalize (values by hand, f32 and bf16), options JSON, Pipeline order and determinism.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "core/check.h"
@@ -189,6 +190,49 @@ TEST(HorizontalFlip, MirrorsRowsAndFollowsP) {
   EXPECT_NE(msg.find("f.p: a probability must be in [0, 1], got 1.5"), std::string::npos) << msg;
   msg = error_of([] { HorizontalFlipOptions::from_json(Json{{"prob", 0.5}}, "f"); });
   EXPECT_NE(msg.find("unknown key f.prob"), std::string::npos) << msg;
+}
+
+// mode "alternate": each image is mirrored in every other epoch (the epochs by a coin per image),
+// about half of them in any epoch, differently for another seed; a stream without a sample (a
+// bare key) draws as "random"; "random" draws the same from a sample's stream as from its key.
+TEST(HorizontalFlip, AlternateMirrorsEachImageInEveryOtherEpoch) {
+  HorizontalFlipOptions alt;
+  alt.mode = "alternate";
+  const HorizontalFlip f(alt), random(HorizontalFlipOptions{});
+  Image scratch;
+  auto flipped = [&](const HorizontalFlip& t, SampleRng rng) {
+    Image one;
+    one.resize(1, 2, 1);
+    one.bytes = {1, 2};
+    t.apply(one, rng, scratch);
+    return one.bytes[0] == 2;
+  };
+  const int n = 4000;
+  for (uint64_t seed : {5u, 6u}) {
+    std::vector<bool> prev;
+    for (uint64_t epoch = 0; epoch < 5; ++epoch) {
+      std::vector<bool> now;
+      for (uint64_t i = 0; i < n; ++i) now.push_back(flipped(f, SampleRng::for_sample(seed, epoch, i).fork(1)));
+      EXPECT_NEAR(std::count(now.begin(), now.end(), true) / double(n), 0.5, 0.03) << epoch;
+      for (size_t i = 0; i < prev.size(); ++i) ASSERT_NE(now[i], prev[i]) << "seed " << seed << ", epoch " << epoch << ", image " << i;
+      prev = now;
+    }
+  }
+  int same = 0;  // another seed, other epochs
+  for (uint64_t i = 0; i < n; ++i)
+    same += flipped(f, SampleRng::for_sample(5, 0, i).fork(1)) == flipped(f, SampleRng::for_sample(6, 0, i).fork(1));
+  EXPECT_NEAR(same / double(n), 0.5, 0.03);
+  for (uint64_t i = 0; i < 200; ++i) {
+    const uint64_t key = SampleRng::sample_key(5, 3, i);
+    EXPECT_EQ(flipped(f, SampleRng(key)), flipped(random, SampleRng(key))) << i;
+    EXPECT_EQ(flipped(random, SampleRng::for_sample(5, 3, i)), flipped(random, SampleRng(key))) << i;
+  }
+
+  EXPECT_EQ(HorizontalFlipOptions::from_json(Json{{"mode", "alternate"}}).to_json(), (Json{{"p", 0.5}, {"mode", "alternate"}}));
+  std::string msg = error_of([] { HorizontalFlipOptions::from_json(Json{{"mode", "alternating"}}, "f"); });
+  EXPECT_NE(msg.find("f.mode = \"alternating\" is not accepted; accepted: \"random\""), std::string::npos) << msg;
+  msg = error_of([] { HorizontalFlipOptions::from_json(Json{{"mode", "alternate"}, {"p", 0.3}}, "f"); });
+  EXPECT_NE(msg.find("f.p = 0.3 is not accepted with mode \"alternate\""), std::string::npos) << msg;
 }
 
 TEST(Normalize, ValuesByHand) {
