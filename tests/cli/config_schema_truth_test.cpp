@@ -34,6 +34,9 @@ struct Exemption {
 };
 const std::multimap<std::string, Exemption> kExempt = {
     {"data.holdout_seed", {"shown", "written only with data.holdout > 0 (DataConfig::to_json)"}},
+    {"data.*_transforms[].mode", {"shown", "horizontal_flip writes it only when not \"random\" "
+                                           "(HorizontalFlipOptions::to_json), so that the resolved configs and "
+                                           "sweep plans made before the key existed resolve the same"}},
     {"optim.lr_mult", {"shown", "written only when set, and each prefix must name parameters of the model, which the "
                                 "optim section's reader alone does not have (kiln config show checks them)"}},
     {"train.loss_scaler.init_scale", {"low end", "the reader requires min_scale <= init_scale, and min_scale's default "
