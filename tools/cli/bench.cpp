@@ -11,7 +11,7 @@
 // `kiln bench winograd [model=resnet18] [stem=cifar] [size=32] [channels=3] [classes=10] [batch=128] [dtype=bf16|fp32] [cache=0]` (also
 // `kiln bench conv_algo`): one training step of the model with the convolution algorithm chooser
 // (core/conv_policy.h) measuring from scratch; per layer shape and pass (forward, backward-data,
-// backward-weights) the candidates' times (direct, Winograd, im2col) and the choice.
+// backward-weights) the candidates' times (direct, Winograd, im2col, blocked) and the choice.
 // `kiln bench conv_fusion` and `kiln bench bn_relu`, the fused kernels of a ResNet block against the ops
 // they replace: tools/cli/bench_fusion.cpp (the helpers the benches share: bench_util.h).
 // `kiln bench data CONFIG ...`: the input pipeline's images/s, in tools/cli/data_cmd.cpp.
